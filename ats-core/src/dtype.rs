@@ -1,0 +1,239 @@
+//! Element and block types of weight tensors, as GGUF stores them.
+
+use std::fmt;
+
+/// A tensor element type: plain floats or a llama.cpp quantisation block format.
+///
+/// Quantised types pack `block_size()` elements into `type_size()` bytes.
+/// The discriminants are GGML's type ids as written in GGUF tensor infos.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DType {
+    F32,
+    F16,
+    BF16,
+    Q8_0,
+    Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    Q2K,
+    Q3K,
+    Q4K,
+    Q5K,
+    Q6K,
+}
+
+/// Every supported type, in GGML id order.
+pub const ALL_DTYPES: [DType; 13] = [
+    DType::F32,
+    DType::F16,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::Q2K,
+    DType::Q3K,
+    DType::Q4K,
+    DType::Q5K,
+    DType::Q6K,
+    DType::BF16,
+];
+
+/// Elements per super-block of the K-quant formats.
+pub const QK_K: usize = 256;
+
+/// Why a GGML type id cannot be used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DTypeError {
+    /// A GGML type that exists but that ATS does not run (yet).
+    #[error("tensor type {name} (ggml id {id}) is not supported")]
+    Unsupported { id: u32, name: &'static str },
+    /// An id no GGML version defines.
+    #[error("unknown tensor type id {0}")]
+    Unknown(u32),
+}
+
+impl DType {
+    /// The type for a GGML type id.
+    pub fn from_ggml(id: u32) -> Result<DType, DTypeError> {
+        Ok(match id {
+            0 => DType::F32,
+            1 => DType::F16,
+            2 => DType::Q4_0,
+            3 => DType::Q4_1,
+            6 => DType::Q5_0,
+            7 => DType::Q5_1,
+            8 => DType::Q8_0,
+            10 => DType::Q2K,
+            11 => DType::Q3K,
+            12 => DType::Q4K,
+            13 => DType::Q5K,
+            14 => DType::Q6K,
+            30 => DType::BF16,
+            other => {
+                let name = match other {
+                    4 => "Q4_2 (removed)",
+                    5 => "Q4_3 (removed)",
+                    9 => "Q8_1",
+                    15 => "Q8_K",
+                    16 => "IQ2_XXS",
+                    17 => "IQ2_XS",
+                    18 => "IQ3_XXS",
+                    19 => "IQ1_S",
+                    20 => "IQ4_NL",
+                    21 => "IQ3_S",
+                    22 => "IQ2_S",
+                    23 => "IQ4_XS",
+                    24 => "I8",
+                    25 => "I16",
+                    26 => "I32",
+                    27 => "I64",
+                    28 => "F64",
+                    29 => "IQ1_M",
+                    34 => "TQ1_0",
+                    35 => "TQ2_0",
+                    39 => "MXFP4",
+                    _ => return Err(DTypeError::Unknown(other)),
+                };
+                return Err(DTypeError::Unsupported { id: other, name });
+            }
+        })
+    }
+
+    /// The GGML type id.
+    pub fn ggml_id(self) -> u32 {
+        match self {
+            DType::F32 => 0,
+            DType::F16 => 1,
+            DType::Q4_0 => 2,
+            DType::Q4_1 => 3,
+            DType::Q5_0 => 6,
+            DType::Q5_1 => 7,
+            DType::Q8_0 => 8,
+            DType::Q2K => 10,
+            DType::Q3K => 11,
+            DType::Q4K => 12,
+            DType::Q5K => 13,
+            DType::Q6K => 14,
+            DType::BF16 => 30,
+        }
+    }
+
+    /// Elements per block (1 for plain floats).
+    pub fn block_size(self) -> usize {
+        match self {
+            DType::F32 | DType::F16 | DType::BF16 => 1,
+            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 => 32,
+            DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K => QK_K,
+        }
+    }
+
+    /// Bytes per block.
+    pub fn type_size(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::F16 | DType::BF16 => 2,
+            DType::Q8_0 => 34,
+            DType::Q4_0 => 18,
+            DType::Q4_1 => 20,
+            DType::Q5_0 => 22,
+            DType::Q5_1 => 24,
+            DType::Q2K => 84,
+            DType::Q3K => 110,
+            DType::Q4K => 144,
+            DType::Q5K => 176,
+            DType::Q6K => 210,
+        }
+    }
+
+    /// Whether this is a block-quantised type.
+    pub fn is_quantized(self) -> bool {
+        self.block_size() > 1
+    }
+
+    /// Bytes taken by `n` elements, or `None` if `n` is not a whole number
+    /// of blocks or the size overflows.
+    pub fn bytes_for(self, n: u64) -> Option<u64> {
+        let bs = self.block_size() as u64;
+        if n % bs != 0 {
+            return None;
+        }
+        (n / bs).checked_mul(self.type_size() as u64)
+    }
+
+    /// Bytes of one row of `n` elements; panics never, returns `None` on a
+    /// partial block.
+    pub fn row_bytes(self, n: usize) -> Option<usize> {
+        self.bytes_for(n as u64).map(|b| b as usize)
+    }
+
+    /// Average bits per weight (storage cost), for reports.
+    pub fn bits_per_weight(self) -> f64 {
+        self.type_size() as f64 * 8.0 / self.block_size() as f64
+    }
+
+    /// The name llama.cpp prints for this type.
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "F32",
+            DType::F16 => "F16",
+            DType::BF16 => "BF16",
+            DType::Q8_0 => "Q8_0",
+            DType::Q4_0 => "Q4_0",
+            DType::Q4_1 => "Q4_1",
+            DType::Q5_0 => "Q5_0",
+            DType::Q5_1 => "Q5_1",
+            DType::Q2K => "Q2_K",
+            DType::Q3K => "Q3_K",
+            DType::Q4K => "Q4_K",
+            DType::Q5K => "Q5_K",
+            DType::Q6K => "Q6_K",
+        }
+    }
+
+    /// Parses a llama.cpp type name (`Q4_K`, `q4_k`, `F16`, ...).
+    pub fn from_name(s: &str) -> Option<DType> {
+        ALL_DTYPES
+            .iter()
+            .copied()
+            .find(|d| d.name().eq_ignore_ascii_case(s))
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_round_trip() {
+        for d in ALL_DTYPES {
+            assert_eq!(DType::from_ggml(d.ggml_id()), Ok(d));
+            assert_eq!(DType::from_name(d.name()), Some(d));
+        }
+    }
+
+    #[test]
+    fn mxfp4_is_an_explicit_unsupported_type() {
+        let e = DType::from_ggml(39).unwrap_err();
+        assert_eq!(e.to_string(), "tensor type MXFP4 (ggml id 39) is not supported");
+        assert_eq!(DType::from_ggml(1000), Err(DTypeError::Unknown(1000)));
+    }
+
+    #[test]
+    fn sizes_match_ggml() {
+        // bits per weight as llama.cpp documents them
+        assert_eq!(DType::Q4_0.bits_per_weight(), 4.5);
+        assert_eq!(DType::Q4K.bits_per_weight(), 4.5);
+        assert_eq!(DType::Q6K.bits_per_weight(), 6.5625);
+        assert_eq!(DType::Q8_0.bytes_for(64), Some(68));
+        assert_eq!(DType::Q8_0.bytes_for(33), None);
+        assert_eq!(DType::F32.bytes_for(u64::MAX), None);
+    }
+}

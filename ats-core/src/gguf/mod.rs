@@ -1,0 +1,15 @@
+//! GGUF, llama.cpp's model file format: a validated memory-mapped reader and a
+//! streaming writer.
+
+mod error;
+mod reader;
+mod value;
+mod writer;
+
+pub use error::{GgufError, GgufErrorKind};
+pub use reader::{Backing, DEFAULT_ALIGNMENT, GGUF_MAGIC, GgufFile, Metadata, TensorInfo};
+pub use value::{Value, ValueType};
+pub use writer::{GgufWriter, TensorSpec, encode_value};
+
+#[cfg(test)]
+mod tests;

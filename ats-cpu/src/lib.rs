@@ -1,0 +1,1 @@
+//! ats-cpu (being built).

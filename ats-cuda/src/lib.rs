@@ -1,0 +1,1 @@
+//! ats-cuda (being built).

@@ -1,0 +1,1 @@
+//! ats-sched (being built).

@@ -1,0 +1,1 @@
+//! ats-vision (being built).
