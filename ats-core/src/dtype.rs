@@ -54,10 +54,70 @@ pub enum DTypeError {
     Unknown(u32),
 }
 
+/// Block layout of any GGML type id, supported or not, so that a file holding
+/// a tensor of an unsupported type can still be read and validated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GgmlLayout {
+    /// llama.cpp's name of the type.
+    pub name: &'static str,
+    /// Elements per block.
+    pub block_size: usize,
+    /// Bytes per block.
+    pub type_size: usize,
+}
+
+/// The layout of a GGML type id, or `None` for ids no GGML version defines.
+pub fn ggml_layout(id: u32) -> Option<GgmlLayout> {
+    if let Some(d) = DType::supported(id) {
+        return Some(GgmlLayout {
+            name: d.name(),
+            block_size: d.block_size(),
+            type_size: d.type_size(),
+        });
+    }
+    let (name, block_size, type_size) = match id {
+        9 => ("Q8_1", 32, 36),
+        15 => ("Q8_K", 256, 292),
+        16 => ("IQ2_XXS", 256, 66),
+        17 => ("IQ2_XS", 256, 74),
+        18 => ("IQ3_XXS", 256, 98),
+        19 => ("IQ1_S", 256, 50),
+        20 => ("IQ4_NL", 32, 18),
+        21 => ("IQ3_S", 256, 110),
+        22 => ("IQ2_S", 256, 82),
+        23 => ("IQ4_XS", 256, 136),
+        24 => ("I8", 1, 1),
+        25 => ("I16", 1, 2),
+        26 => ("I32", 1, 4),
+        27 => ("I64", 1, 8),
+        28 => ("F64", 1, 8),
+        29 => ("IQ1_M", 256, 56),
+        34 => ("TQ1_0", 256, 54),
+        35 => ("TQ2_0", 256, 66),
+        39 => ("MXFP4", 32, 17),
+        40 => ("NVFP4", 64, 36),
+        41 => ("Q1_0", 128, 18),
+        42 => ("Q2_0", 64, 18),
+        _ => return None,
+    };
+    Some(GgmlLayout {
+        name,
+        block_size,
+        type_size,
+    })
+}
+
 impl DType {
     /// The type for a GGML type id.
     pub fn from_ggml(id: u32) -> Result<DType, DTypeError> {
-        Ok(match id {
+        DType::supported(id).ok_or_else(|| match ggml_layout(id) {
+            Some(l) => DTypeError::Unsupported { id, name: l.name },
+            None => DTypeError::Unknown(id),
+        })
+    }
+
+    fn supported(id: u32) -> Option<DType> {
+        Some(match id {
             0 => DType::F32,
             1 => DType::F16,
             2 => DType::Q4_0,
@@ -71,33 +131,7 @@ impl DType {
             13 => DType::Q5K,
             14 => DType::Q6K,
             30 => DType::BF16,
-            other => {
-                let name = match other {
-                    4 => "Q4_2 (removed)",
-                    5 => "Q4_3 (removed)",
-                    9 => "Q8_1",
-                    15 => "Q8_K",
-                    16 => "IQ2_XXS",
-                    17 => "IQ2_XS",
-                    18 => "IQ3_XXS",
-                    19 => "IQ1_S",
-                    20 => "IQ4_NL",
-                    21 => "IQ3_S",
-                    22 => "IQ2_S",
-                    23 => "IQ4_XS",
-                    24 => "I8",
-                    25 => "I16",
-                    26 => "I32",
-                    27 => "I64",
-                    28 => "F64",
-                    29 => "IQ1_M",
-                    34 => "TQ1_0",
-                    35 => "TQ2_0",
-                    39 => "MXFP4",
-                    _ => return Err(DTypeError::Unknown(other)),
-                };
-                return Err(DTypeError::Unsupported { id: other, name });
-            }
+            _ => return None,
         })
     }
 
@@ -222,7 +256,10 @@ mod tests {
     #[test]
     fn mxfp4_is_an_explicit_unsupported_type() {
         let e = DType::from_ggml(39).unwrap_err();
-        assert_eq!(e.to_string(), "tensor type MXFP4 (ggml id 39) is not supported");
+        assert_eq!(
+            e.to_string(),
+            "tensor type MXFP4 (ggml id 39) is not supported"
+        );
         assert_eq!(DType::from_ggml(1000), Err(DTypeError::Unknown(1000)));
     }
 

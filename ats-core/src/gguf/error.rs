@@ -21,7 +21,9 @@ pub enum GgufErrorKind {
     BadMagic([u8; 4]),
     #[error("GGUF version {0} is not supported (only 2 and 3)")]
     UnsupportedVersion(u32),
-    #[error("file truncated while reading {what} at byte {offset} (need {need} bytes, file has {len})")]
+    #[error(
+        "file truncated while reading {what} at byte {offset} (need {need} bytes, file has {len})"
+    )]
     Truncated {
         what: String,
         offset: u64,

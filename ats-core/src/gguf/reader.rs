@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::error::{GgufError, GgufErrorKind as K};
 use super::value::{Value, ValueType};
-use crate::dtype::DType;
+use crate::dtype::{DType, DTypeError, ggml_layout};
 
 /// `"GGUF"` read as a little-endian u32.
 pub const GGUF_MAGIC: [u8; 4] = *b"GGUF";
@@ -46,8 +46,10 @@ pub struct TensorInfo {
     pub name: String,
     /// GGML dimensions, innermost first: a `[rows, cols]` matrix has `ne = [cols, rows]`.
     pub ne: Vec<u64>,
-    /// Element type.
-    pub dtype: DType,
+    /// GGML type id; [`TensorInfo::dtype`] says whether ATS supports it.
+    pub ggml_type: u32,
+    /// llama.cpp's name of the type (`Q4_K`, `MXFP4`).
+    pub type_name: &'static str,
     /// Offset of the data from the start of the data section.
     pub offset: u64,
     /// Absolute offset of the data in the file.
@@ -57,6 +59,12 @@ pub struct TensorInfo {
 }
 
 impl TensorInfo {
+    /// The element type, or why ATS cannot compute with it (the file itself
+    /// may still hold such tensors: they are validated but not usable).
+    pub fn dtype(&self) -> Result<DType, DTypeError> {
+        DType::from_ggml(self.ggml_type)
+    }
+
     /// Number of elements.
     pub fn n_elements(&self) -> u64 {
         self.ne.iter().product()
@@ -391,9 +399,9 @@ fn parse(buf: &[u8]) -> Result<Parsed, K> {
             name: name.clone(),
             problem,
         };
-        let dtype = DType::from_ggml(type_id).map_err(|source| K::TensorType {
+        let layout = ggml_layout(type_id).ok_or_else(|| K::TensorType {
             name: name.clone(),
-            source,
+            source: DTypeError::Unknown(type_id),
         })?;
         let n_elements = ne
             .iter()
@@ -402,17 +410,16 @@ fn parse(buf: &[u8]) -> Result<Parsed, K> {
         if ne.iter().any(|&d| d == 0) {
             return Err(bad(format!("dimensions {ne:?} contain a zero")));
         }
-        if ne[0] % dtype.block_size() as u64 != 0 {
+        let (bs, ts) = (layout.block_size as u64, layout.type_size as u64);
+        if ne[0] % bs != 0 {
             return Err(bad(format!(
-                "row length {} is not a multiple of the {} block size {}",
-                ne[0],
-                dtype,
-                dtype.block_size()
+                "row length {} is not a multiple of the {} block size {bs}",
+                ne[0], layout.name
             )));
         }
-        let bytes = dtype
-            .bytes_for(n_elements)
-            .ok_or_else(|| bad(format!("{n_elements} elements of {dtype} overflow")))?;
+        let bytes = (n_elements / bs)
+            .checked_mul(ts)
+            .ok_or_else(|| bad(format!("{n_elements} elements of {} overflow", layout.name)))?;
         if offset % alignment != 0 {
             return Err(bad(format!(
                 "data offset {offset} is not aligned to {alignment}"
@@ -421,18 +428,22 @@ fn parse(buf: &[u8]) -> Result<Parsed, K> {
         let file_offset = data_offset
             .checked_add(offset)
             .ok_or_else(|| bad(format!("data offset {offset} overflows")))?;
-        let end = file_offset
-            .checked_add(bytes)
-            .ok_or_else(|| bad(format!("data end overflows (offset {offset}, {bytes} bytes)")))?;
+        let end = file_offset.checked_add(bytes).ok_or_else(|| {
+            bad(format!(
+                "data end overflows (offset {offset}, {bytes} bytes)"
+            ))
+        })?;
         if end > file_len {
             return Err(bad(format!(
-                "data [{file_offset}, {end}) lies outside the {file_len}-byte file ({bytes} bytes of {dtype} for shape {ne:?})"
+                "data [{file_offset}, {end}) lies outside the {file_len}-byte file ({bytes} bytes of {} for shape {ne:?})",
+                layout.name
             )));
         }
         tensors.push(TensorInfo {
             name,
             ne,
-            dtype,
+            ggml_type: type_id,
+            type_name: layout.name,
             offset,
             file_offset,
             bytes,

@@ -123,13 +123,20 @@ impl GgufWriter {
         let p = pad(pos);
         put(&mut w, &mut pos, &zeros[..p])?;
         for (i, t) in self.tensors.iter().enumerate() {
-            let mut counted = CountingWriter { inner: &mut w, n: 0 };
+            let mut counted = CountingWriter {
+                inner: &mut w,
+                n: 0,
+            };
             data(i, t, &mut counted)?;
             let n = counted.n;
             if n != t.bytes() {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
-                    format!("tensor {:?}: wrote {n} bytes, expected {}", t.name, t.bytes()),
+                    format!(
+                        "tensor {:?}: wrote {n} bytes, expected {}",
+                        t.name,
+                        t.bytes()
+                    ),
                 ));
             }
             if i + 1 < self.tensors.len() {
