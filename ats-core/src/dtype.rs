@@ -274,3 +274,9 @@ mod tests {
         assert_eq!(DType::F32.bytes_for(u64::MAX), None);
     }
 }
+
+impl serde::Serialize for DType {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}

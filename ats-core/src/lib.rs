@@ -10,3 +10,10 @@ pub mod dtype;
 pub mod gguf;
 
 pub use dtype::DType;
+pub mod device;
+pub mod graph;
+pub mod ledger;
+pub mod models;
+pub mod names;
+pub mod round;
+pub mod spec;

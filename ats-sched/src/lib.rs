@@ -1,1 +1,5 @@
-//! ats-sched (being built).
+//! `ats-sched`: scheduling weight tensors between CPU and GPU.
+//!
+//! The [`exec`] module runs a placement across devices.
+
+pub mod exec;

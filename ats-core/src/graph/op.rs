@@ -1,0 +1,183 @@
+//! The operations a forward round is made of.
+
+use serde::Serialize;
+
+/// How rotary embeddings pair the dimensions of a head.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub enum RopeKind {
+    /// Adjacent pairs `(2i, 2i+1)` (llama.cpp's "normal" mode; GGUF llama q/k rows are permuted for it).
+    Normal,
+    /// Halves `(i, i + d/2)` (rotate-half, HF's layout; Qwen models).
+    Neox,
+    /// Multimodal RoPE (Qwen2-VL text): NeoX pairing where pair `i` takes its
+    /// position from section `s` (temporal, height, width, extra) by `sections`.
+    MRope {
+        /// Rotation pairs per section.
+        sections: [usize; 4],
+    },
+    /// 2D vision RoPE (Qwen2-VL vision): NeoX pairing, the first half of the
+    /// pairs rotate by the patch row, the second half by the patch column.
+    Vision2d,
+}
+
+/// Rotary position embedding applied to `n_heads` heads of `head_dim` columns.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct RopeSpec {
+    /// Pairing scheme.
+    pub kind: RopeKind,
+    /// Heads in the row.
+    pub n_heads: usize,
+    /// Columns per head.
+    pub head_dim: usize,
+    /// Leading dimensions of each head that rotate (the rest pass through).
+    pub rot_dim: usize,
+    /// Frequency base.
+    pub theta: f32,
+}
+
+impl RopeSpec {
+    /// The inverse frequency `theta^(-2i/dim)` of rotation pair `i`, where
+    /// `dim` is the number of rotated dimensions that share one frequency
+    /// ladder (`rot_dim`, or half the head for 2D vision RoPE). Computed in
+    /// f32 the way Hugging Face's reference does.
+    pub fn inv_freq(&self, i: usize) -> f32 {
+        let dim = match self.kind {
+            RopeKind::Vision2d => self.head_dim / 2,
+            _ => self.rot_dim,
+        };
+        1.0 / self.theta.powf((2 * i) as f32 / dim as f32)
+    }
+}
+
+/// Which keys a query may attend to.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub enum Mask {
+    /// Every key at or before the query's position.
+    Causal,
+    /// Every key of the round (vision full attention).
+    Full,
+    /// Keys in the query's own segment; segment boundaries come from the
+    /// round (`Round::segments`): contiguous windows after window reordering.
+    Segments,
+}
+
+/// Attention of new queries over keys and values.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AttnSpec {
+    /// The KV cache this attention appends to and reads (`None`: attend over
+    /// this round's k and v only, as the vision encoder does).
+    pub cache: Option<usize>,
+    /// Query heads.
+    pub n_heads: usize,
+    /// Key/value heads (grouped-query attention when fewer than `n_heads`).
+    pub n_kv_heads: usize,
+    /// Columns per head.
+    pub head_dim: usize,
+    /// Score scale, usually `1/sqrt(head_dim)`.
+    pub scale: f32,
+    /// Which keys each query sees.
+    pub mask: Mask,
+}
+
+/// GELU variants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum GeluKind {
+    /// Exact: `x * Phi(x)` with erf.
+    Erf,
+    /// The tanh approximation.
+    Tanh,
+    /// `x * sigmoid(1.702 x)`.
+    Quick,
+}
+
+/// One operation. Inputs, outputs and weights are listed on the [`super::Node`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub enum Op {
+    /// Token embedding lookup: `out[t] = table[token[t]]`, then the round's
+    /// embedding overrides (image embeddings) replace their rows. Weight: the table.
+    Embed,
+    /// RMSNorm over each `group`-column slice of a row, times the weight.
+    RmsNorm {
+        /// Epsilon under the square root.
+        eps: f32,
+        /// Columns normalised together (the row width, or the head size for per-head norms).
+        group: usize,
+    },
+    /// LayerNorm over the row: `(x - mean) / sqrt(var + eps) * w + b`. Weights: w, b.
+    LayerNorm {
+        /// Epsilon under the square root.
+        eps: f32,
+    },
+    /// `y = x W^T (+ bias)`. Weights: W (`[out, in]`), optional bias.
+    MatMul,
+    /// Element-wise sum of two inputs.
+    Add,
+    /// Element-wise product of two inputs.
+    Mul,
+    /// Rotary embedding on one input, with the round's positions.
+    /// Optional weight: per-pair frequency factors (llama 3 `rope_freqs`).
+    Rope(RopeSpec),
+    /// Attention. Inputs: q, k, v.
+    Attention(AttnSpec),
+    /// `silu(gate) * up`. Inputs: gate, up.
+    SwiGlu,
+    /// GELU of one input.
+    Gelu(GeluKind),
+    /// MoE router: softmax over `n_expert` logits of `x W_gate^T`, top-k, optional
+    /// renormalisation. Output per token: `top_k` expert ids (as f32) then their weights.
+    MoeRouter {
+        /// Experts in the layer.
+        n_expert: usize,
+        /// Experts used per token.
+        top_k: usize,
+        /// Renormalise the top-k weights to sum to one.
+        norm_topk: bool,
+    },
+    /// Routed SwiGLU experts: `sum_k w_k * down_e(silu(gate_e x) * up_e x)`.
+    /// Inputs: x, routing. Weights: stacked gate, up, down (`[n_expert, out, in]`).
+    MoeExperts {
+        /// Experts in the layer.
+        n_expert: usize,
+        /// Experts used per token.
+        top_k: usize,
+    },
+    /// Keeps the rows listed in the round's `output_rows` (whose logits are wanted).
+    SelectRows,
+    /// Reorders rows: `out[i] = in[perm[i]]` in groups of `group` rows
+    /// (vision window reordering and its inverse).
+    PermuteRows {
+        /// Row groups moved as a unit.
+        group: usize,
+        /// Source group of each destination group.
+        perm: Vec<u32>,
+    },
+    /// Reinterprets `[rows, cols]` as `[rows / f, cols * f]` (a copy on devices
+    /// whose buffers are not views; the vision patch merger).
+    MergeRows {
+        /// Rows merged into one.
+        factor: usize,
+    },
+}
+
+impl Op {
+    /// A short name for tables and profiles.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Op::Embed => "embed",
+            Op::RmsNorm { .. } => "rms_norm",
+            Op::LayerNorm { .. } => "layer_norm",
+            Op::MatMul => "matmul",
+            Op::Add => "add",
+            Op::Mul => "mul",
+            Op::Rope(_) => "rope",
+            Op::Attention(_) => "attention",
+            Op::SwiGlu => "swiglu",
+            Op::Gelu(_) => "gelu",
+            Op::MoeRouter { .. } => "moe_router",
+            Op::MoeExperts { .. } => "moe_experts",
+            Op::SelectRows => "select_rows",
+            Op::PermuteRows { .. } => "permute_rows",
+            Op::MergeRows { .. } => "merge_rows",
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! The building blocks shared by the decoder-only architectures: each method
+//! is one step of the reference forward pass, checking the tensors it reads.
+
+use crate::graph::{
+    AttnSpec, Graph, GraphBuilder, GraphInput, KvCacheInfo, Mask, Op, RopeKind, RopeSpec, Rows,
+    SubLayer, ValueId, WeightId,
+};
+use crate::names::tensor::{self as t, blk};
+use crate::spec::{HParams, ModelSpec, SpecError};
+
+/// A graph under construction for one text model.
+pub(crate) struct Decoder<'a> {
+    spec: &'a ModelSpec,
+    pub hp: &'a HParams,
+    pub b: GraphBuilder,
+}
+
+impl<'a> Decoder<'a> {
+    pub fn new(spec: &'a ModelSpec) -> Self {
+        Decoder {
+            spec,
+            hp: &spec.hp,
+            b: GraphBuilder::new(GraphInput::Tokens),
+        }
+    }
+
+    /// Registers the tensor `name` (of layer `il`, if given) with GGML dimensions `ne`.
+    pub fn weight(
+        &mut self,
+        il: Option<usize>,
+        name: &str,
+        ne: &[usize],
+    ) -> Result<WeightId, SpecError> {
+        let full = match il {
+            Some(l) => blk(l, name),
+            None => name.to_string(),
+        };
+        let info = self.spec.weight(&full, ne)?;
+        Ok(self.b.weight(info))
+    }
+
+    /// Like [`Self::weight`], for a tensor that may be absent.
+    pub fn opt_weight(
+        &mut self,
+        il: Option<usize>,
+        name: &str,
+        ne: &[usize],
+    ) -> Result<Option<WeightId>, SpecError> {
+        let full = match il {
+            Some(l) => blk(l, name),
+            None => name.to_string(),
+        };
+        if self.spec.has_tensor(&full) {
+            self.weight(il, name, ne).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// `x = token_embd[tokens]`.
+    pub fn embed(&mut self) -> Result<ValueId, SpecError> {
+        self.b.at(None, SubLayer::Embed);
+        let (d, v) = (self.hp.n_embd, self.hp.n_vocab);
+        let w = self.weight(None, t::TOKEN_EMBD, &[d, v])?;
+        let input = self.b.input();
+        Ok(self
+            .b
+            .node("token_embd", Op::Embed, &[input], &[w], Rows::Tokens, d))
+    }
+
+    /// RMSNorm of the hidden state with the layer's `name` weight.
+    pub fn norm(
+        &mut self,
+        x: ValueId,
+        il: usize,
+        name: &str,
+        sub: SubLayer,
+    ) -> Result<ValueId, SpecError> {
+        self.b.at(Some(il), sub);
+        let w = self.weight(Some(il), name, &[self.hp.n_embd])?;
+        Ok(self
+            .b
+            .rms_norm(&blk(il, name), x, w, self.hp.rms_eps, self.hp.n_embd))
+    }
+
+    /// `q, k, v = h Wq^T (+bq), h Wk^T (+bk), h Wv^T (+bv)`.
+    pub fn qkv(
+        &mut self,
+        h: ValueId,
+        il: usize,
+        bias: bool,
+    ) -> Result<(ValueId, ValueId, ValueId), SpecError> {
+        self.b.at(Some(il), SubLayer::AttnQkv);
+        let hp = self.hp;
+        let (d, dq, dkv) = (
+            hp.n_embd,
+            hp.n_head * hp.head_dim,
+            hp.n_head_kv * hp.head_dim,
+        );
+        let mut proj = |w: &str, bname: &str, out: usize| -> Result<ValueId, SpecError> {
+            let wi = self.weight(Some(il), w, &[d, out])?;
+            let bi = if bias {
+                Some(self.weight(Some(il), bname, &[out])?)
+            } else {
+                None
+            };
+            Ok(self.b.matmul(&blk(il, w), h, wi, bi))
+        };
+        let q = proj(t::ATTN_Q, t::ATTN_Q_BIAS, dq)?;
+        let k = proj(t::ATTN_K, t::ATTN_K_BIAS, dkv)?;
+        let v = proj(t::ATTN_V, t::ATTN_V_BIAS, dkv)?;
+        Ok((q, k, v))
+    }
+
+    /// Per-head RMSNorm of q and k (Qwen3).
+    pub fn head_norms(
+        &mut self,
+        q: ValueId,
+        k: ValueId,
+        il: usize,
+    ) -> Result<(ValueId, ValueId), SpecError> {
+        self.b.at(Some(il), SubLayer::AttnQkv);
+        let hd = self.hp.head_dim;
+        let wq = self.weight(Some(il), t::ATTN_Q_NORM, &[hd])?;
+        let wk = self.weight(Some(il), t::ATTN_K_NORM, &[hd])?;
+        let q = self
+            .b
+            .rms_norm(&blk(il, t::ATTN_Q_NORM), q, wq, self.hp.rms_eps, hd);
+        let k = self
+            .b
+            .rms_norm(&blk(il, t::ATTN_K_NORM), k, wk, self.hp.rms_eps, hd);
+        Ok((q, k))
+    }
+
+    /// RoPE on q and k, with optional frequency factors.
+    pub fn rope(
+        &mut self,
+        q: ValueId,
+        k: ValueId,
+        il: usize,
+        kind: RopeKind,
+        freqs: Option<WeightId>,
+    ) -> (ValueId, ValueId) {
+        self.b.at(Some(il), SubLayer::AttnQkv);
+        let hp = self.hp;
+        let spec = |n_heads| RopeSpec {
+            kind,
+            n_heads,
+            head_dim: hp.head_dim,
+            rot_dim: hp.rope_dim,
+            theta: hp.rope_theta,
+        };
+        let q = self
+            .b
+            .rope(&format!("blk.{il}.rope_q"), q, spec(hp.n_head), freqs);
+        let k = self
+            .b
+            .rope(&format!("blk.{il}.rope_k"), k, spec(hp.n_head_kv), freqs);
+        (q, k)
+    }
+
+    /// Causal attention over the layer's KV cache, then the output projection.
+    pub fn attention(
+        &mut self,
+        q: ValueId,
+        k: ValueId,
+        v: ValueId,
+        il: usize,
+    ) -> Result<ValueId, SpecError> {
+        let hp = self.hp;
+        self.b.at(Some(il), SubLayer::Attention);
+        let cache = self.b.kv_cache(KvCacheInfo {
+            layer: il,
+            n_kv_heads: hp.n_head_kv,
+            head_dim: hp.head_dim,
+        });
+        let spec = AttnSpec {
+            cache: Some(cache),
+            n_heads: hp.n_head,
+            n_kv_heads: hp.n_head_kv,
+            head_dim: hp.head_dim,
+            scale: 1.0 / (hp.head_dim as f32).sqrt(),
+            mask: Mask::Causal,
+        };
+        let a = self.b.attention(&format!("blk.{il}.attn"), q, k, v, spec);
+        self.b.at(Some(il), SubLayer::AttnOut);
+        let wo = self.weight(Some(il), t::ATTN_OUT, &[hp.n_head * hp.head_dim, hp.n_embd])?;
+        Ok(self.b.matmul(&blk(il, t::ATTN_OUT), a, wo, None))
+    }
+
+    /// `x + y`, recorded in the current sub-layer.
+    pub fn residual(&mut self, x: ValueId, y: ValueId, name: String) -> ValueId {
+        self.b.add(&name, x, y)
+    }
+
+    /// SwiGLU FFN: `down(silu(gate h) * up h)`.
+    pub fn ffn(&mut self, h: ValueId, il: usize) -> Result<ValueId, SpecError> {
+        let (d, f) = (self.hp.n_embd, self.hp.n_ff);
+        self.b.at(Some(il), SubLayer::FfnUp);
+        let wg = self.weight(Some(il), t::FFN_GATE, &[d, f])?;
+        let wu = self.weight(Some(il), t::FFN_UP, &[d, f])?;
+        let g = self.b.matmul(&blk(il, t::FFN_GATE), h, wg, None);
+        let u = self.b.matmul(&blk(il, t::FFN_UP), h, wu, None);
+        let a = self.b.swiglu(&format!("blk.{il}.ffn_swiglu"), g, u);
+        self.b.at(Some(il), SubLayer::FfnDown);
+        let wd = self.weight(Some(il), t::FFN_DOWN, &[f, d])?;
+        Ok(self.b.matmul(&blk(il, t::FFN_DOWN), a, wd, None))
+    }
+
+    /// Routed SwiGLU experts: softmax router, top-k, renormalised weights.
+    pub fn moe(&mut self, h: ValueId, il: usize) -> Result<ValueId, SpecError> {
+        let hp = self.hp;
+        let (d, e, k, f) = (hp.n_embd, hp.n_expert, hp.n_expert_used, hp.n_ff_expert);
+        self.b.at(Some(il), SubLayer::MoeRouter);
+        let wr = self.weight(Some(il), t::FFN_GATE_INP, &[d, e])?;
+        let op = Op::MoeRouter {
+            n_expert: e,
+            top_k: k,
+            norm_topk: true,
+        };
+        let routing = self.b.node(
+            format!("blk.{il}.moe_router"),
+            op,
+            &[h],
+            &[wr],
+            Rows::Tokens,
+            2 * k,
+        );
+        self.b.at(Some(il), SubLayer::MoeExperts);
+        let wg = self.weight(Some(il), t::FFN_GATE_EXPS, &[d, f, e])?;
+        let wu = self.weight(Some(il), t::FFN_UP_EXPS, &[d, f, e])?;
+        let wd = self.weight(Some(il), t::FFN_DOWN_EXPS, &[f, d, e])?;
+        let op = Op::MoeExperts {
+            n_expert: e,
+            top_k: k,
+        };
+        Ok(self.b.node(
+            format!("blk.{il}.moe_experts"),
+            op,
+            &[h, routing],
+            &[wg, wu, wd],
+            Rows::Tokens,
+            d,
+        ))
+    }
+
+    /// Final norm, the rows whose logits are wanted, and the output projection
+    /// (the embedding table when the file has no `output.weight`).
+    pub fn output(mut self, x: ValueId) -> Result<Graph, SpecError> {
+        let (d, v) = (self.hp.n_embd, self.hp.n_vocab);
+        self.b.at(None, SubLayer::Output);
+        let wn = self.weight(None, t::OUTPUT_NORM, &[d])?;
+        let rows = self.b.node(
+            "select_outputs",
+            Op::SelectRows,
+            &[x],
+            &[],
+            Rows::Outputs,
+            d,
+        );
+        let h = self.b.rms_norm("output_norm", rows, wn, self.hp.rms_eps, d);
+        let wo = match self.opt_weight(None, t::OUTPUT, &[d, v])? {
+            Some(w) => w,
+            // tied embeddings: the table is consumed a second time; its heavy
+            // use (and so its placement item) is the output projection
+            None => {
+                let w = self.weight(None, t::TOKEN_EMBD, &[d, v])?;
+                self.b.retag_weight(w);
+                w
+            }
+        };
+        let logits = self.b.matmul("output", h, wo, None);
+        Ok(self.b.finish(logits))
+    }
+}

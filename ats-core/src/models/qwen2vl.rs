@@ -1,0 +1,28 @@
+//! The language model of Qwen2-VL / Qwen2.5-VL: Qwen2 blocks with
+//! multimodal RoPE, whose rotation pairs take temporal, height and width
+//! positions by section. Image embeddings enter through the round's embedding
+//! overrides.
+
+use super::decoder::Decoder;
+use crate::graph::{Graph, RopeKind, SubLayer};
+use crate::names::tensor as t;
+use crate::spec::{ModelSpec, SpecError};
+
+pub(crate) fn build(spec: &ModelSpec) -> Result<Graph, SpecError> {
+    let mut m = Decoder::new(spec);
+    let rope = RopeKind::MRope {
+        sections: spec.hp.rope_sections,
+    };
+    let mut x = m.embed()?;
+    for il in 0..spec.hp.n_layer {
+        let h = m.norm(x, il, t::ATTN_NORM, SubLayer::AttnQkv)?;
+        let (q, k, v) = m.qkv(h, il, true)?;
+        let (q, k) = m.rope(q, k, il, rope, None);
+        let a = m.attention(q, k, v, il)?;
+        x = m.residual(x, a, format!("blk.{il}.attn_residual"));
+        let h = m.norm(x, il, t::FFN_NORM, SubLayer::FfnUp)?;
+        let f = m.ffn(h, il)?;
+        x = m.residual(x, f, format!("blk.{il}.ffn_residual"));
+    }
+    m.output(x)
+}

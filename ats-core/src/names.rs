@@ -1,0 +1,172 @@
+//! Every GGUF metadata key and tensor name ATS reads, in one place.
+
+/// `general.architecture`.
+pub const ARCH: &str = "general.architecture";
+/// `general.name`.
+pub const NAME: &str = "general.name";
+/// `general.alignment`.
+pub const ALIGNMENT: &str = "general.alignment";
+/// `general.file_type`.
+pub const FILE_TYPE: &str = "general.file_type";
+
+/// Per-architecture hyperparameter keys, `{arch}.` followed by these.
+pub mod hp {
+    /// Training context length.
+    pub const CONTEXT_LENGTH: &str = "context_length";
+    /// Hidden size.
+    pub const EMBEDDING_LENGTH: &str = "embedding_length";
+    /// Number of decoder blocks.
+    pub const BLOCK_COUNT: &str = "block_count";
+    /// FFN intermediate size.
+    pub const FEED_FORWARD_LENGTH: &str = "feed_forward_length";
+    /// Query heads.
+    pub const HEAD_COUNT: &str = "attention.head_count";
+    /// Key/value heads.
+    pub const HEAD_COUNT_KV: &str = "attention.head_count_kv";
+    /// Key head size (when not hidden / heads).
+    pub const KEY_LENGTH: &str = "attention.key_length";
+    /// Value head size.
+    pub const VALUE_LENGTH: &str = "attention.value_length";
+    /// RMSNorm epsilon.
+    pub const RMS_EPS: &str = "attention.layer_norm_rms_epsilon";
+    /// RoPE frequency base.
+    pub const ROPE_FREQ_BASE: &str = "rope.freq_base";
+    /// Rotated dimensions per head.
+    pub const ROPE_DIM: &str = "rope.dimension_count";
+    /// M-RoPE sections (pairs per t/h/w/extra).
+    pub const ROPE_SECTIONS: &str = "rope.dimension_sections";
+    /// Linear RoPE scaling type (only `none` and absent are supported).
+    pub const ROPE_SCALING_TYPE: &str = "rope.scaling.type";
+    /// Experts per MoE layer.
+    pub const EXPERT_COUNT: &str = "expert_count";
+    /// Experts used per token.
+    pub const EXPERT_USED_COUNT: &str = "expert_used_count";
+    /// Expert FFN intermediate size.
+    pub const EXPERT_FF_LENGTH: &str = "expert_feed_forward_length";
+    /// Vocabulary size.
+    pub const VOCAB_SIZE: &str = "vocab_size";
+}
+
+/// Tokenizer keys.
+pub mod tok {
+    /// Tokenizer model (`gpt2`, `llama`).
+    pub const MODEL: &str = "tokenizer.ggml.model";
+    /// BPE pre-tokenizer name.
+    pub const PRE: &str = "tokenizer.ggml.pre";
+    /// Token strings.
+    pub const TOKENS: &str = "tokenizer.ggml.tokens";
+    /// Token types.
+    pub const TOKEN_TYPE: &str = "tokenizer.ggml.token_type";
+    /// Token scores (SentencePiece).
+    pub const SCORES: &str = "tokenizer.ggml.scores";
+    /// BPE merges.
+    pub const MERGES: &str = "tokenizer.ggml.merges";
+    /// BOS id.
+    pub const BOS_ID: &str = "tokenizer.ggml.bos_token_id";
+    /// EOS id.
+    pub const EOS_ID: &str = "tokenizer.ggml.eos_token_id";
+    /// EOT id.
+    pub const EOT_ID: &str = "tokenizer.ggml.eot_token_id";
+    /// Unknown-token id.
+    pub const UNK_ID: &str = "tokenizer.ggml.unknown_token_id";
+    /// Padding id.
+    pub const PAD_ID: &str = "tokenizer.ggml.padding_token_id";
+    /// Whether to prepend BOS.
+    pub const ADD_BOS: &str = "tokenizer.ggml.add_bos_token";
+    /// Whether to append EOS.
+    pub const ADD_EOS: &str = "tokenizer.ggml.add_eos_token";
+    /// Whether SentencePiece adds a leading space.
+    pub const ADD_SPACE_PREFIX: &str = "tokenizer.ggml.add_space_prefix";
+    /// Jinja chat template.
+    pub const CHAT_TEMPLATE: &str = "tokenizer.chat_template";
+}
+
+/// Text-model tensor names.
+pub mod tensor {
+    /// Token embedding table.
+    pub const TOKEN_EMBD: &str = "token_embd.weight";
+    /// Final norm.
+    pub const OUTPUT_NORM: &str = "output_norm.weight";
+    /// Output projection (absent when tied to the embedding).
+    pub const OUTPUT: &str = "output.weight";
+    /// Llama 3 RoPE frequency factors.
+    pub const ROPE_FREQS: &str = "rope_freqs.weight";
+
+    /// Attention input norm.
+    pub const ATTN_NORM: &str = "attn_norm.weight";
+    /// Query projection.
+    pub const ATTN_Q: &str = "attn_q.weight";
+    /// Key projection.
+    pub const ATTN_K: &str = "attn_k.weight";
+    /// Value projection.
+    pub const ATTN_V: &str = "attn_v.weight";
+    /// Query bias.
+    pub const ATTN_Q_BIAS: &str = "attn_q.bias";
+    /// Key bias.
+    pub const ATTN_K_BIAS: &str = "attn_k.bias";
+    /// Value bias.
+    pub const ATTN_V_BIAS: &str = "attn_v.bias";
+    /// Per-head query norm.
+    pub const ATTN_Q_NORM: &str = "attn_q_norm.weight";
+    /// Per-head key norm.
+    pub const ATTN_K_NORM: &str = "attn_k_norm.weight";
+    /// Attention output projection.
+    pub const ATTN_OUT: &str = "attn_output.weight";
+    /// FFN input norm.
+    pub const FFN_NORM: &str = "ffn_norm.weight";
+    /// FFN gate projection.
+    pub const FFN_GATE: &str = "ffn_gate.weight";
+    /// FFN up projection.
+    pub const FFN_UP: &str = "ffn_up.weight";
+    /// FFN down projection.
+    pub const FFN_DOWN: &str = "ffn_down.weight";
+    /// MoE router.
+    pub const FFN_GATE_INP: &str = "ffn_gate_inp.weight";
+    /// Stacked expert gate projections.
+    pub const FFN_GATE_EXPS: &str = "ffn_gate_exps.weight";
+    /// Stacked expert up projections.
+    pub const FFN_UP_EXPS: &str = "ffn_up_exps.weight";
+    /// Stacked expert down projections.
+    pub const FFN_DOWN_EXPS: &str = "ffn_down_exps.weight";
+
+    /// The full name of a per-block tensor: `blk.{layer}.{name}`.
+    pub fn blk(layer: usize, name: &str) -> String {
+        format!("blk.{layer}.{name}")
+    }
+}
+
+/// Vision projector (mmproj) keys.
+pub mod clip {
+    /// Projector type (`qwen2vl_merger`, `qwen2.5vl_merger`).
+    pub const PROJECTOR_TYPE: &str = "clip.projector_type";
+    /// Whether the file has a vision encoder.
+    pub const HAS_VISION: &str = "clip.has_vision_encoder";
+    /// Output embedding size (the language model's hidden size).
+    pub const PROJECTION_DIM: &str = "clip.vision.projection_dim";
+    /// Nominal image size.
+    pub const IMAGE_SIZE: &str = "clip.vision.image_size";
+    /// Patch size.
+    pub const PATCH_SIZE: &str = "clip.vision.patch_size";
+    /// Vision hidden size.
+    pub const EMBEDDING_LENGTH: &str = "clip.vision.embedding_length";
+    /// Vision MLP size.
+    pub const FEED_FORWARD_LENGTH: &str = "clip.vision.feed_forward_length";
+    /// Vision blocks.
+    pub const BLOCK_COUNT: &str = "clip.vision.block_count";
+    /// Vision heads.
+    pub const HEAD_COUNT: &str = "clip.vision.attention.head_count";
+    /// Norm epsilon.
+    pub const LAYER_NORM_EPS: &str = "clip.vision.attention.layer_norm_epsilon";
+    /// Pixel mean.
+    pub const IMAGE_MEAN: &str = "clip.vision.image_mean";
+    /// Pixel std.
+    pub const IMAGE_STD: &str = "clip.vision.image_std";
+    /// SiLU (gated) MLP instead of GELU.
+    pub const USE_SILU: &str = "clip.use_silu";
+    /// GELU MLP.
+    pub const USE_GELU: &str = "clip.use_gelu";
+    /// Window-attention pattern: every n-th block uses full attention.
+    pub const N_WA_PATTERN: &str = "clip.vision.n_wa_pattern";
+    /// Window size in pixels (when the file states it).
+    pub const WINDOW_SIZE: &str = "clip.vision.window_size";
+}

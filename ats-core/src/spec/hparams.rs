@@ -1,0 +1,231 @@
+//! Hyperparameters read from `{arch}.*` metadata keys.
+
+use serde::Serialize;
+
+use super::{Arch, SpecError};
+use crate::gguf::GgufFile;
+use crate::names::{hp, tensor};
+
+/// A text model's hyperparameters.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct HParams {
+    /// Vocabulary size (rows of the embedding table).
+    pub n_vocab: usize,
+    /// Training context length.
+    pub n_ctx_train: usize,
+    /// Hidden size.
+    pub n_embd: usize,
+    /// Decoder blocks.
+    pub n_layer: usize,
+    /// Query heads.
+    pub n_head: usize,
+    /// Key/value heads.
+    pub n_head_kv: usize,
+    /// Columns per head.
+    pub head_dim: usize,
+    /// FFN intermediate size (dense layers).
+    pub n_ff: usize,
+    /// RMSNorm epsilon.
+    pub rms_eps: f32,
+    /// RoPE frequency base.
+    pub rope_theta: f32,
+    /// Rotated dimensions per head.
+    pub rope_dim: usize,
+    /// M-RoPE sections (pairs per t/h/w/extra); zeros when not M-RoPE.
+    pub rope_sections: [usize; 4],
+    /// Experts per MoE layer (0 for dense models).
+    pub n_expert: usize,
+    /// Experts used per token.
+    pub n_expert_used: usize,
+    /// Expert FFN size.
+    pub n_ff_expert: usize,
+}
+
+struct Keys<'a> {
+    f: &'a GgufFile,
+    arch: Arch,
+}
+
+impl Keys<'_> {
+    fn key(&self, k: &str) -> String {
+        format!("{}.{k}", self.arch.name())
+    }
+
+    fn opt_usize(&self, k: &str) -> Result<Option<usize>, SpecError> {
+        let key = self.key(k);
+        match self.f.metadata.get(&key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .and_then(|x| usize::try_from(x).ok())
+                .map(Some)
+                .ok_or_else(|| SpecError::BadKey {
+                    key,
+                    problem: format!("expected a non-negative integer, found {v}"),
+                }),
+        }
+    }
+
+    fn usize(&self, k: &str) -> Result<usize, SpecError> {
+        self.opt_usize(k)?
+            .ok_or_else(|| SpecError::MissingKey(self.key(k)))
+    }
+
+    fn positive(&self, k: &str) -> Result<usize, SpecError> {
+        let v = self.usize(k)?;
+        if v == 0 {
+            return Err(SpecError::BadKey {
+                key: self.key(k),
+                problem: "must be positive".into(),
+            });
+        }
+        Ok(v)
+    }
+
+    fn f32_or(&self, k: &str, default: f32) -> Result<f32, SpecError> {
+        let key = self.key(k);
+        match self.f.metadata.get(&key) {
+            None => Ok(default),
+            Some(v) => v
+                .as_f64()
+                .map(|x| x as f32)
+                .filter(|x| x.is_finite() && *x > 0.0)
+                .ok_or_else(|| SpecError::BadKey {
+                    key,
+                    problem: format!("expected a positive number, found {v}"),
+                }),
+        }
+    }
+}
+
+impl HParams {
+    /// Reads and checks the hyperparameters of `arch`.
+    pub fn from_gguf(arch: Arch, f: &GgufFile) -> Result<HParams, SpecError> {
+        let k = Keys { f, arch };
+        let n_embd = k.positive(hp::EMBEDDING_LENGTH)?;
+        let n_head = k.positive(hp::HEAD_COUNT)?;
+        let n_head_kv = k.opt_usize(hp::HEAD_COUNT_KV)?.unwrap_or(n_head);
+        if n_head_kv == 0 || n_head % n_head_kv != 0 {
+            return Err(SpecError::BadKey {
+                key: k.key(hp::HEAD_COUNT_KV),
+                problem: format!("{n_head_kv} does not divide the {n_head} query heads"),
+            });
+        }
+        let head_dim = match k.opt_usize(hp::KEY_LENGTH)? {
+            Some(d) => d,
+            None if n_embd % n_head == 0 => n_embd / n_head,
+            None => {
+                return Err(SpecError::BadKey {
+                    key: k.key(hp::HEAD_COUNT),
+                    problem: format!("{n_head} heads do not divide hidden size {n_embd}"),
+                });
+            }
+        };
+        if let Some(vl) = k.opt_usize(hp::VALUE_LENGTH)? {
+            if vl != head_dim {
+                return Err(SpecError::Unsupported(format!(
+                    "value head size {vl} differs from key head size {head_dim}"
+                )));
+            }
+        }
+        if head_dim == 0 || head_dim % 2 != 0 {
+            return Err(SpecError::BadKey {
+                key: k.key(hp::KEY_LENGTH),
+                problem: format!("head size {head_dim} must be even and positive"),
+            });
+        }
+        let rope_dim = k.opt_usize(hp::ROPE_DIM)?.unwrap_or(head_dim);
+        if rope_dim == 0 || rope_dim > head_dim || rope_dim % 2 != 0 {
+            return Err(SpecError::BadKey {
+                key: k.key(hp::ROPE_DIM),
+                problem: format!("{rope_dim} must be even and at most the head size {head_dim}"),
+            });
+        }
+        if let Some(t) = f.metadata.get_str(&k.key(hp::ROPE_SCALING_TYPE)) {
+            if t != "none" {
+                return Err(SpecError::Unsupported(format!(
+                    "RoPE scaling type {t:?} ({}) is not supported",
+                    k.key(hp::ROPE_SCALING_TYPE)
+                )));
+            }
+        }
+        let mut rope_sections = [0usize; 4];
+        if arch.uses_mrope() {
+            let key = k.key(hp::ROPE_SECTIONS);
+            let arr = f
+                .metadata
+                .get_array(&key)
+                .ok_or_else(|| SpecError::MissingKey(key.clone()))?;
+            let vals: Option<Vec<usize>> = arr
+                .iter()
+                .map(|v| v.as_u64().and_then(|x| usize::try_from(x).ok()))
+                .collect();
+            let vals = vals
+                .filter(|v| !v.is_empty() && v.len() <= 4)
+                .ok_or_else(|| SpecError::BadKey {
+                    key: key.clone(),
+                    problem: "expected up to 4 non-negative integers".into(),
+                })?;
+            rope_sections[..vals.len()].copy_from_slice(&vals);
+            if rope_sections.iter().sum::<usize>() * 2 != rope_dim {
+                return Err(SpecError::BadKey {
+                    key,
+                    problem: format!(
+                        "sections {rope_sections:?} must cover the {} rotation pairs",
+                        rope_dim / 2
+                    ),
+                });
+            }
+        }
+        let n_expert = k.opt_usize(hp::EXPERT_COUNT)?.unwrap_or(0);
+        let n_expert_used = k.opt_usize(hp::EXPERT_USED_COUNT)?.unwrap_or(0);
+        if arch == Arch::Qwen3Moe
+            && (n_expert == 0 || n_expert_used == 0 || n_expert_used > n_expert)
+        {
+            return Err(SpecError::BadKey {
+                key: k.key(hp::EXPERT_USED_COUNT),
+                problem: format!("{n_expert_used} experts used of {n_expert}"),
+            });
+        }
+        let n_ff_expert = k.opt_usize(hp::EXPERT_FF_LENGTH)?.unwrap_or(0);
+        let n_ff = match arch {
+            Arch::Qwen3Moe => k.opt_usize(hp::FEED_FORWARD_LENGTH)?.unwrap_or(0),
+            _ => k.positive(hp::FEED_FORWARD_LENGTH)?,
+        };
+        let embd = f
+            .tensor(tensor::TOKEN_EMBD)
+            .ok_or_else(|| SpecError::MissingTensor(tensor::TOKEN_EMBD.into()))?;
+        let n_vocab = embd.ne.get(1).copied().unwrap_or(0) as usize;
+        if let Some(v) = k.opt_usize(hp::VOCAB_SIZE)? {
+            if v != n_vocab {
+                return Err(SpecError::BadKey {
+                    key: k.key(hp::VOCAB_SIZE),
+                    problem: format!("{v} differs from the embedding table's {n_vocab} rows"),
+                });
+            }
+        }
+        let hp = HParams {
+            n_vocab,
+            n_ctx_train: k.positive(hp::CONTEXT_LENGTH)?,
+            n_embd,
+            n_layer: k.positive(hp::BLOCK_COUNT)?,
+            n_head,
+            n_head_kv,
+            head_dim,
+            n_ff,
+            rms_eps: k.f32_or(hp::RMS_EPS, 1e-5)?,
+            rope_theta: k.f32_or(hp::ROPE_FREQ_BASE, 10000.0)?,
+            rope_dim,
+            rope_sections,
+            n_expert,
+            n_expert_used,
+            n_ff_expert,
+        };
+        Ok(hp)
+    }
+
+    /// Bytes of K plus V per token per layer, at `elem` bytes per element.
+    pub fn kv_bytes_per_token(&self, elem: usize) -> usize {
+        2 * self.n_head_kv * self.head_dim * elem
+    }
+}

@@ -1,0 +1,138 @@
+//! Model specifications: the architecture, its hyperparameters from GGUF
+//! metadata, and the checked weight table.
+
+mod error;
+mod hparams;
+
+pub use error::SpecError;
+pub use hparams::HParams;
+
+use std::sync::Arc;
+
+use crate::gguf::GgufFile;
+use crate::graph::{Graph, SubLayer, WeightInfo};
+use crate::names;
+
+/// A supported text architecture (`general.architecture`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Arch {
+    /// Llama 2/3, SmolLM2 (`llama`).
+    Llama,
+    /// Qwen2 / Qwen2.5 (`qwen2`): q/k/v biases.
+    Qwen2,
+    /// Qwen3 (`qwen3`): per-head q/k norms.
+    Qwen3,
+    /// Qwen3 MoE (`qwen3moe`).
+    Qwen3Moe,
+    /// The text part of Qwen2-VL / Qwen2.5-VL (`qwen2vl`): M-RoPE.
+    Qwen2Vl,
+}
+
+impl Arch {
+    /// The architecture named in a GGUF file.
+    pub fn from_name(name: &str) -> Result<Arch, SpecError> {
+        Ok(match name {
+            "llama" => Arch::Llama,
+            "qwen2" => Arch::Qwen2,
+            "qwen3" => Arch::Qwen3,
+            "qwen3moe" => Arch::Qwen3Moe,
+            "qwen2vl" => Arch::Qwen2Vl,
+            other => return Err(SpecError::UnknownArch(other.to_string())),
+        })
+    }
+
+    /// The GGUF name (also the metadata key prefix).
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
+            Arch::Qwen3Moe => "qwen3moe",
+            Arch::Qwen2Vl => "qwen2vl",
+        }
+    }
+
+    /// Whether the model's positions have M-RoPE's 4 components.
+    pub fn uses_mrope(self) -> bool {
+        self == Arch::Qwen2Vl
+    }
+}
+
+/// A loaded text model: architecture, hyperparameters, the mapped file.
+#[derive(Clone, Debug)]
+pub struct ModelSpec {
+    /// Architecture.
+    pub arch: Arch,
+    /// Hyperparameters.
+    pub hp: HParams,
+    /// The mapped GGUF file the weights are read from.
+    pub gguf: Arc<GgufFile>,
+}
+
+impl ModelSpec {
+    /// Reads the architecture and hyperparameters, then builds the graph once
+    /// to check every tensor's presence, type and shape.
+    pub fn from_gguf(gguf: Arc<GgufFile>) -> Result<ModelSpec, SpecError> {
+        let arch_name = gguf
+            .metadata
+            .get_str(names::ARCH)
+            .ok_or_else(|| SpecError::MissingKey(names::ARCH.into()))?;
+        let arch = Arch::from_name(arch_name)?;
+        let hp = HParams::from_gguf(arch, &gguf)?;
+        let spec = ModelSpec { arch, hp, gguf };
+        spec.graph()?;
+        Ok(spec)
+    }
+
+    /// Opens and checks a GGUF model file.
+    pub fn open(path: impl AsRef<std::path::Path>) -> Result<ModelSpec, SpecError> {
+        Self::from_gguf(Arc::new(GgufFile::open(path)?))
+    }
+
+    /// The graph of one forward round.
+    pub fn graph(&self) -> Result<Graph, SpecError> {
+        crate::models::build(self)
+    }
+
+    /// A weight's info, checked against the expected GGML dimensions
+    /// (innermost first).
+    pub fn weight(&self, name: &str, ne: &[usize]) -> Result<WeightInfo, SpecError> {
+        let t = self
+            .gguf
+            .tensor(name)
+            .ok_or_else(|| SpecError::MissingTensor(name.to_string()))?;
+        let dtype = t.dtype().map_err(|source| SpecError::TensorType {
+            name: name.to_string(),
+            source,
+        })?;
+        let found: Vec<usize> = t.ne.iter().map(|&d| d as usize).collect();
+        if found != ne {
+            return Err(SpecError::BadShape {
+                name: name.to_string(),
+                expected: ne.to_vec(),
+                found,
+            });
+        }
+        Ok(WeightInfo {
+            name: name.to_string(),
+            dtype,
+            ne: found,
+            bytes: t.bytes,
+            file_offset: t.file_offset,
+            layer: None,
+            sublayer: SubLayer::Embed,
+        })
+    }
+
+    /// Whether the file holds a tensor.
+    pub fn has_tensor(&self, name: &str) -> bool {
+        self.gguf.tensor(name).is_some()
+    }
+
+    /// The bytes of a weight, borrowed from the mapping.
+    pub fn weight_data(&self, w: &WeightInfo) -> &[u8] {
+        let start = w.file_offset as usize;
+        &self.gguf.backing().bytes()[start..start + w.bytes as usize]
+    }
+}

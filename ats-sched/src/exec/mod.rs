@@ -1,0 +1,610 @@
+//! The executor: runs a plan as ordered steps across devices.
+//!
+//! Weights live in host memory, in a device's resident region, or are
+//! streamed each round into temp slots shared by weights of the same role
+//! across layers. On devices with a transfer stream, weight copies run there
+//! and events order them against the compute stream: a copy into a slot
+//! waits for the kernel that last read the slot, and a kernel waits for the
+//! copy of its weight. The host waits on a device only when an activation
+//! moves from it to another device.
+
+mod error;
+pub mod plan;
+pub mod schedule;
+
+pub use error::ExecError;
+pub use plan::{ExecPlan, WeightHome, weight_role};
+pub use schedule::{Schedule, Step};
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use ats_core::device::{
+    Buffer, Device, Event, HostBytes, HostMemory, KvArg, KvType, NodeArgs, Stream, WeightArg,
+    WeightData,
+};
+use ats_core::graph::{Graph, GraphInput, Op};
+use ats_core::ledger::Region;
+use ats_core::round::Round;
+
+/// Settings of an executor.
+#[derive(Clone, Debug)]
+pub struct ExecConfig {
+    /// Tokens each KV cache holds.
+    pub kv_capacity: usize,
+    /// KV cache element type.
+    pub kv_type: KvType,
+    /// Temp slots per weight role on a device (2 = double buffering).
+    pub slots_per_role: usize,
+}
+
+impl Default for ExecConfig {
+    fn default() -> Self {
+        ExecConfig {
+            kv_capacity: 4096,
+            kv_type: KvType::F16,
+            slots_per_role: 2,
+        }
+    }
+}
+
+/// Wall time spent per node in the last round, for the cost model and the
+/// re-scheduler. Only nodes on synchronous devices are timed individually.
+#[derive(Clone, Debug, Default)]
+pub struct RoundStats {
+    /// `(node, seconds)` of nodes timed on the host.
+    pub node_secs: Vec<(usize, f64)>,
+    /// `(weight, bytes, seconds)` of weight copies done synchronously.
+    pub copy_secs: Vec<(usize, u64, f64)>,
+    /// Activation bytes moved between devices.
+    pub activation_bytes: u64,
+    /// Device switches in the round.
+    pub switches: usize,
+    /// Wall time of the round.
+    pub total_secs: f64,
+}
+
+struct KvPair {
+    k: Buffer,
+    v: Buffer,
+}
+
+/// Where a streamed weight goes and which weight used its slot before.
+#[derive(Clone, Debug)]
+struct StreamPlan {
+    /// For each (device, weight) streamed: its slot buffer index in `temp[device]`.
+    slot_of: HashMap<(usize, usize), usize>,
+    /// Per device, per slot: the streamed weights in order of use.
+    queue: Vec<Vec<Vec<usize>>>,
+    /// Per device, per weight: the last node on that device reading it.
+    last_reader: HashMap<(usize, usize), usize>,
+}
+
+/// Runs rounds of one graph on a set of devices under a plan.
+pub struct Executor {
+    graph: Arc<Graph>,
+    host: Arc<dyn HostMemory>,
+    devices: Vec<Arc<dyn Device>>,
+    cfg: ExecConfig,
+    plan: ExecPlan,
+    resident: Vec<Option<Buffer>>,
+    temp: Vec<Vec<Buffer>>,
+    streams: StreamPlan,
+    kv: Vec<KvPair>,
+    act: Vec<Vec<Buffer>>,
+    schedules: HashMap<(usize, usize), Arc<Schedule>>,
+    last_stats: RoundStats,
+}
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Executor({} nodes, {} devices)",
+            self.graph.nodes.len(),
+            self.devices.len()
+        )
+    }
+}
+
+impl Executor {
+    /// An executor for `graph` whose weights are read from `host` (the model
+    /// mapping; weight offsets are absolute in it), on `devices` (0 is the host CPU).
+    pub fn new(
+        graph: Arc<Graph>,
+        host: Arc<dyn HostMemory>,
+        devices: Vec<Arc<dyn Device>>,
+        cfg: ExecConfig,
+        plan: ExecPlan,
+    ) -> Result<Executor, ExecError> {
+        let mut ex = Executor {
+            resident: vec![None; graph.weights.len()],
+            temp: vec![Vec::new(); devices.len()],
+            streams: StreamPlan {
+                slot_of: HashMap::new(),
+                queue: Vec::new(),
+                last_reader: HashMap::new(),
+            },
+            kv: Vec::new(),
+            act: vec![Vec::new(); devices.len()],
+            schedules: HashMap::new(),
+            last_stats: RoundStats::default(),
+            plan: ExecPlan::all_cpu(&graph),
+            graph,
+            host,
+            devices,
+            cfg,
+        };
+        if plan.kv_device.len() == ex.graph.kv_caches.len()
+            && plan.kv_device.iter().all(|&d| d < ex.devices.len())
+        {
+            // allocate the caches where the plan wants them, not on the CPU first
+            ex.plan.kv_device = plan.kv_device.clone();
+        }
+        ex.alloc_kv()?;
+        ex.set_plan(plan)?;
+        Ok(ex)
+    }
+
+    /// The graph.
+    pub fn graph(&self) -> &Arc<Graph> {
+        &self.graph
+    }
+
+    /// The devices.
+    pub fn devices(&self) -> &[Arc<dyn Device>] {
+        &self.devices
+    }
+
+    /// The current plan.
+    pub fn plan(&self) -> &ExecPlan {
+        &self.plan
+    }
+
+    /// Configuration.
+    pub fn config(&self) -> &ExecConfig {
+        &self.cfg
+    }
+
+    /// Statistics of the last round.
+    pub fn last_stats(&self) -> &RoundStats {
+        &self.last_stats
+    }
+
+    fn alloc_kv(&mut self) -> Result<(), ExecError> {
+        let et = self.cfg.kv_type.size();
+        for (c, info) in self.graph.kv_caches.iter().enumerate() {
+            let d = self.plan.kv_device[c];
+            let bytes = self.cfg.kv_capacity * info.row_width() * et;
+            let dev = &self.devices[d];
+            let k = dev.alloc(Region::Kv, bytes, &format!("kv.{}.k", info.layer))?;
+            let v = dev.alloc(Region::Kv, bytes, &format!("kv.{}.v", info.layer))?;
+            self.kv.push(KvPair { k, v });
+        }
+        Ok(())
+    }
+
+    /// Switches to a new plan: moves resident weights, temp slots and KV
+    /// caches (keeping their contents), and forgets cached schedules.
+    pub fn set_plan(&mut self, plan: ExecPlan) -> Result<(), ExecError> {
+        let g = self.graph.clone();
+        if plan.node_device.len() != g.nodes.len()
+            || plan.weight_home.len() != g.weights.len()
+            || plan.kv_device.len() != g.kv_caches.len()
+        {
+            return Err(ExecError::Plan("plan does not match the graph".into()));
+        }
+        if let Some(bad) = plan
+            .node_device
+            .iter()
+            .chain(&plan.kv_device)
+            .find(|&&d| d >= self.devices.len())
+        {
+            return Err(ExecError::Plan(format!(
+                "plan names device {bad}, only {} exist",
+                self.devices.len()
+            )));
+        }
+        for (i, n) in g.nodes.iter().enumerate() {
+            if let Op::Attention(a) = &n.op {
+                if let Some(c) = a.cache {
+                    if plan.kv_device[c] != plan.node_device[i] {
+                        return Err(ExecError::Plan(format!(
+                            "{} runs on device {} but its KV cache is on device {}",
+                            n.name, plan.node_device[i], plan.kv_device[c]
+                        )));
+                    }
+                }
+            }
+        }
+        // free what moves away first, so the budget sees the new layout only
+        self.schedules.clear();
+        for b in &mut self.act {
+            b.clear();
+        }
+        for t in &mut self.temp {
+            t.clear();
+        }
+        for (w, home) in plan.weight_home.iter().enumerate() {
+            if *home != self.plan.weight_home[w] {
+                self.resident[w] = None;
+            }
+        }
+        // KV caches that move: copy through the host
+        for c in 0..g.kv_caches.len() {
+            let (from, to) = (self.plan.kv_device[c], plan.kv_device[c]);
+            if from == to {
+                continue;
+            }
+            let layer = g.kv_caches[c].layer;
+            let (src, dst) = (&self.devices[from], &self.devices[to]);
+            let mut host_k = vec![0u8; self.kv[c].k.len()];
+            let mut host_v = vec![0u8; self.kv[c].v.len()];
+            src.read(&self.kv[c].k, 0, &mut host_k)?;
+            src.read(&self.kv[c].v, 0, &mut host_v)?;
+            let nk = dst.alloc(Region::Kv, host_k.len(), &format!("kv.{layer}.k"))?;
+            dst.write(&nk, 0, &host_k)?;
+            let nv = dst.alloc(Region::Kv, host_v.len(), &format!("kv.{layer}.v"))?;
+            dst.write(&nv, 0, &host_v)?;
+            self.kv[c] = KvPair { k: nk, v: nv };
+        }
+        for (w, home) in plan.weight_home.iter().enumerate() {
+            if let WeightHome::Resident(d) = *home {
+                if self.resident[w].is_none() {
+                    let info = &g.weights[w];
+                    let dev = &self.devices[d];
+                    let buf = dev.alloc(Region::Resident, info.bytes as usize, &info.name)?;
+                    dev.write(&buf, 0, self.weight_bytes(w))?;
+                    self.resident[w] = Some(buf);
+                }
+            }
+        }
+        self.plan = plan;
+        self.plan_streams()?;
+        Ok(())
+    }
+
+    fn weight_bytes(&self, w: usize) -> &[u8] {
+        let info = &self.graph.weights[w];
+        &self.host.bytes()[info.file_offset as usize..(info.file_offset + info.bytes) as usize]
+    }
+
+    /// Assigns streamed weights to temp slots by role and allocates the slots.
+    fn plan_streams(&mut self) -> Result<(), ExecError> {
+        let g = self.graph.clone();
+        let depth = self.cfg.slots_per_role.max(1);
+        let mut slot_of = HashMap::new();
+        let mut last_reader = HashMap::new();
+        let mut order: Vec<Vec<usize>> = vec![Vec::new(); self.devices.len()];
+        for (ni, n) in g.nodes.iter().enumerate() {
+            let d = self.plan.node_device[ni];
+            for &w in &n.weights {
+                let streamed = d != 0 && self.plan.weight_home[w] == WeightHome::Host;
+                if streamed {
+                    if !last_reader.contains_key(&(d, w)) {
+                        order[d].push(w);
+                    }
+                    last_reader.insert((d, w), ni);
+                }
+            }
+        }
+        let mut queue: Vec<Vec<Vec<usize>>> = vec![Vec::new(); self.devices.len()];
+        for d in 0..self.devices.len() {
+            // role -> (slot indices, next use counter)
+            let mut roles: HashMap<String, (Vec<usize>, usize)> = HashMap::new();
+            let mut sizes: Vec<usize> = Vec::new();
+            for &w in &order[d] {
+                let info = &g.weights[w];
+                let role = weight_role(&info.name).to_string();
+                let entry = roles.entry(role.clone()).or_insert_with(|| (Vec::new(), 0));
+                if entry.0.len() < depth {
+                    entry.0.push(sizes.len());
+                    sizes.push(0);
+                    queue[d].push(Vec::new());
+                }
+                let s = entry.0[entry.1 % entry.0.len()];
+                entry.1 += 1;
+                sizes[s] = sizes[s].max(info.bytes as usize);
+                queue[d][s].push(w);
+                slot_of.insert((d, w), s);
+            }
+            let dev = &self.devices[d];
+            self.temp[d] = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &b)| dev.alloc(Region::Temp, b, &format!("temp slot {i}")))
+                .collect::<Result<_, _>>()?;
+        }
+        self.streams = StreamPlan {
+            slot_of,
+            queue,
+            last_reader,
+        };
+        Ok(())
+    }
+
+    /// The schedule for a round shape (cached).
+    pub fn schedule(&mut self, n_tokens: usize, n_outputs: usize) -> Arc<Schedule> {
+        let key = (n_tokens, n_outputs);
+        if let Some(s) = self.schedules.get(&key) {
+            return s.clone();
+        }
+        let s = Arc::new(Schedule::build(
+            &self.graph,
+            &self.plan,
+            self.devices.len(),
+            n_tokens,
+            n_outputs,
+        ));
+        self.schedules.insert(key, s.clone());
+        s
+    }
+
+    /// Makes sure every device's activation slots can hold this schedule.
+    fn ensure_activations(&mut self, s: &Schedule) -> Result<(), ExecError> {
+        for (d, sizes) in s.slot_bytes.iter().enumerate() {
+            let bufs = &mut self.act[d];
+            for (i, &need) in sizes.iter().enumerate() {
+                if i < bufs.len() && bufs[i].len() >= need {
+                    continue;
+                }
+                // grow: release the old slot before reserving the larger one
+                if i < bufs.len() {
+                    let dev = &self.devices[d];
+                    let placeholder = dev.alloc(Region::Compute, 0, "placeholder")?;
+                    bufs[i] = placeholder;
+                    bufs[i] = dev.alloc(Region::Compute, need, &format!("activation slot {i}"))?;
+                } else {
+                    bufs.push(self.devices[d].alloc(
+                        Region::Compute,
+                        need,
+                        &format!("activation slot {i}"),
+                    )?);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops cached activation buffers (they are re-made on the next round).
+    pub fn release_activations(&mut self) {
+        for b in &mut self.act {
+            b.clear();
+        }
+    }
+
+    /// Runs one round and returns the graph output (`output rows x cols`, f32).
+    pub fn run(&mut self, round: &Arc<Round>) -> Result<Vec<f32>, ExecError> {
+        let t0 = Instant::now();
+        let g = self.graph.clone();
+        self.check_round(round)?;
+        let s = self.schedule(round.n_rows, round.output_rows.len());
+        self.ensure_activations(&s)?;
+        let buf = |ex: &Executor, inst: usize| -> Buffer {
+            let i = &s.instances[inst];
+            ex.act[i.device][i.slot].clone()
+        };
+        let mut stats = RoundStats {
+            switches: 0,
+            ..RoundStats::default()
+        };
+        if let (Some(i), Some(rows)) = (s.input, &round.input_rows) {
+            let inst = s.instances[i];
+            let bytes: &[u8] = bytemuck_f32(rows);
+            if bytes.len() < inst.bytes {
+                return Err(ExecError::Round(format!(
+                    "{} input bytes, the graph needs {}",
+                    bytes.len(),
+                    inst.bytes
+                )));
+            }
+            self.devices[inst.device].write(&buf(self, i), 0, &bytes[..inst.bytes])?;
+        }
+
+        // weight streaming state for this round
+        let mut ready: HashMap<(usize, usize), Option<Event>> = HashMap::new();
+        let mut next_in_slot: Vec<Vec<VecDeque<usize>>> = self
+            .streams
+            .queue
+            .iter()
+            .map(|slots| slots.iter().map(|q| q.iter().copied().collect()).collect())
+            .collect();
+        for d in 0..self.devices.len() {
+            for slot in 0..next_in_slot[d].len() {
+                self.issue_copy(d, slot, &mut next_in_slot, &mut ready, None, &mut stats)?;
+            }
+        }
+
+        let mut host_tmp: Vec<u8> = Vec::new();
+        let mut prev_dev = usize::MAX;
+        for step in &s.steps {
+            match step {
+                Step::Copy { from, to } => {
+                    let (a, b) = (s.instances[*from], s.instances[*to]);
+                    host_tmp.resize(a.bytes, 0);
+                    self.devices[a.device].read(&buf(self, *from), 0, &mut host_tmp)?;
+                    self.devices[b.device].write(&buf(self, *to), 0, &host_tmp)?;
+                    stats.activation_bytes += a.bytes as u64;
+                }
+                Step::Run {
+                    node,
+                    device,
+                    inputs,
+                    output,
+                } => {
+                    let d = *device;
+                    if prev_dev != usize::MAX && prev_dev != d {
+                        stats.switches += 1;
+                    }
+                    prev_dev = d;
+                    let n = &g.nodes[*node];
+                    let dev = self.devices[d].clone();
+                    // streamed weights: the compute stream waits for their copies
+                    for &w in &n.weights {
+                        if let Some(Some(ev)) = ready.get(&(d, w)) {
+                            dev.wait_event(Stream::Compute, ev)?;
+                        }
+                    }
+                    let in_bufs: Vec<Buffer> = inputs.iter().map(|&i| buf(self, i)).collect();
+                    let out_buf = buf(self, *output);
+                    let weights: Vec<WeightArg<'_>> = n
+                        .weights
+                        .iter()
+                        .map(|&w| WeightArg {
+                            info: &g.weights[w],
+                            data: self.weight_data(d, w),
+                        })
+                        .collect();
+                    let kv = match &n.op {
+                        Op::Attention(a) => a.cache.map(|c| KvArg {
+                            k: &self.kv[c].k,
+                            v: &self.kv[c].v,
+                            capacity: self.cfg.kv_capacity,
+                            dtype: self.cfg.kv_type,
+                        }),
+                        _ => None,
+                    };
+                    let args = NodeArgs {
+                        graph: &g,
+                        node_id: *node,
+                        node: n,
+                        round,
+                        inputs: &in_bufs,
+                        output: &out_buf,
+                        weights: &weights,
+                        kv,
+                    };
+                    let t = Instant::now();
+                    dev.run(&args)?;
+                    if !dev.supports_async() {
+                        stats.node_secs.push((*node, t.elapsed().as_secs_f64()));
+                    }
+                    // slots whose last reader just ran can take their next weight
+                    for &w in &n.weights {
+                        if self.streams.last_reader.get(&(d, w)) == Some(node) {
+                            let slot = self.streams.slot_of[&(d, w)];
+                            let freed = if dev.supports_async() {
+                                Some(dev.record_event(Stream::Compute)?)
+                            } else {
+                                None
+                            };
+                            self.issue_copy(
+                                d,
+                                slot,
+                                &mut next_in_slot,
+                                &mut ready,
+                                freed,
+                                &mut stats,
+                            )?;
+                        }
+                    }
+                }
+            }
+        }
+        let out = s.instances[s.output];
+        let mut bytes = vec![0u8; out.bytes];
+        self.devices[out.device].read(&buf(self, s.output), 0, &mut bytes)?;
+        for d in &self.devices {
+            d.synchronize()?;
+        }
+        stats.total_secs = t0.elapsed().as_secs_f64();
+        self.last_stats = stats;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect())
+    }
+
+    /// Starts the copy of the next weight queued for `slot` on device `d`,
+    /// after `freed` (the event of the kernel that last read the slot).
+    fn issue_copy(
+        &self,
+        d: usize,
+        slot: usize,
+        queue: &mut [Vec<VecDeque<usize>>],
+        ready: &mut HashMap<(usize, usize), Option<Event>>,
+        freed: Option<Event>,
+        stats: &mut RoundStats,
+    ) -> Result<(), ExecError> {
+        let Some(w) = queue[d][slot].pop_front() else {
+            return Ok(());
+        };
+        let dev = &self.devices[d];
+        let info = &self.graph.weights[w];
+        let dst = &self.temp[d][slot];
+        if dev.supports_async() {
+            if let Some(ev) = &freed {
+                dev.wait_event(Stream::Transfer, ev)?;
+            }
+            let src = HostBytes {
+                owner: self.host.clone(),
+                offset: info.file_offset as usize,
+                len: info.bytes as usize,
+            };
+            dev.copy_async(dst, 0, &src)?;
+            ready.insert((d, w), Some(dev.record_event(Stream::Transfer)?));
+        } else {
+            let t = Instant::now();
+            dev.write(dst, 0, self.weight_bytes(w))?;
+            stats
+                .copy_secs
+                .push((w, info.bytes, t.elapsed().as_secs_f64()));
+            ready.insert((d, w), None);
+        }
+        Ok(())
+    }
+
+    fn weight_data(&self, d: usize, w: usize) -> WeightData<'_> {
+        match self.plan.weight_home[w] {
+            WeightHome::Resident(rd) if rd == d => {
+                WeightData::Device(self.resident[w].as_ref().expect("uploaded in set_plan"))
+            }
+            _ if d == 0 => WeightData::Host(self.weight_bytes(w)),
+            _ => WeightData::Device(&self.temp[d][self.streams.slot_of[&(d, w)]]),
+        }
+    }
+
+    fn check_round(&self, round: &Round) -> Result<(), ExecError> {
+        if round.n_rows == 0 {
+            return Err(ExecError::Round("a round needs at least one row".into()));
+        }
+        if self.graph.input == GraphInput::Tokens && round.tokens.len() != round.n_rows {
+            return Err(ExecError::Round(format!(
+                "{} tokens for {} rows",
+                round.tokens.len(),
+                round.n_rows
+            )));
+        }
+        if !self.graph.kv_caches.is_empty() && round.past + round.n_rows > self.cfg.kv_capacity {
+            return Err(ExecError::ContextFull {
+                needed: round.past + round.n_rows,
+                capacity: self.cfg.kv_capacity,
+            });
+        }
+        Ok(())
+    }
+
+    /// Copies the first `rows` rows of every KV cache to the host (tests of
+    /// re-planning, and KV moves).
+    pub fn read_kv(&self, rows: usize) -> Result<Vec<Vec<u8>>, ExecError> {
+        let et = self.cfg.kv_type.size();
+        let mut out = Vec::new();
+        for (c, info) in self.graph.kv_caches.iter().enumerate() {
+            let n = rows * info.row_width() * et;
+            let d = &self.devices[self.plan.kv_device[c]];
+            for b in [&self.kv[c].k, &self.kv[c].v] {
+                let mut v = vec![0u8; n];
+                d.read(b, 0, &mut v)?;
+                out.push(v);
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn bytemuck_f32(v: &[f32]) -> &[u8] {
+    // SAFETY: f32 has no padding and any byte pattern is a valid u8; the
+    // slice covers exactly the f32s' memory.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+}
