@@ -8,5 +8,6 @@
 
 pub mod dtype;
 pub mod gguf;
+pub mod quant;
 
 pub use dtype::DType;
