@@ -190,7 +190,7 @@ impl DType {
     /// of blocks or the size overflows.
     pub fn bytes_for(self, n: u64) -> Option<u64> {
         let bs = self.block_size() as u64;
-        if n % bs != 0 {
+        if !n.is_multiple_of(bs) {
             return None;
         }
         (n / bs).checked_mul(self.type_size() as u64)
@@ -199,7 +199,8 @@ impl DType {
     /// Bytes of one row of `n` elements; panics never, returns `None` on a
     /// partial block.
     pub fn row_bytes(self, n: usize) -> Option<usize> {
-        self.bytes_for(n as u64).map(|b| b as usize)
+        self.bytes_for(n as u64)
+            .and_then(|b| usize::try_from(b).ok())
     }
 
     /// Average bits per weight (storage cost), for reports.

@@ -8,6 +8,7 @@
 
 pub mod dtype;
 pub mod gguf;
+pub mod quant;
 
 pub use dtype::DType;
 pub mod device;
