@@ -1,0 +1,400 @@
+//! Activation quantisation: f32 activations into the 8-bit block formats the
+//! integer kernels multiply with, rounded exactly like ggml's reference
+//! quantisers (`quantize_row_q8_0_ref`, `_q8_1_ref`, `_q8_K_ref`), so that
+//! our products can be compared with llama.cpp's.
+//!
+//! The values are stored token-major (`qs[t][block]`, what a kernel streams),
+//! the per-block scales block-major (`d[block][t]`, so that a tile of tokens
+//! loads its scales with one vector load). Token counts are padded to
+//! [`TOKEN_PAD`] with zero blocks, so tiles never read past the end.
+
+use half::f16;
+use rayon::prelude::*;
+
+use super::isa::Isa;
+
+/// Tokens are padded to a multiple of this (the widest token tile).
+pub(crate) const TOKEN_PAD: usize = 4;
+/// Elements per Q8_0 / Q8_1 block.
+pub(crate) const QK8: usize = 32;
+/// Elements per Q8_K super-block.
+pub(crate) const QKK: usize = 256;
+/// Quantise tokens in parallel above this many activations (below, the
+/// fork costs more than the work).
+const PAR_QUANT_MIN: usize = 1 << 15;
+
+/// Which 8-bit format the weights' kernels want.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ActFormat {
+    /// 32-blocks, f16 scale; `s = d16 * sum(q)` in f32 (offset term of Q4_0/Q5_0).
+    Q8_0,
+    /// 32-blocks, f16 scale; `s` rounded to f16 like ggml's `block_q8_1` (Q4_1/Q5_1 mins).
+    Q8_1,
+    /// 256-blocks, f32 scale, 16 sums of 16 values (K-quants).
+    Q8K,
+}
+
+impl ActFormat {
+    /// Elements per scale block.
+    pub(crate) fn block(self) -> usize {
+        match self {
+            ActFormat::Q8_0 | ActFormat::Q8_1 => QK8,
+            ActFormat::Q8K => QKK,
+        }
+    }
+}
+
+/// 32 int8 values, aligned for one AVX2 load.
+#[repr(C, align(32))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Q8Block(pub(crate) [i8; 32]);
+
+/// Quantised activations of one matmul call; the buffers are kept and reused.
+#[derive(Debug, Default)]
+pub(crate) struct QuantActs {
+    /// The format of the current contents.
+    pub format: Option<ActFormat>,
+    /// Real tokens.
+    pub n_tokens: usize,
+    /// Tokens with padding (a multiple of [`TOKEN_PAD`]).
+    pub t_pad: usize,
+    /// Scale blocks per token (32- or 256-element).
+    pub blocks: usize,
+    /// 32-value groups per token: `qs[t * qblocks + i]`.
+    pub qblocks: usize,
+    /// Values, `[t_pad][qblocks]`.
+    pub qs: Vec<Q8Block>,
+    /// Scales, `[blocks][t_pad]`.
+    pub d: Vec<f32>,
+    /// Block sums times the scale (Q8_0 / Q8_1), `[blocks][t_pad]`.
+    pub s: Vec<f32>,
+    /// Sums of 16 values (Q8_K), `[t_pad][blocks]`.
+    pub bsums: Vec<[i16; 16]>,
+    /// Token-major staging of `d` and `s`, written in parallel then transposed.
+    tok_d: Vec<f32>,
+    tok_s: Vec<f32>,
+}
+
+impl QuantActs {
+    /// Quantises `n_tokens` rows of `cols` activations (`cols` a multiple of
+    /// the format's block) with `isa`, which must be available.
+    pub(crate) fn quantize(
+        &mut self,
+        x: &[f32],
+        n_tokens: usize,
+        cols: usize,
+        format: ActFormat,
+        isa: Isa,
+    ) {
+        debug_assert_eq!(cols % format.block(), 0);
+        debug_assert_eq!(x.len(), n_tokens * cols);
+        let blocks = cols / format.block();
+        let qblocks = cols / QK8;
+        let t_pad = n_tokens.div_ceil(TOKEN_PAD) * TOKEN_PAD;
+        self.format = Some(format);
+        self.n_tokens = n_tokens;
+        self.t_pad = t_pad;
+        self.blocks = blocks;
+        self.qblocks = qblocks;
+
+        self.qs.clear();
+        self.qs.resize(t_pad * qblocks, Q8Block::default());
+        self.tok_d.clear();
+        self.tok_d.resize(n_tokens * blocks, 0.0);
+        self.tok_s.clear();
+        self.tok_s.resize(n_tokens * blocks, 0.0);
+        self.bsums.clear();
+        let nb16 = if format == ActFormat::Q8K { blocks } else { 0 };
+        self.bsums.resize(t_pad * nb16, [0; 16]);
+
+        let quant_one = |(((xr, qs), (d, s)), bs): QuantRow<'_>| {
+            quantize_row(xr, qs, d, s, bs, format, isa);
+        };
+        let rows = x
+            .chunks_exact(cols.max(1))
+            .zip(self.qs.chunks_exact_mut(qblocks.max(1)))
+            .zip(
+                self.tok_d
+                    .chunks_exact_mut(blocks.max(1))
+                    .zip(self.tok_s.chunks_exact_mut(blocks.max(1))),
+            );
+        if n_tokens * cols >= PAR_QUANT_MIN && rayon::current_num_threads() > 1 {
+            let bs: Vec<&mut [[i16; 16]]> = if nb16 > 0 {
+                self.bsums.chunks_exact_mut(nb16).take(n_tokens).collect()
+            } else {
+                (0..n_tokens).map(|_| Default::default()).collect()
+            };
+            rows.zip(bs)
+                .collect::<Vec<_>>()
+                .into_par_iter()
+                .for_each(quant_one);
+        } else if nb16 > 0 {
+            rows.zip(self.bsums.chunks_exact_mut(nb16))
+                .for_each(quant_one);
+        } else {
+            rows.zip(std::iter::repeat_with(|| &mut [][..]))
+                .for_each(quant_one);
+        }
+
+        // Scales block-major, pads zero.
+        self.d.clear();
+        self.d.resize(blocks * t_pad, 0.0);
+        self.s.clear();
+        self.s.resize(blocks * t_pad, 0.0);
+        for t in 0..n_tokens {
+            for b in 0..blocks {
+                self.d[b * t_pad + t] = self.tok_d[t * blocks + b];
+                self.s[b * t_pad + t] = self.tok_s[t * blocks + b];
+            }
+        }
+    }
+}
+
+/// One token's input row and output buffers.
+type QuantRow<'a> = (
+    (
+        (&'a [f32], &'a mut [Q8Block]),
+        (&'a mut [f32], &'a mut [f32]),
+    ),
+    &'a mut [[i16; 16]],
+);
+
+/// Quantises one token's row with the best code for `isa`.
+fn quantize_row(
+    x: &[f32],
+    qs: &mut [Q8Block],
+    d: &mut [f32],
+    s: &mut [f32],
+    bsums: &mut [[i16; 16]],
+    format: ActFormat,
+    isa: Isa,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 {
+        // SAFETY: the caller only passes an available `isa`, so the CPU runs
+        // AVX2/FMA/F16C; the slices have the lengths the format implies
+        // (checked by the debug asserts inside).
+        unsafe {
+            match format {
+                ActFormat::Q8K => avx2::q8k_row(x, qs, d, bsums),
+                _ => avx2::q8_row(x, qs, d, s, format),
+            }
+        }
+        return;
+    }
+    let _ = isa;
+    match format {
+        ActFormat::Q8K => q8k_row_scalar(x, qs, d, bsums),
+        _ => q8_row_scalar(x, qs, d, s, format),
+    }
+}
+
+/// ggml's `s` for a block with integer sum `sum`, scale `d` (f32, before
+/// rounding) and `d16` (the stored f16 scale).
+fn block_sum(sum: i32, d: f32, d16: f32, format: ActFormat) -> f32 {
+    match format {
+        ActFormat::Q8_1 => f16::from_f32(sum as f32 * d).to_f32(),
+        _ => sum as f32 * d16,
+    }
+}
+
+/// Q8_0 / Q8_1 quantisation of one row (ggml reference rounding:
+/// `d = amax / 127`, `q = roundf(x / d)` half away from zero, `d` stored f16).
+pub(crate) fn q8_row_scalar(
+    x: &[f32],
+    qs: &mut [Q8Block],
+    d: &mut [f32],
+    s: &mut [f32],
+    format: ActFormat,
+) {
+    for (((xb, qb), db), sb) in x.chunks_exact(QK8).zip(qs).zip(d).zip(s) {
+        let amax = xb
+            .iter()
+            .fold(0f32, |m, v| if m > v.abs() { m } else { v.abs() });
+        let dd = amax / 127.0;
+        let id = if dd != 0.0 { 1.0 / dd } else { 0.0 };
+        let mut sum = 0i32;
+        for (q, &v) in qb.0.iter_mut().zip(xb) {
+            *q = (v * id).round() as i8;
+            sum += *q as i32;
+        }
+        let d16 = f16::from_f32(dd).to_f32();
+        *db = d16;
+        *sb = block_sum(sum, dd, d16, format);
+    }
+}
+
+/// Q8_K quantisation of one row (ggml reference: scale from the value of
+/// largest magnitude, `q = nearest_int(-127 / max * x)` half to even).
+pub(crate) fn q8k_row_scalar(
+    x: &[f32],
+    qs: &mut [Q8Block],
+    d: &mut [f32],
+    bsums: &mut [[i16; 16]],
+) {
+    for (((xb, qb), db), bs) in x
+        .chunks_exact(QKK)
+        .zip(qs.chunks_exact_mut(8))
+        .zip(d)
+        .zip(bsums)
+    {
+        let (mut amax, mut max) = (0f32, 0f32);
+        for &v in xb {
+            if v.abs() > amax {
+                amax = v.abs();
+                max = v;
+            }
+        }
+        if amax == 0.0 {
+            *db = 0.0;
+            qb.fill(Q8Block::default());
+            *bs = [0; 16];
+            continue;
+        }
+        let iscale = -127.0 / max;
+        for (g, q) in qb.iter_mut().flat_map(|b| b.0.iter_mut()).enumerate() {
+            *q = ((iscale * xb[g]).round_ties_even() as i32).min(127) as i8;
+        }
+        for (g, sum) in bs.iter_mut().enumerate() {
+            let vals = &qb[g / 2].0[(g % 2) * 16..(g % 2) * 16 + 16];
+            *sum = vals.iter().map(|&q| q as i16).sum();
+        }
+        *db = 1.0 / iscale;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use half::f16;
+
+    use super::{ActFormat, Q8Block, QK8, QKK, block_sum};
+
+    /// Largest lane of `v`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn hmax(v: __m256) -> f32 {
+        let m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let m = _mm_max_ss(m, _mm_movehdup_ps(m));
+        _mm_cvtss_f32(m)
+    }
+
+    /// Sum of the eight lanes of `v`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn hsum_i32(v: __m256i) -> i32 {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01));
+        _mm_cvtsi128_si32(s)
+    }
+
+    /// `roundf` (half away from zero), exact for every float: the fraction
+    /// `v - trunc(v)` is exact, so comparing it with 0.5 decides the tie.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn round_away(v: __m256) -> __m256 {
+        let sign = _mm256_set1_ps(-0.0);
+        let t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+        let frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
+        let up = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5), _CMP_GE_OQ);
+        let one = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0));
+        _mm256_add_ps(t, _mm256_and_ps(up, one))
+    }
+
+    /// Packs four vectors of 8 int32 (each in -127..=127) into 32 int8, in order.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn pack32(i: [__m256i; 4]) -> __m256i {
+        let a = _mm256_packs_epi32(i[0], i[1]);
+        let b = _mm256_packs_epi32(i[2], i[3]);
+        // The packs interleave 128-bit lanes; this puts the dwords back in order.
+        let p = _mm256_packs_epi16(a, b);
+        _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+    }
+
+    /// AVX2 twin of [`super::q8_row_scalar`]; bit-identical output.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn q8_row(
+        x: &[f32],
+        qs: &mut [Q8Block],
+        d: &mut [f32],
+        s: &mut [f32],
+        format: ActFormat,
+    ) {
+        debug_assert!(qs.len() * QK8 == x.len() && d.len() == qs.len() && s.len() == qs.len());
+        let sign = _mm256_set1_ps(-0.0);
+        for (((xb, qb), db), sb) in x.chunks_exact(QK8).zip(qs).zip(d).zip(s) {
+            // SAFETY: `xb` has 32 floats: four unaligned 8-float loads.
+            let v: [__m256; 4] =
+                std::array::from_fn(|k| unsafe { _mm256_loadu_ps(xb.as_ptr().add(8 * k)) });
+            let a01 = _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1]));
+            let a23 = _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3]));
+            let amax = hmax(_mm256_max_ps(a01, a23));
+            let dd = amax / 127.0;
+            let id = _mm256_set1_ps(if dd != 0.0 { 1.0 / dd } else { 0.0 });
+            let q: [__m256i; 4] =
+                std::array::from_fn(|k| _mm256_cvtps_epi32(round_away(_mm256_mul_ps(v[k], id))));
+            let sum = hsum_i32(_mm256_add_epi32(
+                _mm256_add_epi32(q[0], q[1]),
+                _mm256_add_epi32(q[2], q[3]),
+            ));
+            // SAFETY: `Q8Block` is 32 bytes, aligned to 32.
+            unsafe { _mm256_store_si256(qb.0.as_mut_ptr() as *mut __m256i, pack32(q)) };
+            let d16 = f16::from_f32(dd).to_f32();
+            *db = d16;
+            *sb = block_sum(sum, dd, d16, format);
+        }
+    }
+
+    /// AVX2 twin of [`super::q8k_row_scalar`]; bit-identical output.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn q8k_row(x: &[f32], qs: &mut [Q8Block], d: &mut [f32], bsums: &mut [[i16; 16]]) {
+        debug_assert!(qs.len() * QK8 == x.len() && d.len() * QKK == x.len());
+        let sign = _mm256_set1_ps(-0.0);
+        for (((xb, qb), db), bs) in x
+            .chunks_exact(QKK)
+            .zip(qs.chunks_exact_mut(8))
+            .zip(d)
+            .zip(bsums)
+        {
+            // SAFETY: `xb` has 256 floats: 32 unaligned 8-float loads.
+            let v: [__m256; 32] =
+                std::array::from_fn(|k| unsafe { _mm256_loadu_ps(xb.as_ptr().add(8 * k)) });
+            let mut m = _mm256_setzero_ps();
+            for vk in v {
+                m = _mm256_max_ps(m, _mm256_andnot_ps(sign, vk));
+            }
+            let amax = hmax(m);
+            if amax == 0.0 {
+                *db = 0.0;
+                qb.fill(Q8Block::default());
+                *bs = [0; 16];
+                continue;
+            }
+            // ggml keeps the first value of largest magnitude, with its sign.
+            let max = xb.iter().copied().find(|v| v.abs() == amax).unwrap_or(amax);
+            let iscale = -127.0 / max;
+            let is = _mm256_set1_ps(iscale);
+            let top = _mm256_set1_epi32(127);
+            let q: [__m256i; 32] = std::array::from_fn(|k| {
+                let r = _mm256_round_ps(
+                    _mm256_mul_ps(is, v[k]),
+                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
+                );
+                _mm256_min_epi32(_mm256_cvtps_epi32(r), top)
+            });
+            for (g, sum) in bs.iter_mut().enumerate() {
+                *sum = hsum_i32(_mm256_add_epi32(q[2 * g], q[2 * g + 1])) as i16;
+            }
+            for (k, b) in qb.iter_mut().enumerate() {
+                let p = pack32([q[4 * k], q[4 * k + 1], q[4 * k + 2], q[4 * k + 3]]);
+                // SAFETY: `Q8Block` is 32 bytes, aligned to 32.
+                unsafe { _mm256_store_si256(b.0.as_mut_ptr() as *mut __m256i, p) };
+            }
+            *db = 1.0 / iscale;
+        }
+    }
+}

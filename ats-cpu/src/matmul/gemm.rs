@@ -1,0 +1,164 @@
+//! Tiling and threading of one matmul.
+//!
+//! The output (`n_tokens x rows`) is cut into rectangular tasks (a range of
+//! rows x a range of token tiles) that rayon runs in the current pool; each
+//! task walks its rectangle in micro-tiles of `MR` rows x `NR` tokens (or
+//! `MRD` rows x 1 token for a lone token). Every output element is computed
+//! by one tile call whose arithmetic does not depend on the tile shape, so
+//! the result is bit-identical whatever the split and the thread count.
+
+use std::ops::Range;
+
+use rayon::prelude::*;
+
+/// Dimensions of one matmul.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Shape {
+    /// Output rows (weight rows).
+    pub rows: usize,
+    /// Tokens (activation rows).
+    pub n_tokens: usize,
+    /// Bytes per weight row.
+    pub row_bytes: usize,
+}
+
+/// A micro-tile: dot products of rows `r` with tokens `t0..t0 + NR`.
+pub(super) type TileFn<'a, const MR: usize, const NR: usize> =
+    &'a (dyn Fn(&[usize; MR], usize, &mut [[f32; NR]; MR]) + Sync);
+
+/// Weight bytes (times token tiles) below which a task is not worth a fork:
+/// about a microsecond of streaming.
+const MIN_TASK_BYTES: usize = 24 << 10;
+/// Tasks per thread, for balance when a core is busy with something else.
+const TASKS_PER_THREAD: usize = 4;
+/// Weight bytes a task re-reads for each of its token tiles: kept within
+/// L2 so that only the first pass comes from memory.
+const L2_BLOCK_BYTES: usize = 192 << 10;
+
+/// One rectangle of the output.
+struct Task<'y> {
+    /// Token tiles (tile `i` is tokens `i * NR ..`).
+    tiles: Range<usize>,
+    /// Weight rows.
+    rows: Range<usize>,
+    /// For each token of the tiles, its outputs for `rows`.
+    out: Vec<&'y mut [f32]>,
+}
+
+/// Computes every output of `shape` into `y` (`y[t * rows + r]`) with the
+/// micro-tiles `tile` (`MR x NR`) and `single` (`MRD x 1`, for a token tile
+/// holding a single token).
+pub(super) fn drive<const MR: usize, const NR: usize, const MRD: usize>(
+    shape: Shape,
+    y: &mut [f32],
+    tile: TileFn<'_, MR, NR>,
+    single: TileFn<'_, MRD, 1>,
+) {
+    let Shape {
+        rows,
+        n_tokens,
+        row_bytes,
+    } = shape;
+    if rows == 0 || n_tokens == 0 {
+        return;
+    }
+    debug_assert_eq!(y.len(), rows * n_tokens);
+    let n_tiles = n_tokens.div_ceil(NR);
+    let threads = rayon::current_num_threads();
+    let weight_bytes = rows * row_bytes;
+
+    // How many tasks: enough for every thread (a few each), none tiny.
+    let want = if threads <= 1 {
+        1
+    } else {
+        (threads * TASKS_PER_THREAD).min((weight_bytes * n_tiles / MIN_TASK_BYTES).max(1))
+    };
+    // Split tokens first (a token chunk re-reads the weights from cache),
+    // then rows; with several token tiles, also keep each task's weights in L2.
+    let t_chunks = want.min(n_tiles);
+    let mut r_chunks = want.div_ceil(t_chunks);
+    if n_tiles > 1 {
+        r_chunks = r_chunks.max(weight_bytes.div_ceil(L2_BLOCK_BYTES));
+    }
+    let align = lcm(MR, MRD);
+    let r_size = rows.div_ceil(r_chunks).div_ceil(align) * align;
+    let r_chunks = rows.div_ceil(r_size);
+    let t_size = n_tiles.div_ceil(t_chunks);
+    let t_chunks = n_tiles.div_ceil(t_size);
+
+    let mut tasks: Vec<Task<'_>> = Vec::with_capacity(t_chunks * r_chunks);
+    for tc in 0..t_chunks {
+        let tiles = tc * t_size..n_tiles.min((tc + 1) * t_size);
+        let n_out = (tiles.end * NR).min(n_tokens) - tiles.start * NR;
+        for rc in 0..r_chunks {
+            let rows = rc * r_size..rows.min((rc + 1) * r_size);
+            tasks.push(Task {
+                tiles: tiles.clone(),
+                rows,
+                out: Vec::with_capacity(n_out),
+            });
+        }
+    }
+    for (t, mut rest) in y.chunks_mut(rows).enumerate() {
+        let tc = t / NR / t_size;
+        for task in &mut tasks[tc * r_chunks..(tc + 1) * r_chunks] {
+            let (mine, tail) = rest.split_at_mut(task.rows.len());
+            task.out.push(mine);
+            rest = tail;
+        }
+    }
+
+    let run = |task: &mut Task<'_>| run_task(task, n_tokens, tile, single);
+    if tasks.len() == 1 {
+        run(&mut tasks[0]);
+    } else {
+        tasks.par_iter_mut().for_each(run);
+    }
+}
+
+/// Walks one task: token tiles outer (their activations stay in L1), row
+/// tiles inner (the task's weights stay in L2).
+fn run_task<const MR: usize, const NR: usize, const MRD: usize>(
+    task: &mut Task<'_>,
+    n_tokens: usize,
+    tile: TileFn<'_, MR, NR>,
+    single: TileFn<'_, MRD, 1>,
+) {
+    let (r0, r1) = (task.rows.start, task.rows.end);
+    let t_first = task.tiles.start * NR;
+    for ti in task.tiles.clone() {
+        let t0 = ti * NR;
+        let width = NR.min(n_tokens - t0);
+        if width == 1 {
+            for r in (r0..r1).step_by(MRD) {
+                // Past the end, repeat the last row; its results are dropped.
+                let rows = std::array::from_fn(|i| (r + i).min(r1 - 1));
+                let mut o = [[0f32; 1]; MRD];
+                single(&rows, t0, &mut o);
+                let out = &mut task.out[t0 - t_first][r - r0..];
+                for (y, o) in out.iter_mut().zip(&o) {
+                    *y = o[0];
+                }
+            }
+        } else {
+            for r in (r0..r1).step_by(MR) {
+                let rows = std::array::from_fn(|i| (r + i).min(r1 - 1));
+                let mut o = [[0f32; NR]; MR];
+                tile(&rows, t0, &mut o);
+                for j in 0..width {
+                    let out = &mut task.out[t0 + j - t_first][r - r0..];
+                    for (y, o) in out.iter_mut().zip(&o) {
+                        *y = o[j];
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn lcm(a: usize, b: usize) -> usize {
+    fn gcd(a: usize, b: usize) -> usize {
+        if b == 0 { a } else { gcd(b, a % b) }
+    }
+    a / gcd(a, b) * b
+}

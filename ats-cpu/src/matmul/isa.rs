@@ -1,0 +1,95 @@
+//! The SIMD instruction set a matmul runs with, detected at run time.
+
+use std::fmt;
+
+/// An instruction set the matmul kernels can be compiled for.
+///
+/// Only the sets that have kernels in this build *and* that the CPU supports
+/// are [available](Isa::available); the others exist so that callers can name
+/// them (profiles, logs, `--isa` flags) and get a clear error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Isa {
+    /// Portable Rust, on every CPU; the reference for the SIMD paths.
+    Scalar,
+    /// x86-64 AVX2 + FMA + F16C (Haswell, Zen and later).
+    Avx2,
+    /// x86-64 AVX-512 F/BW/VL (no kernels yet).
+    Avx512,
+    /// x86-64 AVX-512 with VNNI int8 dot products (no kernels yet).
+    Avx512Vnni,
+    /// AArch64 NEON (no kernels yet).
+    Neon,
+}
+
+/// Every instruction set ATS knows, best last.
+pub const ALL_ISAS: [Isa; 5] = [
+    Isa::Scalar,
+    Isa::Neon,
+    Isa::Avx2,
+    Isa::Avx512,
+    Isa::Avx512Vnni,
+];
+
+impl Isa {
+    /// The best available instruction set on this CPU.
+    pub fn detect() -> Isa {
+        Isa::available().last().copied().unwrap_or(Isa::Scalar)
+    }
+
+    /// Every instruction set usable here (kernels built and CPU support), `Scalar` first.
+    pub fn available() -> Vec<Isa> {
+        ALL_ISAS.into_iter().filter(|i| i.is_available()).collect()
+    }
+
+    /// Whether this build has kernels for `self` and the CPU runs them.
+    pub fn is_available(self) -> bool {
+        match self {
+            Isa::Scalar => true,
+            Isa::Avx2 => cpu_has_avx2(),
+            // No kernels for these yet: they are never chosen.
+            Isa::Avx512 | Isa::Avx512Vnni | Isa::Neon => false,
+        }
+    }
+
+    /// A short lowercase name (`avx2`), for logs and profiles.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+            Isa::Avx512Vnni => "avx512vnni",
+            Isa::Neon => "neon",
+        }
+    }
+}
+
+impl fmt::Display for Isa {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn cpu_has_avx2() -> bool {
+    is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn cpu_has_avx2() -> bool {
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scalar_is_always_available_and_first() {
+        let a = Isa::available();
+        assert_eq!(a[0], Isa::Scalar);
+        assert!(a.contains(&Isa::detect()));
+        assert!(!Isa::Neon.is_available() || cfg!(target_arch = "aarch64"));
+    }
+}

@@ -1,0 +1,232 @@
+//! Kernels shared by the K-quant formats (Q2_K .. Q6_K) against Q8_K
+//! activations.
+//!
+//! Each format's super-block of 256 values is first unpacked into one
+//! canonical form, [`Canon`]: unsigned values `q` (0..=63), and per group of
+//! 16 values a scale `sc` and a min `mn` (both small integers), with two
+//! float factors, so that `w = d * sc * q - dmin * mn`. Symmetric formats
+//! (Q3_K, Q6_K) store their offset as a min: `d * sc * (q - 32)` is
+//! `d * sc * q - d * (32 sc)`. Against Q8_K activations `x = dx * qx` with
+//! group sums `bsum`:
+//! `dot = dx * (d * sum_g sc_g * sum(q qx) - dmin * sum_g mn_g * bsum_g)`,
+//! two exact integer sums per super-block.
+
+use crate::matmul::acts::QuantActs;
+
+/// Elements per super-block.
+pub(super) const QK_K: usize = 256;
+
+/// A super-block unpacked into the canonical form (see the module docs).
+#[repr(C, align(32))]
+#[derive(Clone, Debug)]
+pub(super) struct Canon {
+    /// Unsigned values, 0..=63.
+    pub q: [u8; QK_K],
+    /// Scales per 32 values, as the integer kernels want them: `scx[v]` is
+    /// `sc` of group `2v` in lanes 0..8 and of group `2v + 1` in lanes 8..16.
+    pub scx: [[i16; 16]; 8],
+    /// Mins per group of 16 values.
+    pub mn: [i16; 16],
+    /// Factor of the scales.
+    pub d: f32,
+    /// Factor of the mins.
+    pub dmin: f32,
+}
+
+impl Default for Canon {
+    fn default() -> Self {
+        Canon {
+            q: [0; QK_K],
+            scx: [[0; 16]; 8],
+            mn: [0; 16],
+            d: 0.0,
+            dmin: 0.0,
+        }
+    }
+}
+
+impl Canon {
+    /// Scale of group `g` (0..16).
+    pub(super) fn sc(&self, g: usize) -> i16 {
+        self.scx[g / 2][(g % 2) * 8]
+    }
+
+    /// Sets the scale of group `g`.
+    pub(super) fn set_sc(&mut self, g: usize, sc: i16) {
+        self.scx[g / 2][(g % 2) * 8..(g % 2) * 8 + 8].fill(sc);
+    }
+
+    /// The 256 weights as floats, computed like ggml's `dequantize_row_*`
+    /// (`(d * sc) * q - dmin * mn`) so tests can compare them bit for bit.
+    #[cfg(test)]
+    pub(super) fn dequantize(&self, sym_offset: Option<i32>) -> Vec<f32> {
+        (0..QK_K)
+            .map(|k| {
+                let g = k / 16;
+                let sc = self.sc(g) as f32;
+                match sym_offset {
+                    Some(off) => self.d * sc * (self.q[k] as i32 - off) as f32,
+                    None => self.d * sc * self.q[k] as f32 - self.dmin * self.mn[g] as f32,
+                }
+            })
+            .collect()
+    }
+}
+
+/// A K-quant super-block format.
+pub(super) trait SuperBlock {
+    /// Bytes per super-block.
+    const BYTES: usize;
+
+    /// Unpacks one super-block into `c`.
+    fn unpack(block: &[u8], c: &mut Canon);
+
+    /// [`Self::unpack`] with AVX2 for the values (the scales are few).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2/FMA/F16C and `p` must point to a whole block.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn unpack_avx2(p: *const u8, c: &mut Canon);
+}
+
+/// Portable dot product of one weight row with token `t`.
+pub(super) fn dot_scalar<K: SuperBlock>(row: &[u8], acts: &QuantActs, t: usize) -> f32 {
+    let (tp, nb) = (acts.t_pad, acts.blocks);
+    let mut c = Canon::default();
+    let mut acc = 0f32;
+    for (b, blk) in row.chunks_exact(K::BYTES).enumerate() {
+        K::unpack(blk, &mut c);
+        let xq = &acts.qs[(t * nb + b) * 8..(t * nb + b + 1) * 8];
+        let bsums = &acts.bsums[t * nb + b];
+        let (mut isum, mut msum) = (0i32, 0i32);
+        for g in 0..16 {
+            let x = &xq[g / 2].0[(g % 2) * 16..(g % 2) * 16 + 16];
+            let q = &c.q[g * 16..g * 16 + 16];
+            let dot: i32 = q.iter().zip(x).map(|(&q, &x)| q as i32 * x as i32).sum();
+            isum += c.sc(g) as i32 * dot;
+            msum += c.mn[g] as i32 * bsums[g] as i32;
+        }
+        let dx = acts.d[b * tp + t];
+        acc += dx * (c.d * isum as f32 - c.dmin * msum as f32);
+    }
+    acc
+}
+
+/// Decodes the 12 packed bytes of Q4_K / Q5_K scales into 8 six-bit scales
+/// and 8 six-bit mins (ggml's `get_scale_min_k4`).
+pub(super) fn scales_k4(s: &[u8]) -> ([u8; 8], [u8; 8]) {
+    let mut sc = [0u8; 8];
+    let mut mn = [0u8; 8];
+    for j in 0..8 {
+        if j < 4 {
+            sc[j] = s[j] & 63;
+            mn[j] = s[j + 4] & 63;
+        } else {
+            sc[j] = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
+            mn[j] = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+        }
+    }
+    (sc, mn)
+}
+
+/// Fills the canonical scales and mins of a Q4_K / Q5_K super-block (eight
+/// sub-blocks of 32, each two groups of 16).
+pub(super) fn set_k4_scales(block: &[u8], c: &mut Canon) {
+    let (sc, mn) = scales_k4(&block[4..16]);
+    for v in 0..8 {
+        c.scx[v] = [sc[v] as i16; 16];
+        c.mn[2 * v] = mn[v] as i16;
+        c.mn[2 * v + 1] = mn[v] as i16;
+    }
+    c.d = f16_at(block, 0);
+    c.dmin = f16_at(block, 2);
+}
+
+/// The little-endian f16 at byte `at` of `b`, as f32.
+pub(super) fn f16_at(b: &[u8], at: usize) -> f32 {
+    half::f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(super) use avx2::tile as tile_avx2;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{Canon, SuperBlock};
+    use crate::matmul::acts::QuantActs;
+    use crate::matmul::kernels::simd::hsum;
+
+    /// Dot products of `MR` weight rows with tokens `t0..t0 + NR`; every pair
+    /// runs the same sequence whatever the tile shape.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2/FMA/F16C; each `rows[i]` must point to
+    /// `acts.blocks` whole super-blocks; `t0 + NR <= acts.t_pad`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in crate::matmul::kernels) unsafe fn tile<
+        K: SuperBlock,
+        const MR: usize,
+        const NR: usize,
+    >(
+        rows: [*const u8; MR],
+        acts: &QuantActs,
+        t0: usize,
+        out: &mut [[f32; NR]; MR],
+    ) {
+        let (nb, tp) = (acts.blocks, acts.t_pad);
+        debug_assert!(t0 + NR <= tp && acts.qs.len() == tp * nb * 8);
+        let mut acc = [[_mm256_setzero_ps(); NR]; MR];
+        let mut canon: [Canon; MR] = std::array::from_fn(|_| Canon::default());
+        let xq = acts.qs.as_ptr();
+        for b in 0..nb {
+            for i in 0..MR {
+                // SAFETY: super-block b of row i is inside the row (caller).
+                unsafe { K::unpack_avx2(rows[i].add(b * K::BYTES), &mut canon[i]) };
+            }
+            for (c, acc) in canon.iter().zip(acc.iter_mut()) {
+                let cq = c.q.as_ptr() as *const __m256i;
+                for (j, acc) in acc.iter_mut().enumerate() {
+                    let t = t0 + j;
+                    // SAFETY: token t < t_pad: its 8 value blocks of super-block b are in `qs`.
+                    let x = unsafe { xq.add((t * nb + b) * 8) } as *const __m256i;
+                    let mut isum = _mm256_setzero_si256();
+                    for v in 0..8 {
+                        // SAFETY: `Canon` and `Q8Block` are 32-byte aligned; v < 8.
+                        let (w, xv, s) = unsafe {
+                            (
+                                _mm256_load_si256(cq.add(v)),
+                                _mm256_load_si256(x.add(v)),
+                                _mm256_load_si256(c.scx[v].as_ptr() as *const __m256i),
+                            )
+                        };
+                        isum = _mm256_add_epi32(
+                            isum,
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv), s),
+                        );
+                    }
+                    // SAFETY: the bsums of (t, b) exist (t < t_pad); 32 bytes each.
+                    let msum = unsafe {
+                        _mm256_madd_epi16(
+                            _mm256_loadu_si256(c.mn.as_ptr() as *const __m256i),
+                            _mm256_loadu_si256(
+                                acts.bsums.as_ptr().add(t * nb + b) as *const __m256i
+                            ),
+                        )
+                    };
+                    let dx = acts.d[b * tp + t];
+                    let a =
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(c.d * dx), *acc);
+                    *acc =
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(-c.dmin * dx), a);
+                }
+            }
+        }
+        for i in 0..MR {
+            for j in 0..NR {
+                out[i][j] = hsum(acc[i][j]);
+            }
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! Dot-product kernels, one file per weight type, and the dispatch from a
+//! (type, instruction set) pair to the tiles that [`gemm`](super::gemm) runs.
+//!
+//! Each type file holds the type's block decoding in scalar and SIMD form;
+//! the loops around it are shared by family: [`float`] (F32, F16, BF16),
+//! [`legacy`] (32-element blocks) and [`kquant`] (256-element super-blocks).
+
+mod bf16;
+mod f16;
+mod f32;
+mod float;
+mod kquant;
+mod legacy;
+mod q2_k;
+mod q3_k;
+mod q4_0;
+mod q4_1;
+mod q4_k;
+mod q5_0;
+mod q5_1;
+mod q5_k;
+mod q6_k;
+mod q8_0;
+#[cfg(target_arch = "x86_64")]
+mod simd;
+
+#[cfg(test)]
+pub(super) mod testing;
+
+use ats_core::DType;
+
+use super::acts::{ActFormat, QuantActs};
+use super::gemm::{self, Shape};
+use super::{Isa, WeightMatrix};
+use float::FloatElem;
+use kquant::SuperBlock;
+use legacy::LegacyBlock;
+
+/// Computes `y = x * W^T` for a validated `w`, `x`, `y` and an available `isa`.
+pub(super) fn run(
+    w: &WeightMatrix<'_>,
+    x: &[f32],
+    n_tokens: usize,
+    y: &mut [f32],
+    isa: Isa,
+    acts: &mut QuantActs,
+) {
+    match w.dtype {
+        DType::F32 => run_float::<f32::F32>(w, x, n_tokens, y, isa),
+        DType::F16 => run_float::<f16::F16>(w, x, n_tokens, y, isa),
+        DType::BF16 => run_float::<bf16::Bf16>(w, x, n_tokens, y, isa),
+        DType::Q8_0 => run_legacy::<q8_0::Q8_0>(w, x, n_tokens, y, isa, acts),
+        DType::Q4_0 => run_legacy::<q4_0::Q4_0>(w, x, n_tokens, y, isa, acts),
+        DType::Q4_1 => run_legacy::<q4_1::Q4_1>(w, x, n_tokens, y, isa, acts),
+        DType::Q5_0 => run_legacy::<q5_0::Q5_0>(w, x, n_tokens, y, isa, acts),
+        DType::Q5_1 => run_legacy::<q5_1::Q5_1>(w, x, n_tokens, y, isa, acts),
+        DType::Q2K => run_kquant::<q2_k::Q2K>(w, x, n_tokens, y, isa, acts),
+        DType::Q3K => run_kquant::<q3_k::Q3K>(w, x, n_tokens, y, isa, acts),
+        DType::Q4K => run_kquant::<q4_k::Q4K>(w, x, n_tokens, y, isa, acts),
+        DType::Q5K => run_kquant::<q5_k::Q5K>(w, x, n_tokens, y, isa, acts),
+        DType::Q6K => run_kquant::<q6_k::Q6K>(w, x, n_tokens, y, isa, acts),
+    }
+}
+
+/// Bytes per weight row; `w` is validated, so this cannot fail.
+fn row_bytes(w: &WeightMatrix<'_>) -> usize {
+    w.data.len() / w.rows.max(1)
+}
+
+fn run_float<E: FloatElem>(
+    w: &WeightMatrix<'_>,
+    x: &[f32],
+    n_tokens: usize,
+    y: &mut [f32],
+    isa: Isa,
+) {
+    let (rb, cols, data) = (row_bytes(w), w.cols, w.data);
+    let shape = Shape {
+        rows: w.rows,
+        n_tokens,
+        row_bytes: rb,
+    };
+    let row = |r: usize| &data[r * rb..(r + 1) * rb];
+    // Token tiles may run past the last token: clamp (the extra results are dropped).
+    let xrow = |t: usize| &x[t.min(n_tokens - 1) * cols..][..cols];
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 {
+        let tile = |r: &[usize; 3], t0: usize, o: &mut [[f32; 4]; 3]| {
+            // SAFETY: `isa` is available (AVX2/FMA/F16C); rows and activation
+            // rows are whole slices of `cols` elements.
+            unsafe {
+                float::tile_avx2::<E, 3, 4>(
+                    r.map(|r| row(r).as_ptr()),
+                    std::array::from_fn(|j| xrow(t0 + j).as_ptr()),
+                    cols,
+                    o,
+                )
+            }
+        };
+        let single = |r: &[usize; 4], t: usize, o: &mut [[f32; 1]; 4]| {
+            // SAFETY: as above.
+            unsafe {
+                float::tile_avx2::<E, 4, 1>(r.map(|r| row(r).as_ptr()), [xrow(t).as_ptr()], cols, o)
+            }
+        };
+        return gemm::drive(shape, y, &tile, &single);
+    }
+    let _ = isa;
+    let dot = |r: &[usize; 1], t: usize, o: &mut [[f32; 1]; 1]| {
+        o[0][0] = float::dot_scalar::<E>(row(r[0]), xrow(t));
+    };
+    gemm::drive(shape, y, &dot, &dot)
+}
+
+fn run_legacy<B: LegacyBlock>(
+    w: &WeightMatrix<'_>,
+    x: &[f32],
+    n_tokens: usize,
+    y: &mut [f32],
+    isa: Isa,
+    acts: &mut QuantActs,
+) {
+    acts.quantize(x, n_tokens, w.cols, B::ACTS, isa);
+    let acts = &*acts;
+    let (rb, data) = (row_bytes(w), w.data);
+    let shape = Shape {
+        rows: w.rows,
+        n_tokens: acts.n_tokens,
+        row_bytes: rb,
+    };
+    let row = |r: usize| &data[r * rb..(r + 1) * rb];
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 {
+        let tile = |r: &[usize; 3], t0: usize, o: &mut [[f32; 4]; 3]| {
+            // SAFETY: `isa` is available; each row holds `acts.blocks` whole
+            // blocks; the driver keeps t0 + 4 <= t_pad.
+            unsafe { legacy::tile_avx2::<B, 3, 4>(r.map(|r| row(r).as_ptr()), acts, t0, o) }
+        };
+        let single = |r: &[usize; 4], t: usize, o: &mut [[f32; 1]; 4]| {
+            // SAFETY: as above, with t < n_tokens.
+            unsafe { legacy::tile_avx2::<B, 4, 1>(r.map(|r| row(r).as_ptr()), acts, t, o) }
+        };
+        return gemm::drive(shape, y, &tile, &single);
+    }
+    let _ = isa;
+    let dot = |r: &[usize; 1], t: usize, o: &mut [[f32; 1]; 1]| {
+        o[0][0] = legacy::dot_scalar::<B>(row(r[0]), acts, t);
+    };
+    gemm::drive(shape, y, &dot, &dot)
+}
+
+fn run_kquant<K: SuperBlock>(
+    w: &WeightMatrix<'_>,
+    x: &[f32],
+    n_tokens: usize,
+    y: &mut [f32],
+    isa: Isa,
+    acts: &mut QuantActs,
+) {
+    acts.quantize(x, n_tokens, w.cols, ActFormat::Q8K, isa);
+    let acts = &*acts;
+    let (rb, data) = (row_bytes(w), w.data);
+    let shape = Shape {
+        rows: w.rows,
+        n_tokens: acts.n_tokens,
+        row_bytes: rb,
+    };
+    let row = |r: usize| &data[r * rb..(r + 1) * rb];
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 {
+        let tile = |r: &[usize; 2], t0: usize, o: &mut [[f32; 4]; 2]| {
+            // SAFETY: `isa` is available; each row holds `acts.blocks` whole
+            // super-blocks; the driver keeps t0 + 4 <= t_pad.
+            unsafe { kquant::tile_avx2::<K, 2, 4>(r.map(|r| row(r).as_ptr()), acts, t0, o) }
+        };
+        let single = |r: &[usize; 2], t: usize, o: &mut [[f32; 1]; 2]| {
+            // SAFETY: as above, with t < n_tokens.
+            unsafe { kquant::tile_avx2::<K, 2, 1>(r.map(|r| row(r).as_ptr()), acts, t, o) }
+        };
+        return gemm::drive(shape, y, &tile, &single);
+    }
+    let _ = isa;
+    let dot = |r: &[usize; 1], t: usize, o: &mut [[f32; 1]; 1]| {
+        o[0][0] = kquant::dot_scalar::<K>(row(r[0]), acts, t);
+    };
+    gemm::drive(shape, y, &dot, &dot)
+}

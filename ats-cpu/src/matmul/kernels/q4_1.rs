@@ -1,0 +1,46 @@
+//! Q4_1 weights: 32 four-bit values `q`, an f16 scale `d` and an f16 min `m`
+//! per block (20 bytes), `w = d * q + m`, against Q8_1 activations.
+
+use super::kquant::f16_at;
+use super::legacy::LegacyBlock;
+use crate::matmul::acts::ActFormat;
+
+/// The Q4_1 block format.
+pub(super) struct Q4_1;
+
+impl LegacyBlock for Q4_1 {
+    const BYTES: usize = 20;
+    const ACTS: ActFormat = ActFormat::Q8_1;
+    const SIGNED: bool = false;
+    const HAS_C: bool = true;
+
+    fn scales(b: &[u8]) -> (f32, f32) {
+        (f16_at(b, 0), f16_at(b, 2))
+    }
+
+    fn values(b: &[u8]) -> [i32; 32] {
+        std::array::from_fn(|k| {
+            (if k < 16 {
+                b[4 + k] & 0x0f
+            } else {
+                b[4 + k - 16] >> 4
+            }) as i32
+        })
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn unpack_avx2(p: *const u8) -> std::arch::x86_64::__m256i {
+        // SAFETY: 16 bytes of nibbles follow scale and min (caller).
+        unsafe { super::simd::nibbles(p.add(4)) }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn scales_avx2(p: *const u8) -> (f32, f32) {
+        // SAFETY: the block starts with its f16 scale and min (caller).
+        unsafe { super::simd::load_f16x2(p) }
+    }
+}

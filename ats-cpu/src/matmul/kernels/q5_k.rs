@@ -1,0 +1,54 @@
+//! Q5_K weights: super-blocks of 256 five-bit values (nibbles plus a bit
+//! plane) in 8 sub-blocks of 32 with 6-bit scales and mins, and f16 factors
+//! `d` and `dmin` (176 bytes: d 0, dmin 2, scales 4..16, fifth bits 16..48,
+//! nibbles 48..176).
+
+use super::kquant::{Canon, SuperBlock, set_k4_scales};
+
+/// The Q5_K super-block format.
+pub(super) struct Q5K;
+
+impl SuperBlock for Q5K {
+    const BYTES: usize = 176;
+
+    fn unpack(b: &[u8], c: &mut Canon) {
+        set_k4_scales(b, c);
+        // Like Q4_K; value 64j + l takes bit 2j of byte 16 + l as its fifth
+        // bit, value 64j + 32 + l bit 2j + 1.
+        for j in 0..4 {
+            for l in 0..32 {
+                let (q, h) = (b[48 + 32 * j + l], b[16 + l]);
+                c.q[64 * j + l] = (q & 0x0f) | (((h >> (2 * j)) & 1) << 4);
+                c.q[64 * j + 32 + l] = (q >> 4) | (((h >> (2 * j + 1)) & 1) << 4);
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn unpack_avx2(p: *const u8, c: &mut Canon) {
+        use std::arch::x86_64::*;
+        // SAFETY: a whole 176-byte block at p (caller).
+        set_k4_scales(unsafe { std::slice::from_raw_parts(p, Self::BYTES) }, c);
+        let (m, one) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(1));
+        // SAFETY: the fifth bits are bytes 16..48.
+        let h = unsafe { _mm256_loadu_si256(p.add(16) as *const __m256i) };
+        let out = c.q.as_mut_ptr() as *mut __m256i;
+        for j in 0..4 {
+            let bit = |k: usize| {
+                let b = _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(k as i32)), one);
+                _mm256_slli_epi16(b, 4)
+            };
+            // SAFETY: bytes 48 + 32j .. 80 + 32j are inside the block; 2j + 1 < 8 slots.
+            unsafe {
+                let v = _mm256_loadu_si256(p.add(48 + 32 * j) as *const __m256i);
+                let lo = _mm256_or_si256(_mm256_and_si256(v, m), bit(2 * j));
+                let hi =
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m), bit(2 * j + 1));
+                _mm256_store_si256(out.add(2 * j), lo);
+                _mm256_store_si256(out.add(2 * j + 1), hi);
+            }
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! Q6_K weights: super-blocks of 256 six-bit values (nibbles plus 2-bit
+//! planes) in 16 groups of 16 with int8 scales and an f16 factor `d`,
+//! `w = d * sc * (q - 32)` (210 bytes: nibbles 0..128, high bits 128..192,
+//! scales 192..208, d 208).
+
+use super::kquant::{Canon, SuperBlock, f16_at};
+
+/// The Q6_K super-block format.
+pub(super) struct Q6K;
+
+/// Canonical scales (offset 32 as a min) and factors of a Q6_K super-block.
+fn scales(b: &[u8], c: &mut Canon) {
+    for g in 0..16 {
+        let sc = b[192 + g] as i8 as i16;
+        c.set_sc(g, sc);
+        c.mn[g] = 32 * sc;
+    }
+    c.d = f16_at(b, 208);
+    c.dmin = c.d;
+}
+
+impl SuperBlock for Q6K {
+    const BYTES: usize = 210;
+
+    fn unpack(b: &[u8], c: &mut Canon) {
+        scales(b, c);
+        // Per half n: four runs of 32 values. Run r takes the low (r < 2) or
+        // high (r >= 2) nibbles of nibble bytes 64n + 32 (r % 2) + l, and
+        // bits 2r..2r+2 of high byte 128 + 32n + l as bits 4..6.
+        for n in 0..2 {
+            for r in 0..4 {
+                for l in 0..32 {
+                    let ql = b[64 * n + 32 * (r % 2) + l];
+                    let lo = if r < 2 { ql & 0x0f } else { ql >> 4 };
+                    let hi = (b[128 + 32 * n + l] >> (2 * r)) & 3;
+                    c.q[128 * n + 32 * r + l] = lo | (hi << 4);
+                }
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn unpack_avx2(p: *const u8, c: &mut Canon) {
+        use std::arch::x86_64::*;
+        // SAFETY: a whole 210-byte block at p (caller).
+        scales(unsafe { std::slice::from_raw_parts(p, Self::BYTES) }, c);
+        let (m, three) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(3));
+        let out = c.q.as_mut_ptr() as *mut __m256i;
+        for n in 0..2 {
+            // SAFETY: nibble bytes 64n..64n + 64 and high bytes 128 + 32n ..
+            // 160 + 32n are inside the block.
+            let (ql0, ql1, qh) = unsafe {
+                (
+                    _mm256_loadu_si256(p.add(64 * n) as *const __m256i),
+                    _mm256_loadu_si256(p.add(64 * n + 32) as *const __m256i),
+                    _mm256_loadu_si256(p.add(128 + 32 * n) as *const __m256i),
+                )
+            };
+            for r in 0..4 {
+                let ql = if r % 2 == 0 { ql0 } else { ql1 };
+                let lo = if r < 2 {
+                    _mm256_and_si256(ql, m)
+                } else {
+                    _mm256_and_si256(_mm256_srli_epi16(ql, 4), m)
+                };
+                let hi =
+                    _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * r as i32)), three);
+                let q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+                // SAFETY: 4n + r < 8 aligned 32-byte slots in `c.q`.
+                unsafe { _mm256_store_si256(out.add(4 * n + r), q) };
+            }
+        }
+    }
+}

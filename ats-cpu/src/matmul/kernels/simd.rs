@@ -1,0 +1,76 @@
+//! Small AVX2 helpers shared by the kernels.
+
+use std::arch::x86_64::*;
+
+/// Sum of the eight lanes of `v`, always in the same order (so that a dot
+/// product does not depend on which tile computed it).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// The f16 at `p` as f32 (F16C).
+///
+/// # Safety
+/// `p` must be valid for reading 2 bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn load_f16(p: *const u8) -> f32 {
+    // SAFETY: the caller guarantees 2 readable bytes.
+    let h = unsafe { (p as *const u16).read_unaligned() };
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
+}
+
+/// The two f16 at `p` (scale and min of a block) as f32 (F16C).
+///
+/// # Safety
+/// `p` must be valid for reading 4 bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn load_f16x2(p: *const u8) -> (f32, f32) {
+    // SAFETY: the caller guarantees 4 readable bytes.
+    let h = unsafe { (p as *const u32).read_unaligned() };
+    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(h as i32));
+    (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+}
+
+/// 16 bytes at `p` as 32 nibbles: low nibbles in bytes 0..16, high in 16..32.
+///
+/// # Safety
+/// `p` must be valid for reading 16 bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn nibbles(p: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees 16 readable bytes.
+    let q = unsafe { _mm_loadu_si128(p as *const __m128i) };
+    let both = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
+    _mm256_and_si256(both, _mm256_set1_epi8(0x0f))
+}
+
+/// The 32 bits at `p` as 32 bytes: byte k is `0x10` if bit k is set, else 0
+/// (the fifth bit of Q5_0 / Q5_1 values).
+///
+/// # Safety
+/// `p` must be valid for reading 4 bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn high_bits(p: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees 4 readable bytes.
+    let h = unsafe { (p as *const u32).read_unaligned() };
+    let v = _mm256_set1_epi32(h as i32);
+    // Byte k takes source byte k / 8, then tests bit k % 8.
+    let spread = _mm256_shuffle_epi8(
+        v,
+        _mm256_setr_epi8(
+            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3,
+            3, 3, 3,
+        ),
+    );
+    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+}

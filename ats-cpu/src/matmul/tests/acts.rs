@@ -1,0 +1,102 @@
+//! Activation quantisation: the scalar and SIMD quantisers give identical
+//! bytes, and both match ggml's reference rounding (ties included).
+
+use ats_core::DType;
+
+use super::random;
+use super::reference::quantize_acts;
+use crate::matmul::Isa;
+use crate::matmul::acts::{ActFormat, QuantActs};
+
+fn quantize(x: &[f32], n: usize, format: ActFormat, isa: Isa) -> QuantActs {
+    let mut a = QuantActs::default();
+    a.quantize(x, n, x.len() / n, format, isa);
+    a
+}
+
+/// Inputs with exact ties after scaling: the block max is 127, so the scale is
+/// 1 and x.5 values must round away from zero (Q8_0/1) or to even (Q8_K).
+fn tie_inputs() -> Vec<f32> {
+    let mut x = vec![0f32; 512];
+    for (k, v) in x.iter_mut().enumerate() {
+        *v = ((k % 64) as f32 - 32.0) + 0.5;
+    }
+    for b in x.chunks_mut(32) {
+        b[3] = 127.0;
+    }
+    x
+}
+
+#[test]
+fn simd_quantisers_match_scalar_bit_for_bit() {
+    let mut r = random::rng(5);
+    let mut inputs = vec![random::activations(4 * 512, &mut r), tie_inputs().repeat(4)];
+    inputs.push(vec![0.0; 4 * 512]);
+    for x in &inputs {
+        for format in [ActFormat::Q8_0, ActFormat::Q8_1, ActFormat::Q8K] {
+            let s = quantize(x, 4, format, Isa::Scalar);
+            for isa in Isa::available() {
+                let v = quantize(x, 4, format, isa);
+                assert_eq!(v.qs, s.qs, "{isa} {format:?}");
+                assert_eq!(v.bsums, s.bsums, "{isa} {format:?}");
+                let bits = |f: &[f32]| f.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&v.d), bits(&s.d), "{isa} {format:?}");
+                assert_eq!(bits(&v.s), bits(&s.s), "{isa} {format:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn quantisers_match_ggml_reference_rounding() {
+    let mut r = random::rng(6);
+    for x in [random::activations(512, &mut r), tie_inputs()] {
+        for (format, dtype) in [
+            (ActFormat::Q8_0, DType::Q4_0),
+            (ActFormat::Q8_1, DType::Q4_1),
+            (ActFormat::Q8K, DType::Q4K),
+        ] {
+            let want = quantize_acts(dtype, &x);
+            for isa in Isa::available() {
+                let a = quantize(&x, 1, format, isa);
+                let bs = format.block();
+                for (k, &w) in want.xhat.iter().enumerate() {
+                    let q = a.qs[k / 32].0[k % 32] as f64;
+                    let got = q * a.d[(k / bs) * a.t_pad] as f64;
+                    assert_eq!(got, w, "{isa} {format:?} element {k}");
+                }
+                if format != ActFormat::Q8K {
+                    for b in 0..16 {
+                        let sum: f64 = want.xhat[32 * b..32 * b + 32].iter().sum();
+                        assert_eq!(
+                            a.s[b * a.t_pad] as f64,
+                            sum + want.s_err[b],
+                            "{isa} {format:?} sum {b}"
+                        );
+                    }
+                } else {
+                    for g in 0..32 {
+                        let sum: i32 = (0..16)
+                            .map(|l| a.qs[(16 * g + l) / 32].0[(16 * g + l) % 32] as i32)
+                            .sum();
+                        assert_eq!(a.bsums[g / 16][g % 16] as i32, sum);
+                    }
+                }
+            }
+        }
+    }
+    // The ties themselves (block max 127, so scale 1): Q8_0 rounds away from
+    // zero, Q8_K (iscale -1) to even.
+    let x = tie_inputs();
+    assert_eq!((x[0], x[1], x[32], x[33]), (-31.5, -30.5, 0.5, 1.5));
+    let a = quantize(&x, 1, ActFormat::Q8_0, Isa::Scalar);
+    assert_eq!(
+        (a.qs[0].0[0], a.qs[0].0[1], a.qs[1].0[0], a.qs[1].0[1]),
+        (-32, -31, 1, 2)
+    );
+    let k = quantize(&x, 1, ActFormat::Q8K, Isa::Scalar);
+    assert_eq!(
+        (k.qs[0].0[0], k.qs[0].0[1], k.qs[1].0[0], k.qs[1].0[1]),
+        (32, 30, 0, -2)
+    );
+}
