@@ -8,5 +8,7 @@
 
 pub mod dtype;
 pub mod gguf;
+pub mod tokenizer;
 
 pub use dtype::DType;
+pub use tokenizer::{TokenStream, Tokenizer, TokenizerError};
