@@ -6,9 +6,11 @@
 //! tokenizer, chat template and sampler, and the [`device::Device`] trait with
 //! its budget [`ledger`].
 
+pub mod chat;
 pub mod dtype;
 pub mod gguf;
 pub mod tokenizer;
 
+pub use chat::{ChatError, ChatMessage, ChatTemplate, ContentPart};
 pub use dtype::DType;
 pub use tokenizer::{TokenStream, Tokenizer, TokenizerError};
