@@ -9,8 +9,10 @@
 pub mod chat;
 pub mod dtype;
 pub mod gguf;
+pub mod sampling;
 pub mod tokenizer;
 
 pub use chat::{ChatError, ChatMessage, ChatTemplate, ContentPart};
 pub use dtype::DType;
+pub use sampling::{Sampler, SamplerConfig};
 pub use tokenizer::{TokenStream, Tokenizer, TokenizerError};
