@@ -211,3 +211,9 @@ fn bad_metadata_is_a_typed_error() {
         })
     ));
 }
+
+#[test]
+fn shared_across_threads() {
+    fn check<T: Send + Sync>() {}
+    check::<ChatTemplate>();
+}

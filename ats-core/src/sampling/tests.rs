@@ -297,3 +297,9 @@ fn filters_match_the_plain_chain_on_large_vocabularies() {
         }
     }
 }
+
+#[test]
+fn movable_across_threads() {
+    fn check<T: Send + Sync>() {}
+    check::<Sampler>();
+}

@@ -135,69 +135,27 @@ impl Tokenizer {
         let mut notes = Vec::new();
 
         let unk_meta = opt_id(md, keys::UNK_ID, n)?;
-        let in_range = |id: u32| ((id as usize) < n).then_some(id);
-        let (model_kind, bpe, pre, default_add_bos, add_space_prefix, unk, default_bos_eos) =
-            match model_name {
-                "gpt2" => {
-                    let pre_name = match opt_str(md, keys::PRE)? {
-                        Some(p) => p,
-                        None => {
-                            notes.push(format!(
-                                "{} is absent: using llama.cpp's default pre-tokenizer; \
-                                 tokenization may differ from the model's own",
-                                keys::PRE
-                            ));
-                            "default"
-                        }
-                    };
-                    let spec = pretok::resolve(pre_name)?;
-                    let merges = string_array(md, keys::MERGES)?
-                        .ok_or(TokenizerError::MissingKey { key: keys::MERGES })?;
-                    let bpe = model::gpt2(&vocab, &merges, unk_meta, spec.ignore_merges)?;
-                    (
-                        TokenizerModel::Gpt2 { pre: spec.kind },
-                        bpe,
-                        Some(spec.kind.build()?),
-                        spec.default_add_bos,
-                        false,
-                        unk_meta,
-                        (None, None),
-                    )
-                }
-                "llama" => {
-                    let scores = vocab
-                        .scores
-                        .as_deref()
-                        .ok_or(TokenizerError::MissingKey { key: keys::SCORES })?;
-                    // SentencePiece's conventional ids: <unk>=0, <s>=1, </s>=2.
-                    let unk = unk_meta.or(in_range(0));
-                    let bpe = model::spm(&vocab, scores, unk)?;
-                    let space = opt_bool(md, keys::ADD_SPACE_PREFIX)?.unwrap_or(true);
-                    (
-                        TokenizerModel::Llama,
-                        bpe,
-                        None,
-                        true,
-                        space,
-                        unk,
-                        (in_range(1), in_range(2)),
-                    )
-                }
-                other => return Err(TokenizerError::UnsupportedModel(other.to_string())),
-            };
+        let fam = match model_name {
+            "gpt2" => Family::gpt2(md, &vocab, unk_meta, &mut notes)?,
+            "llama" => Family::llama(md, &vocab, unk_meta)?,
+            other => return Err(TokenizerError::UnsupportedModel(other.to_string())),
+        };
+        let (model_kind, bpe, pre, add_space_prefix, unk) =
+            (fam.kind, fam.bpe, fam.pre, fam.add_space_prefix, fam.unk);
 
-        let bos = opt_id(md, keys::BOS_ID, n)?.or(default_bos_eos.0);
-        let eos = opt_id(md, keys::EOS_ID, n)?.or(default_bos_eos.1);
+        let bos = opt_id(md, keys::BOS_ID, n)?.or(fam.default_bos);
+        let eos = opt_id(md, keys::EOS_ID, n)?.or(fam.default_eos);
         let eom = opt_id(md, keys::EOM_ID, n)?;
         let pad = opt_id(md, keys::PAD_ID, n)?;
-        let _sep = opt_id(md, keys::SEP_ID, n)?;
+        // Not used, but a broken value is still a broken file.
+        opt_id(md, keys::SEP_ID, n)?;
         let eot = match opt_id(md, keys::EOT_ID, n)? {
             Some(id) => Some(id),
             None => EOT_TEXTS
                 .iter()
                 .find_map(|t| vocab.by_text.get(*t).copied()),
         };
-        let add_bos = opt_bool(md, keys::ADD_BOS)?.unwrap_or(default_add_bos);
+        let add_bos = opt_bool(md, keys::ADD_BOS)?.unwrap_or(fam.default_add_bos);
         let add_eos = opt_bool(md, keys::ADD_EOS)?.unwrap_or(false);
         if add_bos && bos.is_none() {
             return Err(TokenizerError::bad(
@@ -458,6 +416,72 @@ impl Tokenizer {
     /// pre-tokenizer name, ...), for the caller to show the user.
     pub fn notes(&self) -> &[String] {
         &self.notes
+    }
+}
+
+/// What differs between the `gpt2` and `llama` families.
+struct Family {
+    kind: TokenizerModel,
+    bpe: BPE,
+    pre: Option<PreTokenizerWrapper>,
+    default_add_bos: bool,
+    add_space_prefix: bool,
+    unk: Option<u32>,
+    default_bos: Option<u32>,
+    default_eos: Option<u32>,
+}
+
+impl Family {
+    fn gpt2(
+        md: &Metadata,
+        vocab: &Vocab,
+        unk: Option<u32>,
+        notes: &mut Vec<String>,
+    ) -> Result<Family, TokenizerError> {
+        let pre_name = match opt_str(md, keys::PRE)? {
+            Some(p) => p,
+            None => {
+                notes.push(format!(
+                    "{} is absent: using llama.cpp's default pre-tokenizer; \
+                     tokenization may differ from the model's own",
+                    keys::PRE
+                ));
+                "default"
+            }
+        };
+        let spec = pretok::resolve(pre_name)?;
+        let merges = string_array(md, keys::MERGES)?
+            .ok_or(TokenizerError::MissingKey { key: keys::MERGES })?;
+        Ok(Family {
+            kind: TokenizerModel::Gpt2 { pre: spec.kind },
+            bpe: model::gpt2(vocab, &merges, unk, spec.ignore_merges)?,
+            pre: Some(spec.kind.build()?),
+            default_add_bos: spec.default_add_bos,
+            add_space_prefix: false,
+            unk,
+            default_bos: None,
+            default_eos: None,
+        })
+    }
+
+    fn llama(md: &Metadata, vocab: &Vocab, unk: Option<u32>) -> Result<Family, TokenizerError> {
+        let scores = vocab
+            .scores
+            .as_deref()
+            .ok_or(TokenizerError::MissingKey { key: keys::SCORES })?;
+        // SentencePiece's conventional ids: <unk>=0, <s>=1, </s>=2.
+        let in_range = |id: u32| ((id as usize) < vocab.len()).then_some(id);
+        let unk = unk.or(in_range(0));
+        Ok(Family {
+            kind: TokenizerModel::Llama,
+            bpe: model::spm(vocab, scores, unk)?,
+            pre: None,
+            default_add_bos: true,
+            add_space_prefix: opt_bool(md, keys::ADD_SPACE_PREFIX)?.unwrap_or(true),
+            unk,
+            default_bos: in_range(1),
+            default_eos: in_range(2),
+        })
     }
 }
 

@@ -5,7 +5,9 @@
 use super::Tokenizer;
 use super::error::TokenizerError;
 
-/// Turns generated token ids into text, one token at a time.
+/// Turns generated token ids into text, one token at a time. Special tokens
+/// come out as their text: stop on [`Tokenizer::is_eog`] before pushing an
+/// end-of-generation token if it should not be shown.
 #[derive(Debug)]
 pub struct TokenStream<'a> {
     tokenizer: &'a Tokenizer,

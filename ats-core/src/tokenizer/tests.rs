@@ -602,3 +602,17 @@ fn eog_by_name_and_fim_keys() {
     assert_eq!(t.eot_id(), Some(256));
     assert!(!t.is_eog(258));
 }
+
+#[test]
+fn shared_across_threads() {
+    fn check<T: Send + Sync>() {}
+    check::<Tokenizer>();
+    // Encoding from several threads at once gives the same ids.
+    let t = gpt2();
+    let want = t.encode(" the is this", false, false).unwrap();
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| assert_eq!(t.encode(" the is this", false, false).unwrap(), want));
+        }
+    });
+}
