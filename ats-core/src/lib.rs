@@ -6,15 +6,21 @@
 //! tokenizer, chat template and sampler, and the [`device::Device`] trait with
 //! its budget [`ledger`].
 
+pub mod chat;
+pub mod device;
 pub mod dtype;
 pub mod gguf;
-pub mod quant;
-
-pub use dtype::DType;
-pub mod device;
 pub mod graph;
 pub mod ledger;
 pub mod models;
 pub mod names;
+pub mod quant;
 pub mod round;
+pub mod sampling;
 pub mod spec;
+pub mod tokenizer;
+
+pub use chat::{ChatError, ChatMessage, ChatTemplate, ContentPart};
+pub use dtype::DType;
+pub use sampling::{Sampler, SamplerConfig};
+pub use tokenizer::{TokenStream, Tokenizer, TokenizerError};

@@ -1,0 +1,61 @@
+//! Errors of the tokenizer.
+
+/// Why a tokenizer cannot be built from GGUF metadata, or cannot encode or
+/// decode. Metadata problems name the key.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenizerError {
+    /// A required metadata key is absent.
+    #[error("tokenizer metadata: missing key {key:?}")]
+    MissingKey {
+        /// The GGUF key.
+        key: &'static str,
+    },
+    /// A key holds a value of the wrong type or an invalid value.
+    #[error("tokenizer metadata: key {key:?}: {problem}")]
+    BadKey {
+        /// The GGUF key.
+        key: &'static str,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// `tokenizer.ggml.model` names a tokenizer ATS does not implement.
+    #[error(
+        "tokenizer metadata: tokenizer.ggml.model {0:?} is not supported (supported: \"gpt2\", \"llama\")"
+    )]
+    UnsupportedModel(String),
+    /// `tokenizer.ggml.pre` names a pre-tokenizer ATS does not know.
+    #[error(
+        "tokenizer metadata: tokenizer.ggml.pre {0:?} is not a known pre-tokenizer (known: {known})",
+        known = super::pretok::KNOWN_NAMES.join(", ")
+    )]
+    UnknownPreTokenizer(String),
+    /// The `tokenizers` crate rejected the model or the input.
+    #[error("tokenizer: {0}")]
+    Backend(String),
+    /// Part of the input has no token (no byte tokens, no unknown token).
+    #[error(
+        "tokenizer: text {snippet:?} has a character this vocabulary cannot spell \
+         (no token for one of its bytes, and no unknown token)"
+    )]
+    Unrepresentable {
+        /// The piece of text that could not be encoded.
+        snippet: String,
+    },
+    /// A token id outside the vocabulary was given.
+    #[error("token id {id} is outside the vocabulary of {vocab_size} tokens")]
+    BadTokenId {
+        /// The id.
+        id: u32,
+        /// The vocabulary size.
+        vocab_size: usize,
+    },
+}
+
+impl TokenizerError {
+    pub(crate) fn bad(key: &'static str, problem: impl Into<String>) -> Self {
+        TokenizerError::BadKey {
+            key,
+            problem: problem.into(),
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! Streaming detokenization: text comes out as soon as it is complete UTF-8,
+//! so a character split across tokens (byte tokens, byte-level pieces of an
+//! emoji) is never printed in halves.
+
+use super::Tokenizer;
+use super::error::TokenizerError;
+
+/// Turns generated token ids into text, one token at a time. Special tokens
+/// come out as their text: stop on [`Tokenizer::is_eog`] before pushing an
+/// end-of-generation token if it should not be shown.
+#[derive(Debug)]
+pub struct TokenStream<'a> {
+    tokenizer: &'a Tokenizer,
+    /// Bytes of an incomplete UTF-8 character (at most 3).
+    pending: Vec<u8>,
+}
+
+impl<'a> TokenStream<'a> {
+    /// A stream with nothing pending.
+    pub fn new(tokenizer: &'a Tokenizer) -> Self {
+        TokenStream {
+            tokenizer,
+            pending: Vec::new(),
+        }
+    }
+
+    /// Adds a token; returns the text completed by it (possibly empty).
+    /// Bytes that can never become valid UTF-8 come out as U+FFFD.
+    pub fn push(&mut self, id: u32) -> Result<String, TokenizerError> {
+        self.pending
+            .extend_from_slice(self.tokenizer.token_to_piece(id)?);
+        let mut out = String::new();
+        let mut start = 0;
+        loop {
+            match std::str::from_utf8(&self.pending[start..]) {
+                Ok(s) => {
+                    out.push_str(s);
+                    start = self.pending.len();
+                    break;
+                }
+                Err(e) => {
+                    let valid = start + e.valid_up_to();
+                    // Valid by construction: `from_utf8` checked it.
+                    out.push_str(std::str::from_utf8(&self.pending[start..valid]).unwrap_or(""));
+                    match e.error_len() {
+                        // Invalid bytes: replace them and go on.
+                        Some(n) => {
+                            out.push(char::REPLACEMENT_CHARACTER);
+                            start = valid + n;
+                        }
+                        // An incomplete character at the end: wait for more.
+                        None => {
+                            start = valid;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        self.pending.drain(..start);
+        Ok(out)
+    }
+
+    /// Whether bytes of an unfinished character are held back.
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Ends the stream: whatever is held back, as U+FFFD.
+    pub fn finish(self) -> String {
+        String::from_utf8_lossy(&self.pending).into_owned()
+    }
+}
