@@ -1,5 +1,14 @@
 //! `ats-sched`: scheduling weight tensors between CPU and GPU.
 //!
-//! The [`exec`] module runs a placement across devices.
+//! The planning algorithms, over small abstract inputs: static placement of
+//! resident weights ([`placement`]), the per-round dynamic transfer plan
+//! ([`dynamic`]), token tiers ([`tiers`]) and the load-aware re-scheduling
+//! trigger ([`rescheduler`]), with brute-force references ([`brute`]). The
+//! executor runs a placement across devices ([`exec`]).
 
+pub mod brute;
+pub mod dynamic;
 pub mod exec;
+pub mod placement;
+pub mod rescheduler;
+pub mod tiers;
