@@ -18,6 +18,7 @@ pub mod quant;
 pub mod round;
 pub mod sampling;
 pub mod spec;
+pub mod synth;
 pub mod tokenizer;
 
 pub use chat::{ChatError, ChatMessage, ChatTemplate, ContentPart};

@@ -10,5 +10,8 @@ pub mod brute;
 pub mod dynamic;
 pub mod exec;
 pub mod placement;
+pub mod profile;
 pub mod rescheduler;
+pub mod sim;
+pub mod size;
 pub mod tiers;

@@ -1,1 +1,114 @@
-//! Helpers shared by the workspace integration tests.
+//! Helpers shared by the workspace integration tests: where the fixtures
+//! are, reading reference arrays, comparing logits.
+
+use std::path::PathBuf;
+
+use safetensors::SafeTensors;
+
+/// `../shared/fixtures` beside the workspace root.
+pub fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures")
+}
+
+/// The directory models are fetched into (`$ATS_MODELS` or `~/.cache/ats/models`).
+pub fn models_dir() -> PathBuf {
+    std::env::var_os("ATS_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/ats/models")
+        })
+}
+
+/// SmolLM2-135M-Instruct Q4_1, fetched with `../shared/scripts/fetch-smollm2.sh`
+/// when absent; `None` (after printing why) when it cannot be had.
+pub fn smollm2() -> Option<PathBuf> {
+    let p = models_dir().join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    if p.exists() {
+        return Some(p);
+    }
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/scripts/fetch-smollm2.sh");
+    let ok = std::process::Command::new("bash")
+        .arg(&script)
+        .arg(models_dir())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if ok && p.exists() {
+        Some(p)
+    } else {
+        eprintln!(
+            "skipping: SmolLM2 is not available and {} could not fetch it",
+            script.display()
+        );
+        None
+    }
+}
+
+/// A reference file's arrays.
+pub struct Reference {
+    bytes: Vec<u8>,
+}
+
+impl Reference {
+    /// Reads `fixtures/<dir>/reference.safetensors` (or another file under fixtures).
+    pub fn open(rel: &str) -> Reference {
+        let p = fixtures().join(rel);
+        Reference {
+            bytes: std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
+        }
+    }
+
+    fn st(&self) -> SafeTensors<'_> {
+        SafeTensors::deserialize(&self.bytes).expect("valid safetensors")
+    }
+
+    /// An F32 array and its shape.
+    pub fn f32(&self, name: &str) -> (Vec<f32>, Vec<usize>) {
+        let st = self.st();
+        let t = st
+            .tensor(name)
+            .unwrap_or_else(|_| panic!("no array {name}"));
+        let v = t
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        (v, t.shape().to_vec())
+    }
+
+    /// An I64 array and its shape.
+    pub fn i64(&self, name: &str) -> (Vec<i64>, Vec<usize>) {
+        let st = self.st();
+        let t = st
+            .tensor(name)
+            .unwrap_or_else(|_| panic!("no array {name}"));
+        let v = t
+            .data()
+            .chunks_exact(8)
+            .map(|b| i64::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        (v, t.shape().to_vec())
+    }
+
+    /// An I64 array as token ids.
+    pub fn ids(&self, name: &str) -> Vec<u32> {
+        self.i64(name).0.into_iter().map(|x| x as u32).collect()
+    }
+}
+
+/// The largest absolute difference.
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "length mismatch");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+/// Index of the largest value.
+pub fn argmax(v: &[f32]) -> usize {
+    v.iter()
+        .enumerate()
+        .fold(0, |best, (i, &x)| if x > v[best] { i } else { best })
+}

@@ -95,6 +95,9 @@ pub struct Executor {
     act: Vec<Vec<Buffer>>,
     schedules: HashMap<(usize, usize), Arc<Schedule>>,
     last_stats: RoundStats,
+    /// Synchronise after every node and time it on the host (profiling:
+    /// costs a wait per node, so only micro-benchmarks turn it on).
+    pub profile_nodes: bool,
 }
 
 impl std::fmt::Debug for Executor {
@@ -130,6 +133,7 @@ impl Executor {
             act: vec![Vec::new(); devices.len()],
             schedules: HashMap::new(),
             last_stats: RoundStats::default(),
+            profile_nodes: false,
             plan: ExecPlan::all_cpu(&graph),
             graph,
             host,
@@ -477,7 +481,10 @@ impl Executor {
                     };
                     let t = Instant::now();
                     dev.run(&args)?;
-                    if !dev.supports_async() {
+                    if self.profile_nodes {
+                        dev.synchronize()?;
+                    }
+                    if self.profile_nodes || !dev.supports_async() {
                         stats.node_secs.push((*node, t.elapsed().as_secs_f64()));
                     }
                     // slots whose last reader just ran can take their next weight

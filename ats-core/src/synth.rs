@@ -1,0 +1,414 @@
+//! Synthetic models: GGUF files of a real architecture's shapes filled with
+//! random but numerically sane quantised weights, written block by block
+//! without a float intermediate, so an 8B model takes seconds. They exist for
+//! benchmarks and planner experiments (there is no model hub here); they carry
+//! no tokenizer, so they run from token ids.
+
+use std::io::{self, Write};
+use std::path::Path;
+
+use half::f16;
+
+use crate::dtype::DType;
+use crate::gguf::{GgufWriter, TensorSpec, Value};
+use crate::names::{self, hp, tensor as t};
+
+/// The shape of a synthetic model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SynthSpec {
+    /// Architecture name (`llama`, `qwen3`, `qwen3moe`).
+    pub arch: String,
+    /// Hidden size.
+    pub n_embd: usize,
+    /// Blocks.
+    pub n_layer: usize,
+    /// Query heads.
+    pub n_head: usize,
+    /// KV heads.
+    pub n_head_kv: usize,
+    /// Head size.
+    pub head_dim: usize,
+    /// Dense FFN size.
+    pub n_ff: usize,
+    /// Vocabulary.
+    pub n_vocab: usize,
+    /// Experts (0: dense).
+    pub n_expert: usize,
+    /// Experts per token.
+    pub n_expert_used: usize,
+    /// Expert FFN size.
+    pub n_ff_expert: usize,
+    /// Whether the output projection is the embedding table.
+    pub tied: bool,
+    /// Type of most matrices.
+    pub main_type: DType,
+    /// Type of attn_v, ffn_down and the output projection (llama.cpp's Q4_K_M gives them more bits).
+    pub more_bits_type: DType,
+}
+
+impl SynthSpec {
+    /// Named presets: `llama-1b` (Llama 3.2 1B shapes), `llama-8b` (Llama 3 8B),
+    /// `qwen3-8b`, `qwen3-30b-a3b` (the MoE), `tiny` (tests), all Q4_K_M-like.
+    pub fn preset(name: &str) -> Option<SynthSpec> {
+        let base = SynthSpec {
+            arch: "llama".into(),
+            n_embd: 2048,
+            n_layer: 16,
+            n_head: 32,
+            n_head_kv: 8,
+            head_dim: 64,
+            n_ff: 8192,
+            n_vocab: 128256,
+            n_expert: 0,
+            n_expert_used: 0,
+            n_ff_expert: 0,
+            tied: true,
+            main_type: DType::Q4K,
+            more_bits_type: DType::Q6K,
+        };
+        Some(match name {
+            "llama-1b" => base,
+            "llama-8b" => SynthSpec {
+                n_embd: 4096,
+                n_layer: 32,
+                head_dim: 128,
+                n_ff: 14336,
+                tied: false,
+                ..base
+            },
+            "qwen3-8b" => SynthSpec {
+                arch: "qwen3".into(),
+                n_embd: 4096,
+                n_layer: 36,
+                head_dim: 128,
+                n_ff: 12288,
+                n_vocab: 151936,
+                tied: false,
+                ..base
+            },
+            "qwen3-30b-a3b" => SynthSpec {
+                arch: "qwen3moe".into(),
+                n_embd: 2048,
+                n_layer: 48,
+                n_head: 32,
+                n_head_kv: 4,
+                head_dim: 128,
+                n_ff: 6144,
+                n_vocab: 151936,
+                n_expert: 128,
+                n_expert_used: 8,
+                n_ff_expert: 768,
+                tied: false,
+                ..base
+            },
+            "tiny" => SynthSpec {
+                n_embd: 256,
+                n_layer: 4,
+                n_head: 4,
+                n_head_kv: 2,
+                head_dim: 64,
+                n_ff: 512,
+                n_vocab: 1024,
+                ..base
+            },
+            _ => return None,
+        })
+    }
+
+    /// The preset names.
+    pub const PRESETS: [&'static str; 5] =
+        ["tiny", "llama-1b", "llama-8b", "qwen3-8b", "qwen3-30b-a3b"];
+
+    /// The tensors of the file, in order.
+    pub fn tensors(&self) -> Vec<TensorSpec> {
+        let (d, v) = (self.n_embd as u64, self.n_vocab as u64);
+        let (dq, dkv) = (
+            (self.n_head * self.head_dim) as u64,
+            (self.n_head_kv * self.head_dim) as u64,
+        );
+        let mut out = Vec::new();
+        let mut add =
+            |name: String, ne: Vec<u64>, dtype: DType| out.push(TensorSpec { name, ne, dtype });
+        add(t::TOKEN_EMBD.into(), vec![d, v], self.main_type);
+        for il in 0..self.n_layer {
+            let b = |n: &str| t::blk(il, n);
+            add(b(t::ATTN_NORM), vec![d], DType::F32);
+            add(b(t::ATTN_Q), vec![d, dq], self.main_type);
+            add(b(t::ATTN_K), vec![d, dkv], self.main_type);
+            add(b(t::ATTN_V), vec![d, dkv], self.more_bits_type);
+            if self.arch != "llama" {
+                add(b(t::ATTN_Q_NORM), vec![self.head_dim as u64], DType::F32);
+                add(b(t::ATTN_K_NORM), vec![self.head_dim as u64], DType::F32);
+            }
+            add(b(t::ATTN_OUT), vec![dq, d], self.main_type);
+            add(b(t::FFN_NORM), vec![d], DType::F32);
+            if self.n_expert > 0 {
+                let (e, f) = (self.n_expert as u64, self.n_ff_expert as u64);
+                add(b(t::FFN_GATE_INP), vec![d, e], DType::F32);
+                add(b(t::FFN_GATE_EXPS), vec![d, f, e], self.main_type);
+                add(b(t::FFN_UP_EXPS), vec![d, f, e], self.main_type);
+                add(b(t::FFN_DOWN_EXPS), vec![f, d, e], self.more_bits_type);
+            } else {
+                let f = self.n_ff as u64;
+                add(b(t::FFN_GATE), vec![d, f], self.main_type);
+                add(b(t::FFN_UP), vec![d, f], self.main_type);
+                add(b(t::FFN_DOWN), vec![f, d], self.more_bits_type);
+            }
+        }
+        add(t::OUTPUT_NORM.into(), vec![d], DType::F32);
+        if !self.tied {
+            add(t::OUTPUT.into(), vec![d, v], self.more_bits_type);
+        }
+        out
+    }
+
+    /// Total bytes of weights.
+    pub fn weight_bytes(&self) -> u64 {
+        self.tensors().iter().map(|t| t.bytes()).sum()
+    }
+
+    /// Parameters.
+    pub fn n_params(&self) -> u64 {
+        self.tensors()
+            .iter()
+            .map(|t| t.ne.iter().product::<u64>())
+            .sum()
+    }
+
+    /// The GGUF writer with metadata and tensor headers.
+    pub fn writer(&self) -> GgufWriter {
+        let mut w = GgufWriter::new();
+        let a = self.arch.as_str();
+        let k = |s: &str| format!("{a}.{s}");
+        w.kv(names::ARCH, Value::str(a));
+        w.kv(
+            names::NAME,
+            Value::str(format!("synthetic {a} (random weights)")),
+        );
+        w.kv(k(hp::CONTEXT_LENGTH), Value::U32(32768));
+        w.kv(k(hp::EMBEDDING_LENGTH), Value::U32(self.n_embd as u32));
+        w.kv(k(hp::BLOCK_COUNT), Value::U32(self.n_layer as u32));
+        w.kv(k(hp::FEED_FORWARD_LENGTH), Value::U32(self.n_ff as u32));
+        w.kv(k(hp::HEAD_COUNT), Value::U32(self.n_head as u32));
+        w.kv(k(hp::HEAD_COUNT_KV), Value::U32(self.n_head_kv as u32));
+        w.kv(k(hp::KEY_LENGTH), Value::U32(self.head_dim as u32));
+        w.kv(k(hp::VALUE_LENGTH), Value::U32(self.head_dim as u32));
+        w.kv(k(hp::RMS_EPS), Value::F32(1e-5));
+        w.kv(k(hp::ROPE_FREQ_BASE), Value::F32(500000.0));
+        if self.n_expert > 0 {
+            w.kv(k(hp::EXPERT_COUNT), Value::U32(self.n_expert as u32));
+            w.kv(
+                k(hp::EXPERT_USED_COUNT),
+                Value::U32(self.n_expert_used as u32),
+            );
+            w.kv(k(hp::EXPERT_FF_LENGTH), Value::U32(self.n_ff_expert as u32));
+        }
+        for ts in self.tensors() {
+            w.tensor(ts.name, ts.ne, ts.dtype);
+        }
+        w
+    }
+
+    /// Writes the model to `path`.
+    pub fn write(&self, path: &Path, seed: u64) -> io::Result<()> {
+        let f = std::fs::File::create(path)?;
+        let mut out = io::BufWriter::with_capacity(8 << 20, f);
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        self.writer().write(&mut out, |_, ts, w| {
+            let fan_in = ts.ne[0] as f32;
+            if ts.ne.len() == 1 {
+                // norm weights near one
+                let v: Vec<u8> = (0..ts.ne[0])
+                    .flat_map(|_| (1.0 + 0.05 * rng.sym()).to_le_bytes())
+                    .collect();
+                return w.write_all(&v);
+            }
+            let n_blocks = ts.bytes() / ts.dtype.type_size() as u64;
+            // weights ~ uniform(-a, a) with variance 1/fan_in
+            let a = (3.0 / fan_in).sqrt();
+            write_blocks(w, ts.dtype, n_blocks, a, &mut rng)
+        })?;
+        out.flush()
+    }
+}
+
+/// xorshift64*: fast, seeded, good enough for weights.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Uniform in [-1, 1).
+    fn sym(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+
+    fn fill(&mut self, buf: &mut [u8]) {
+        for c in buf.chunks_mut(8) {
+            let r = self.next().to_le_bytes();
+            c.copy_from_slice(&r[..c.len()]);
+        }
+    }
+}
+
+/// Random bytes of `n_elements` values of `dtype` (a whole number of blocks),
+/// spread over about `[-a, a]`: weights for micro-benchmarks and tests.
+pub fn random_tensor(dtype: DType, n_elements: usize, a: f32, seed: u64) -> Vec<u8> {
+    let n_blocks = n_elements / dtype.block_size();
+    let mut out = Vec::with_capacity(n_blocks * dtype.type_size());
+    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    write_blocks(&mut out, dtype, n_blocks as u64, a, &mut rng)
+        .expect("writing to a Vec cannot fail");
+    out
+}
+
+/// Writes `n` random blocks of `dtype` whose values spread over about [-a, a].
+fn write_blocks(w: &mut dyn Write, dtype: DType, n: u64, a: f32, rng: &mut Rng) -> io::Result<()> {
+    let ts = dtype.type_size();
+    let per_chunk = (1 << 20) / ts.max(1);
+    let mut buf = vec![0u8; per_chunk * ts];
+    let mut left = n as usize;
+    while left > 0 {
+        let k = left.min(per_chunk);
+        let chunk = &mut buf[..k * ts];
+        rng.fill(chunk);
+        for b in chunk.chunks_exact_mut(ts) {
+            // 10% jitter of the block scale keeps blocks distinct
+            let jitter = 1.0 + 0.1 * rng.sym();
+            fix_block(dtype, b, a * jitter);
+        }
+        w.write_all(chunk)?;
+        left -= k;
+    }
+    Ok(())
+}
+
+/// Overwrites the scale fields of a block of random bytes so its values lie in about [-a, a].
+fn fix_block(dtype: DType, b: &mut [u8], a: f32) {
+    let h = |x: f32| f16::from_f32(x).to_le_bytes();
+    match dtype {
+        DType::F32 => {
+            for c in b.chunks_exact_mut(4) {
+                let v = (u32::from_le_bytes([c[0], c[1], c[2], c[3]]) >> 8) as f32
+                    / (1 << 23) as f32
+                    * 2.0
+                    - 1.0;
+                c.copy_from_slice(&(v * a).to_le_bytes());
+            }
+        }
+        DType::F16 | DType::BF16 => {
+            for c in b.chunks_exact_mut(2) {
+                let v = (u16::from_le_bytes([c[0], c[1]]) as f32 / 65535.0 * 2.0 - 1.0) * a;
+                let bytes = if dtype == DType::F16 {
+                    h(v)
+                } else {
+                    half::bf16::from_f32(v).to_le_bytes()
+                };
+                c.copy_from_slice(&bytes);
+            }
+        }
+        // q in [-127, 127] (random bytes; -128 clamped)
+        DType::Q8_0 => {
+            b[..2].copy_from_slice(&h(a / 127.0));
+            for q in &mut b[2..] {
+                if *q == 0x80 {
+                    *q = 0x81;
+                }
+            }
+        }
+        // w = d (q - 8)
+        DType::Q4_0 => b[..2].copy_from_slice(&h(a / 8.0)),
+        // w = d q + m
+        DType::Q4_1 => {
+            b[..2].copy_from_slice(&h(a / 7.5));
+            b[2..4].copy_from_slice(&h(-a));
+        }
+        DType::Q5_0 => b[..2].copy_from_slice(&h(a / 16.0)),
+        DType::Q5_1 => {
+            b[..2].copy_from_slice(&h(a / 15.5));
+            b[2..4].copy_from_slice(&h(-a));
+        }
+        // w = d sc q - dmin m, sc = m = 32 everywhere (the packed 6-bit layout)
+        DType::Q4K | DType::Q5K => {
+            let qmax = if dtype == DType::Q4K { 15.0 } else { 31.0 };
+            let d = a / (32.0 * qmax / 2.0);
+            b[..2].copy_from_slice(&h(d));
+            b[2..4].copy_from_slice(&h(d * qmax / 2.0));
+            b[4..8].fill(0xA0);
+            b[8..12].fill(0xA0);
+            b[12..16].fill(0x00);
+        }
+        // w = d sc (q - 32), sc = 16
+        DType::Q6K => {
+            b[192..208].fill(16);
+            b[208..210].copy_from_slice(&h(a / 512.0));
+        }
+        // w = d sc (q - 4) with sc the low nibble of 16 sub-block bytes
+        DType::Q3K => {
+            b[96..108].fill(0x88);
+            b[108..110].copy_from_slice(&h(a / 16.0));
+        }
+        // w = d sc q - dmin m with 4-bit sc/m
+        DType::Q2K => {
+            b[..16].fill(0x88);
+            b[80..82].copy_from_slice(&h(a / 12.0));
+            b[82..84].copy_from_slice(&h(a / 8.0));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::ModelSpec;
+
+    #[test]
+    fn tiny_synthetic_model_loads_and_has_sane_weights() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tiny.gguf");
+        let spec = SynthSpec::preset("tiny").unwrap();
+        spec.write(&path, 7).unwrap();
+        let m = ModelSpec::open(&path).unwrap();
+        assert_eq!(m.hp.n_layer, 4);
+        assert_eq!(m.gguf.tensors().len(), spec.tensors().len());
+        let g = m.graph().unwrap();
+        assert_eq!(g.weight_bytes(), spec.weight_bytes());
+        for name in [
+            "blk.0.attn_q.weight",
+            "blk.3.ffn_down.weight",
+            "token_embd.weight",
+        ] {
+            let t = m.gguf.tensor(name).unwrap();
+            let vals = crate::quant::dequantize(
+                t.dtype().unwrap(),
+                m.gguf.tensor_data(t),
+                t.n_elements() as usize,
+            )
+            .unwrap();
+            let var = vals.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / vals.len() as f64;
+            let want = 1.0 / t.ne[0] as f64;
+            assert!(vals.iter().all(|v| v.is_finite()));
+            assert!(
+                var > want * 0.3 && var < want * 3.0,
+                "{name}: variance {var}, want about {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn presets_have_the_advertised_sizes() {
+        let p = SynthSpec::preset("llama-8b").unwrap();
+        let n = p.n_params() as f64 / 1e9;
+        assert!((7.9..8.2).contains(&n), "{n}");
+        let moe = SynthSpec::preset("qwen3-30b-a3b").unwrap();
+        let n = moe.n_params() as f64 / 1e9;
+        assert!((30.0..31.0).contains(&n), "{n}");
+        let one = SynthSpec::preset("llama-1b").unwrap();
+        assert!((1.2..1.3).contains(&(one.n_params() as f64 / 1e9)));
+    }
+}

@@ -1,0 +1,320 @@
+//! Every graph op on the CPU: argument plumbing here, one kernel per file.
+
+pub mod attention;
+pub mod elementwise;
+pub mod embed;
+pub mod moe;
+pub mod norm;
+pub mod rope;
+pub mod rows;
+pub mod vec;
+
+use std::borrow::Cow;
+use std::sync::RwLockReadGuard;
+
+use ats_core::device::{DeviceError, KvType, NodeArgs, WeightArg, WeightData};
+use ats_core::dtype::DType;
+use ats_core::graph::{GeluKind, Mask, Op};
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+
+use crate::matmul::{Isa, WeightMatrix, matmul};
+use crate::storage::cpu_storage;
+use attention::{AttnShape, KeyRange, KvRows};
+
+/// A weight's bytes: borrowed host memory or a locked CPU buffer.
+enum Bytes<'a> {
+    Host(&'a [u8]),
+    Buffer(RwLockReadGuard<'a, Vec<f32>>),
+}
+
+impl Bytes<'_> {
+    fn get(&self) -> &[u8] {
+        match self {
+            Bytes::Host(b) => b,
+            Bytes::Buffer(g) => bytemuck::cast_slice(&g[..]),
+        }
+    }
+}
+
+/// Runs one node on the calling thread (kernels fan out over the current rayon pool).
+pub(crate) fn run(args: &NodeArgs<'_>, isa: Isa, device: &str) -> Result<(), DeviceError> {
+    let node = args.node;
+    let err = |message: String| DeviceError::Node {
+        device: device.to_string(),
+        node: node.name.clone(),
+        message,
+    };
+    let g = args.graph;
+    let round = args.round;
+    let n_outputs = round.output_rows.len();
+    let rows_of = |v: usize| g.values[v].rows.resolve(round.n_rows, n_outputs);
+    let len_of = |v: usize| rows_of(v) * g.values[v].cols;
+
+    fn storage<'b>(
+        b: &'b ats_core::device::Buffer,
+        err: &dyn Fn(String) -> DeviceError,
+    ) -> Result<&'b crate::storage::CpuStorage, DeviceError> {
+        cpu_storage(b).ok_or_else(|| err(format!("buffer on {} is not CPU memory", b.device())))
+    }
+    let storage = |b| storage(b, &err);
+    if args.inputs.iter().any(|b| b.same(args.output)) {
+        return Err(err("output buffer aliases an input".into()));
+    }
+    let in_guards = args
+        .inputs
+        .iter()
+        .map(|b| storage(b).map(|s| s.read()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut inputs: Vec<&[f32]> = Vec::with_capacity(in_guards.len());
+    for (i, gd) in in_guards.iter().enumerate() {
+        let v = node
+            .inputs
+            .get(i)
+            .copied()
+            .ok_or_else(|| err("more buffers than inputs".into()))?;
+        let n = len_of(v);
+        if gd.len() < n {
+            return Err(err(format!(
+                "input {i} buffer holds {} values, needs {n}",
+                gd.len()
+            )));
+        }
+        inputs.push(&gd[..n]);
+    }
+    let w_guards = args
+        .weights
+        .iter()
+        .map(|w| match &w.data {
+            WeightData::Host(b) => Ok(Bytes::Host(b)),
+            WeightData::Device(b) => storage(b).map(|s| Bytes::Buffer(s.read())),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let wbytes = |i: usize| -> Result<(&[u8], &WeightArg<'_>), DeviceError> {
+        let a = args
+            .weights
+            .get(i)
+            .ok_or_else(|| err(format!("missing weight {i}")))?;
+        let b = w_guards[i].get();
+        if (b.len() as u64) < a.info.bytes {
+            return Err(err(format!(
+                "weight {} has {} of {} bytes",
+                a.info.name,
+                b.len(),
+                a.info.bytes
+            )));
+        }
+        Ok((&b[..a.info.bytes as usize], a))
+    };
+    let wf32 = |i: usize| -> Result<Cow<'_, [f32]>, DeviceError> {
+        let (b, a) = wbytes(i)?;
+        as_f32(b, a.info.dtype).map_err(err)
+    };
+
+    let mut out_guard = storage(args.output)?.write();
+    let n_out = len_of(node.output);
+    if out_guard.len() < n_out {
+        return Err(err(format!(
+            "output buffer holds {} values, needs {n_out}",
+            out_guard.len()
+        )));
+    }
+    let out = &mut out_guard[..n_out];
+    let cols = g.values[node.output].cols;
+    let input = |i: usize| -> Result<&[f32], DeviceError> {
+        inputs
+            .get(i)
+            .copied()
+            .ok_or_else(|| err(format!("missing input {i}")))
+    };
+
+    match &node.op {
+        Op::Embed => {
+            let (table, a) = wbytes(0)?;
+            embed::embed(table, a.info.dtype, cols, &round.tokens, out).map_err(err)?;
+            if let Some(ov) = &round.embed_override {
+                for (k, &r) in ov.rows.iter().enumerate() {
+                    let src = ov
+                        .data
+                        .get(k * cols..(k + 1) * cols)
+                        .ok_or_else(|| err("embedding override too short".into()))?;
+                    out.get_mut(r * cols..(r + 1) * cols)
+                        .ok_or_else(|| {
+                            err(format!("embedding override row {r} outside the round"))
+                        })?
+                        .copy_from_slice(src);
+                }
+            }
+        }
+        Op::RmsNorm { eps, group } => norm::rms_norm(input(0)?, &wf32(0)?, out, *group, *eps),
+        Op::LayerNorm { eps } => norm::layer_norm(input(0)?, &wf32(0)?, &wf32(1)?, out, cols, *eps),
+        Op::MatMul => {
+            let (w, a) = wbytes(0)?;
+            let m = WeightMatrix {
+                dtype: a.info.dtype,
+                rows: a.info.rows(),
+                cols: a.info.cols(),
+                data: w,
+            };
+            let x = input(0)?;
+            matmul(&m, x, x.len() / m.cols, out, isa).map_err(|e| err(e.to_string()))?;
+            if args.weights.len() > 1 {
+                let b = wf32(1)?;
+                for row in out.chunks_exact_mut(cols) {
+                    for (o, &bb) in row.iter_mut().zip(b.iter()) {
+                        *o += bb;
+                    }
+                }
+            }
+        }
+        Op::Add => elementwise::add(input(0)?, input(1)?, out),
+        Op::Mul => elementwise::mul(input(0)?, input(1)?, out),
+        Op::SwiGlu => elementwise::swiglu(input(0)?, input(1)?, out),
+        Op::Gelu(kind) => {
+            let f = match kind {
+                GeluKind::Erf => elementwise::gelu_erf,
+                GeluKind::Tanh => elementwise::gelu_tanh,
+                GeluKind::Quick => elementwise::gelu_quick,
+            };
+            for (o, &x) in out.iter_mut().zip(input(0)?) {
+                *o = f(x);
+            }
+        }
+        Op::Rope(spec) => {
+            out.copy_from_slice(input(0)?);
+            if round.positions.len() < rows_of(node.output) {
+                return Err(err(format!(
+                    "{} positions for {} rows",
+                    round.positions.len(),
+                    rows_of(node.output)
+                )));
+            }
+            let factors = if args.weights.is_empty() {
+                None
+            } else {
+                Some(wf32(0)?)
+            };
+            rope::rope(out, spec, &round.positions, factors.as_deref());
+        }
+        Op::Attention(spec) => {
+            let (q, k, v) = (input(0)?, input(1)?, input(2)?);
+            let n = rows_of(node.output);
+            let kv_w = spec.n_kv_heads * spec.head_dim;
+            let range = match spec.mask {
+                Mask::Causal => KeyRange::Causal { offset: round.past },
+                Mask::Full => KeyRange::Full,
+                Mask::Segments => KeyRange::Segments {
+                    bounds: &round.segments[1.min(round.segments.len())..],
+                },
+            };
+            let mut shape = AttnShape {
+                n_heads: spec.n_heads,
+                n_kv_heads: spec.n_kv_heads,
+                head_dim: spec.head_dim,
+                scale: spec.scale,
+                n_queries: n,
+                n_keys: n,
+            };
+            match (&spec.cache, &args.kv) {
+                (None, _) => attention::flash_attention(q, KvRows::F32 { k, v }, range, out, shape),
+                (Some(_), Some(kv)) => {
+                    let total = round.past + n;
+                    if total > kv.capacity {
+                        return Err(err(format!(
+                            "context of {total} tokens exceeds the KV cache of {}",
+                            kv.capacity
+                        )));
+                    }
+                    let (ks, vs) = (storage(kv.k)?, storage(kv.v)?);
+                    append_kv(ks, kv.dtype, round.past * kv_w, k);
+                    append_kv(vs, kv.dtype, round.past * kv_w, v);
+                    let (kg, vg) = (ks.read(), vs.read());
+                    shape.n_keys = total;
+                    let rows = match kv.dtype {
+                        KvType::F32 => KvRows::F32 {
+                            k: &kg[..total * kv_w],
+                            v: &vg[..total * kv_w],
+                        },
+                        KvType::F16 => {
+                            let kh: &[f16] = bytemuck::cast_slice(&kg[..]);
+                            let vh: &[f16] = bytemuck::cast_slice(&vg[..]);
+                            KvRows::F16 {
+                                k: &kh[..total * kv_w],
+                                v: &vh[..total * kv_w],
+                            }
+                        }
+                    };
+                    attention::flash_attention(q, rows, range, out, shape);
+                }
+                (Some(_), None) => return Err(err("attention needs its KV cache".into())),
+            }
+        }
+        Op::MoeRouter {
+            n_expert,
+            top_k,
+            norm_topk,
+        } => {
+            let (w, a) = wbytes(0)?;
+            let m = WeightMatrix {
+                dtype: a.info.dtype,
+                rows: *n_expert,
+                cols: a.info.cols(),
+                data: w,
+            };
+            let x = input(0)?;
+            let n = x.len() / m.cols;
+            let mut logits = vec![0.0; n * n_expert];
+            matmul(&m, x, n, &mut logits, isa).map_err(|e| err(e.to_string()))?;
+            moe::route(&logits, *n_expert, *top_k, *norm_topk, out);
+        }
+        Op::MoeExperts { n_expert, top_k } => {
+            let (gb, ga) = wbytes(0)?;
+            let (ub, ua) = wbytes(1)?;
+            let (db, da) = wbytes(2)?;
+            let w = moe::Experts {
+                gate: (gb, ga.info.dtype),
+                up: (ub, ua.info.dtype),
+                down: (db, da.info.dtype),
+                n_expert: *n_expert,
+                n_embd: ga.info.cols(),
+                n_ff: ga.info.rows(),
+            };
+            moe::experts(input(0)?, input(1)?, *top_k, &w, out, isa)
+                .map_err(|e| err(e.to_string()))?;
+        }
+        Op::SelectRows => {
+            if round.output_rows.iter().any(|&r| r >= round.n_rows) {
+                return Err(err("an output row lies outside the round".into()));
+            }
+            rows::select_rows(input(0)?, &round.output_rows, cols, out)
+        }
+        Op::PermuteRows { group, perm } => rows::permute_rows(input(0)?, perm, *group, cols, out),
+        Op::MergeRows { .. } => out.copy_from_slice(input(0)?),
+    }
+    Ok(())
+}
+
+/// Writes this round's key or value rows into the cache at `offset` elements.
+fn append_kv(s: &crate::storage::CpuStorage, dtype: KvType, offset: usize, rows: &[f32]) {
+    let mut g = s.write();
+    match dtype {
+        KvType::F32 => g[offset..offset + rows.len()].copy_from_slice(rows),
+        KvType::F16 => {
+            let h: &mut [f16] = bytemuck::cast_slice_mut(&mut g[..]);
+            h[offset..offset + rows.len()].convert_from_f32_slice(rows);
+        }
+    }
+}
+
+/// A weight as f32 values: borrowed when it is aligned F32, dequantised otherwise.
+fn as_f32(b: &[u8], dtype: DType) -> Result<Cow<'_, [f32]>, String> {
+    if dtype == DType::F32 {
+        if let Ok(s) = bytemuck::try_cast_slice::<u8, f32>(b) {
+            return Ok(Cow::Borrowed(s));
+        }
+    }
+    let n = b.len() / dtype.type_size() * dtype.block_size();
+    ats_core::quant::dequantize(dtype, b, n)
+        .map(Cow::Owned)
+        .map_err(|e| e.to_string())
+}

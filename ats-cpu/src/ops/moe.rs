@@ -1,0 +1,155 @@
+//! Mixture-of-experts routing and routed SwiGLU experts.
+
+use crate::matmul::{Isa, MatmulError, WeightMatrix, matmul};
+use ats_core::dtype::DType;
+
+use super::elementwise::swiglu;
+
+/// Softmax over each row of router logits, top-k (ties to the lower id),
+/// optional renormalisation. Writes `top_k` ids (as f32) then `top_k` weights per row.
+pub fn route(logits: &[f32], n_expert: usize, top_k: usize, norm: bool, out: &mut [f32]) {
+    for (row, o) in logits
+        .chunks_exact(n_expert)
+        .zip(out.chunks_exact_mut(2 * top_k))
+    {
+        let mx = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+        let e: Vec<f32> = row.iter().map(|&x| (x - mx).exp()).collect();
+        let z: f32 = e.iter().sum();
+        let mut idx: Vec<usize> = (0..n_expert).collect();
+        // NaN-safe total order: a NaN probability sorts last
+        idx.sort_by(|&a, &b| {
+            e[b].partial_cmp(&e[a])
+                .unwrap_or(std::cmp::Ordering::Equal)
+                .then(a.cmp(&b))
+        });
+        let sel = &idx[..top_k];
+        let sum: f32 = sel.iter().map(|&i| e[i] / z).sum();
+        for (k, &i) in sel.iter().enumerate() {
+            o[k] = i as f32;
+            let p = e[i] / z;
+            o[top_k + k] = if norm && sum > 0.0 { p / sum } else { p };
+        }
+    }
+}
+
+/// The stacked expert weights of one layer: `[n_expert, rows, cols]` each.
+#[derive(Clone, Copy, Debug)]
+pub struct Experts<'a> {
+    /// Gate projections (`n_ff x n_embd` each).
+    pub gate: (&'a [u8], DType),
+    /// Up projections.
+    pub up: (&'a [u8], DType),
+    /// Down projections (`n_embd x n_ff` each).
+    pub down: (&'a [u8], DType),
+    /// Experts.
+    pub n_expert: usize,
+    /// Hidden size.
+    pub n_embd: usize,
+    /// Expert FFN size.
+    pub n_ff: usize,
+}
+
+fn expert_matrix(
+    data: &[u8],
+    dtype: DType,
+    e: usize,
+    n_expert: usize,
+    rows: usize,
+    cols: usize,
+) -> WeightMatrix<'_> {
+    let per = data.len() / n_expert;
+    WeightMatrix {
+        dtype,
+        rows,
+        cols,
+        data: &data[e * per..(e + 1) * per],
+    }
+}
+
+/// `out[t] = sum_k w[t,k] * down_e(silu(gate_e x[t]) * up_e x[t])` for the
+/// routed experts `e = ids[t,k]`; tokens are gathered per expert so each
+/// expert's weights are read once per call.
+pub fn experts(
+    x: &[f32],
+    routing: &[f32],
+    top_k: usize,
+    w: &Experts<'_>,
+    out: &mut [f32],
+    isa: Isa,
+) -> Result<(), MatmulError> {
+    let (d, f) = (w.n_embd, w.n_ff);
+    let n_tokens = x.len() / d;
+    out.fill(0.0);
+    let mut per_expert: Vec<Vec<(usize, f32)>> = vec![Vec::new(); w.n_expert];
+    for t in 0..n_tokens {
+        let r = &routing[t * 2 * top_k..(t + 1) * 2 * top_k];
+        for k in 0..top_k {
+            let e = r[k] as usize;
+            if e < w.n_expert {
+                per_expert[e].push((t, r[top_k + k]));
+            }
+        }
+    }
+    for (e, toks) in per_expert.iter().enumerate() {
+        if toks.is_empty() {
+            continue;
+        }
+        let n = toks.len();
+        let mut xe = Vec::with_capacity(n * d);
+        for &(t, _) in toks {
+            xe.extend_from_slice(&x[t * d..(t + 1) * d]);
+        }
+        let mut g = vec![0.0; n * f];
+        let mut u = vec![0.0; n * f];
+        matmul(
+            &expert_matrix(w.gate.0, w.gate.1, e, w.n_expert, f, d),
+            &xe,
+            n,
+            &mut g,
+            isa,
+        )?;
+        matmul(
+            &expert_matrix(w.up.0, w.up.1, e, w.n_expert, f, d),
+            &xe,
+            n,
+            &mut u,
+            isa,
+        )?;
+        let mut a = vec![0.0; n * f];
+        swiglu(&g, &u, &mut a);
+        let mut y = vec![0.0; n * d];
+        matmul(
+            &expert_matrix(w.down.0, w.down.1, e, w.n_expert, d, f),
+            &a,
+            n,
+            &mut y,
+            isa,
+        )?;
+        for (i, &(t, wt)) in toks.iter().enumerate() {
+            for (o, &v) in out[t * d..(t + 1) * d]
+                .iter_mut()
+                .zip(&y[i * d..(i + 1) * d])
+            {
+                *o += wt * v;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routing_picks_top_k_and_renormalises() {
+        let logits = [0.0, 2.0, 1.0, 2.0];
+        let mut out = [0.0; 4];
+        route(&logits, 4, 2, true, &mut out);
+        assert_eq!(&out[..2], &[1.0, 3.0]); // tie broken toward the lower id
+        assert!((out[2] - 0.5).abs() < 1e-6 && (out[3] - 0.5).abs() < 1e-6);
+        route(&logits, 4, 2, false, &mut out);
+        let z: f32 = logits.iter().map(|x| x.exp()).sum();
+        assert!((out[2] - 2f32.exp() / z).abs() < 1e-6);
+    }
+}

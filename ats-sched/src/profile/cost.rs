@@ -1,0 +1,334 @@
+//! The cost model: a node's time on a device from the profile (exact match,
+//! else the nearest measured neighbour scaled by a roofline), overridden by
+//! recent live measurements (a moving average).
+
+use std::collections::HashMap;
+
+use ats_core::graph::cost::RoundShape;
+use ats_core::graph::{Graph, Op};
+
+use super::{DeviceProfile, OpKey, Sample};
+
+/// The profile key of a node in a round.
+pub fn op_key(g: &Graph, node: usize, shape: RoundShape) -> OpKey {
+    let n = &g.nodes[node];
+    let rows = g.values[n.output]
+        .rows
+        .resolve(shape.n_tokens, shape.n_outputs);
+    let w = |i: usize| n.weights.get(i).map(|&w| &g.weights[w]);
+    let mut key = OpKey {
+        op: n.op.kind_name().to_string(),
+        dtype: None,
+        m: g.values[n.output].cols,
+        k: 0,
+        tokens: rows,
+        ctx: 0,
+    };
+    match &n.op {
+        Op::MatMul | Op::MoeRouter { .. } => {
+            let wi = w(0).expect("matmul has a weight");
+            key.dtype = Some(wi.dtype.name().to_string());
+            key.m = wi.rows();
+            key.k = wi.cols();
+        }
+        Op::MoeExperts { n_expert, top_k } => {
+            let wi = w(0).expect("experts have weights");
+            key.dtype = Some(wi.dtype.name().to_string());
+            key.m = wi.rows();
+            key.k = wi.cols();
+            key.ctx = n_expert * 1000 + top_k;
+        }
+        Op::Attention(a) => {
+            key.m = a.n_heads * a.head_dim;
+            key.k = a.n_kv_heads * a.head_dim;
+            key.ctx = if a.cache.is_some() {
+                shape.past + shape.n_tokens
+            } else {
+                shape.n_tokens
+            };
+        }
+        Op::Embed => {
+            key.dtype = w(0).map(|wi| wi.dtype.name().to_string());
+        }
+        _ => {}
+    }
+    key
+}
+
+/// Peak rates observed on a device, for rooflines.
+#[derive(Clone, Copy, Debug)]
+struct Peaks {
+    flops: f64,
+    bytes: f64,
+}
+
+/// Fallback rates when a device has no samples: the estimate is then a
+/// plain roofline, and plans say so.
+fn default_peaks(kind: &str, threads: usize) -> Peaks {
+    match kind {
+        "cpu" => Peaks {
+            flops: 25e9 * threads as f64,
+            bytes: 10e9 * (threads as f64).min(4.0),
+        },
+        _ => Peaks {
+            flops: 20e12,
+            bytes: 400e9,
+        },
+    }
+}
+
+struct DeviceCosts {
+    profile: DeviceProfile,
+    threads: usize,
+    peaks: Peaks,
+    exact: HashMap<(OpKey, usize, bool), f64>,
+    contention: f64,
+}
+
+/// An exponential moving average.
+#[derive(Clone, Copy, Debug)]
+struct Ema {
+    value: f64,
+}
+
+/// Estimates node, copy and switch times per device.
+pub struct CostModel {
+    devices: Vec<DeviceCosts>,
+    live: HashMap<(usize, usize, usize), Ema>,
+    /// Weight of a new observation in the moving average.
+    pub alpha: f64,
+}
+
+impl std::fmt::Debug for CostModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "CostModel({} devices, {} live)",
+            self.devices.len(),
+            self.live.len()
+        )
+    }
+}
+
+fn roof(flops: f64, bytes: f64, p: Peaks) -> f64 {
+    (flops / p.flops).max(bytes / p.bytes)
+}
+
+fn log_dist(a: usize, b: usize) -> f64 {
+    ((a.max(1) as f64).ln() - (b.max(1) as f64).ln()).abs()
+}
+
+impl CostModel {
+    /// A model from per-device profiles (in the engine's device order) and
+    /// the thread count each device runs with.
+    pub fn new(devices: Vec<(DeviceProfile, usize)>) -> CostModel {
+        let devices = devices
+            .into_iter()
+            .map(|(profile, threads)| {
+                let mut peaks = Peaks {
+                    flops: 0.0,
+                    bytes: 0.0,
+                };
+                let mut exact = HashMap::new();
+                let (mut c_sum, mut u_sum) = (0.0, 0.0);
+                for s in &profile.samples {
+                    if s.threads == threads && !s.contended && s.secs > 0.0 {
+                        peaks.flops = peaks.flops.max(s.flops / s.secs);
+                        peaks.bytes = peaks.bytes.max(s.bytes / s.secs);
+                    }
+                    exact.insert((s.key.clone(), s.threads, s.contended), s.secs);
+                }
+                for s in profile.samples.iter().filter(|s| s.contended) {
+                    if let Some(u) = exact.get(&(s.key.clone(), s.threads, false)) {
+                        c_sum += s.secs;
+                        u_sum += u;
+                    }
+                }
+                let fallback = default_peaks(&profile.kind, threads);
+                if peaks.flops <= 0.0 {
+                    peaks.flops = fallback.flops;
+                }
+                if peaks.bytes <= 0.0 {
+                    peaks.bytes = fallback.bytes;
+                }
+                DeviceCosts {
+                    threads,
+                    peaks,
+                    exact,
+                    contention: if u_sum > 0.0 {
+                        (c_sum / u_sum).max(1.0)
+                    } else {
+                        1.0
+                    },
+                    profile,
+                }
+            })
+            .collect();
+        CostModel {
+            devices,
+            live: HashMap::new(),
+            alpha: 0.3,
+        }
+    }
+
+    /// Whether device `d` has measured samples (otherwise estimates are a default roofline).
+    pub fn is_measured(&self, d: usize) -> bool {
+        !self.devices[d].profile.samples.is_empty()
+    }
+
+    /// How much slower CPU kernels run while copies stream (1 = no effect).
+    pub fn contention(&self, d: usize) -> f64 {
+        self.devices[d].contention
+    }
+
+    /// Seconds to copy `bytes` from the host to device `d` (pinned source).
+    pub fn h2d_secs(&self, d: usize, bytes: f64) -> f64 {
+        let p = &self.devices[d].profile;
+        let gbps = p.h2d_pinned_gbps.or(p.h2d_pageable_gbps).unwrap_or(12.0);
+        bytes / (gbps * 1e9)
+    }
+
+    /// Seconds to copy `bytes` from device `d` to the host.
+    pub fn d2h_secs(&self, d: usize, bytes: f64) -> f64 {
+        let gbps = self.devices[d].profile.d2h_gbps.unwrap_or(12.0);
+        bytes / (gbps * 1e9)
+    }
+
+    /// The fixed cost of one switch to or from device `d`.
+    pub fn switch_secs(&self, d: usize) -> f64 {
+        self.devices[d]
+            .profile
+            .switch_secs
+            .unwrap_or(if d == 0 { 0.0 } else { 20e-6 })
+    }
+
+    /// Records an observed time for node `node` on device `d` at `tokens` rows.
+    pub fn observe(&mut self, d: usize, node: usize, tokens: usize, secs: f64) {
+        let key = (d, node, tokens);
+        let a = self.alpha;
+        self.live
+            .entry(key)
+            .and_modify(|e| e.value = a * secs + (1.0 - a) * e.value)
+            .or_insert(Ema { value: secs });
+    }
+
+    /// Forgets live observations (after a re-plan has absorbed them, or to reset).
+    pub fn clear_live(&mut self) {
+        self.live.clear();
+    }
+
+    /// The live average for a node, if observed.
+    pub fn live_secs(&self, d: usize, node: usize, tokens: usize) -> Option<f64> {
+        self.live.get(&(d, node, tokens)).map(|e| e.value)
+    }
+
+    /// The profile-based estimate of node `node` on device `d` (ignores live data).
+    pub fn profiled_secs(
+        &self,
+        g: &Graph,
+        node: usize,
+        d: usize,
+        shape: RoundShape,
+        kv_f16: bool,
+    ) -> f64 {
+        let dc = &self.devices[d];
+        let n = &g.nodes[node];
+        if matches!(n.op, Op::SelectRows | Op::MergeRows { .. }) {
+            return 0.0;
+        }
+        let key = op_key(g, node, shape);
+        let c = g.node_cost(node, shape, kv_f16);
+        let bytes = c.memory_bytes();
+        if let Some(&s) = dc.exact.get(&(key.clone(), dc.threads, false)) {
+            return s;
+        }
+        // nearest neighbour of the same op and type, scaled by the roofline ratio
+        let best: Option<&Sample> = dc
+            .profile
+            .samples
+            .iter()
+            .filter(|s| !s.contended && s.key.op == key.op && s.key.dtype == key.dtype)
+            .min_by(|a, b| {
+                let da = dist(&a.key, &key, a.threads, dc.threads);
+                let db = dist(&b.key, &key, b.threads, dc.threads);
+                da.total_cmp(&db)
+            });
+        match best {
+            Some(s) => {
+                let thread_scale = s.threads as f64 / dc.threads.max(1) as f64;
+                let r_s = roof(s.flops, s.bytes, dc.peaks).max(1e-12);
+                s.secs * thread_scale.max(0.0) * roof(c.flops, bytes, dc.peaks) / r_s
+            }
+            None => roof(c.flops, bytes, dc.peaks),
+        }
+    }
+
+    /// The estimate for node `node` on device `d`: live average if any, else the profile.
+    pub fn node_secs(
+        &self,
+        g: &Graph,
+        node: usize,
+        d: usize,
+        shape: RoundShape,
+        kv_f16: bool,
+    ) -> f64 {
+        self.live_secs(d, node, shape.n_tokens)
+            .unwrap_or_else(|| self.profiled_secs(g, node, d, shape, kv_f16))
+    }
+}
+
+fn dist(a: &OpKey, b: &OpKey, ta: usize, tb: usize) -> f64 {
+    log_dist(a.m * a.k.max(1), b.m * b.k.max(1))
+        + log_dist(a.tokens, b.tokens)
+        + log_dist(a.ctx + 1, b.ctx + 1)
+        + 2.0 * log_dist(ta, tb)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(m: usize, tokens: usize, secs: f64) -> Sample {
+        Sample {
+            key: OpKey {
+                op: "matmul".into(),
+                dtype: Some("Q4_K".into()),
+                m,
+                k: 1024,
+                tokens,
+                ctx: 0,
+            },
+            threads: 2,
+            contended: false,
+            flops: 2.0 * (m * 1024 * tokens) as f64,
+            bytes: (m * 1024) as f64 * 0.5625,
+            secs,
+        }
+    }
+
+    #[test]
+    fn live_average_overrides_the_profile() {
+        let p = DeviceProfile {
+            device: "cpu".into(),
+            kind: "cpu".into(),
+            samples: vec![sample(1024, 1, 1e-4)],
+            ..Default::default()
+        };
+        let mut c = CostModel::new(vec![(p, 2)]);
+        assert!(c.is_measured(0));
+        c.observe(0, 3, 1, 2.0);
+        c.observe(0, 3, 1, 1.0);
+        assert!((c.live_secs(0, 3, 1).unwrap() - 1.7).abs() < 1e-12);
+        assert_eq!(c.live_secs(0, 3, 2), None);
+        c.clear_live();
+        assert_eq!(c.live_secs(0, 3, 1), None);
+    }
+
+    #[test]
+    fn nearest_distance_prefers_close_shapes() {
+        let a = sample(1024, 1, 0.0).key;
+        let b = sample(2048, 1, 0.0).key;
+        let c = sample(1024, 512, 0.0).key;
+        assert!(dist(&a, &b, 2, 2) < dist(&a, &c, 2, 2));
+    }
+}
