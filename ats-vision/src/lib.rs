@@ -1,1 +1,3 @@
 //! ats-vision (being built).
+
+pub mod preprocess;
