@@ -1,1 +1,60 @@
-fn main() {}
+//! `ats-cli`: run LLMs and VLMs on one machine inside a VRAM budget.
+
+mod args;
+mod cmd;
+mod load;
+mod report;
+
+use clap::{Parser, Subcommand};
+
+/// ATS: run language and vision-language models inside a VRAM budget.
+#[derive(Parser, Debug)]
+#[command(name = "ats-cli", version, about, after_help = EXAMPLES)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+const EXAMPLES: &str = "Examples:
+  ats-cli run -m SmolLM2-135M-Instruct.Q4_1.gguf -p \"The capital of France is\" -n 32 --temp 0
+  ats-cli bench -m model.gguf -p 512 -n 128 -t 2
+  ats-cli plan -m model.gguf --vram 2G --sim-gpu
+  ats-cli inspect model.gguf --tensors";
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Generate text from a prompt.
+    Run(cmd::run::RunArgs),
+    /// Write the logits of every position.
+    Eval(cmd::eval::EvalArgs),
+    /// Perplexity over a text file (llama.cpp's method).
+    Perplexity(cmd::perplexity::PerplexityArgs),
+    /// Prompt and generation speed.
+    Bench(cmd::bench::BenchArgs),
+    /// Show the placement plan under a VRAM budget.
+    Plan(cmd::plan::PlanArgs),
+    /// Measure this machine's kernels, copies and switches.
+    Profile(cmd::profile::ProfileArgs),
+    /// Describe a GGUF file.
+    Inspect(cmd::inspect::InspectArgs),
+    /// Write a random-weight model of a real architecture's shapes.
+    Synth(cmd::synth::SynthArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Run(a) => cmd::run::run(a),
+        Cmd::Eval(a) => cmd::eval::run(a),
+        Cmd::Perplexity(a) => cmd::perplexity::run(a),
+        Cmd::Bench(a) => cmd::bench::run(a),
+        Cmd::Plan(a) => cmd::plan::run(a),
+        Cmd::Profile(a) => cmd::profile::run(a),
+        Cmd::Inspect(a) => cmd::inspect::run(a),
+        Cmd::Synth(a) => cmd::synth::run(a),
+    };
+    if let Err(e) = r {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}

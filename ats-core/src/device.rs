@@ -277,6 +277,15 @@ impl fmt::Debug for Event {
     }
 }
 
+/// Measured times of asynchronous work.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DeviceTimings {
+    /// `(node id, seconds)` of kernels.
+    pub nodes: Vec<(usize, f64)>,
+    /// `(bytes, seconds)` of host-to-device weight copies.
+    pub copies: Vec<(u64, f64)>,
+}
+
 /// The two streams of an asynchronous device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Stream {
@@ -347,6 +356,20 @@ pub trait Device: Send + Sync {
     /// page-locking it. Devices without the notion accept and do nothing.
     fn pin_host(&self, _mem: &Arc<dyn HostMemory>) -> Result<bool, DeviceError> {
         Ok(false)
+    }
+
+    /// Runs `f` in the device's preferred host context: the CPU device runs
+    /// it on its thread pool, so the nodes `f` submits start without a
+    /// thread hand-off each. Other devices just call `f`.
+    fn enter(&self, f: &mut (dyn FnMut() + Send)) {
+        f()
+    }
+
+    /// Times of the work the device ran asynchronously since the last call
+    /// (devices that run synchronously are timed by the caller and return
+    /// nothing here).
+    fn drain_timings(&self) -> DeviceTimings {
+        DeviceTimings::default()
     }
 
     /// The error for an optional capability this device lacks.

@@ -161,4 +161,8 @@ impl Device for CpuDevice {
     fn synchronize(&self) -> Result<(), DeviceError> {
         Ok(())
     }
+
+    fn enter(&self, f: &mut (dyn FnMut() + Send)) {
+        self.pool.install(f)
+    }
 }

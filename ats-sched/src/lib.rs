@@ -8,8 +8,10 @@
 
 pub mod brute;
 pub mod dynamic;
+pub mod engine;
 pub mod exec;
 pub mod placement;
+pub mod planner;
 pub mod profile;
 pub mod rescheduler;
 pub mod sim;

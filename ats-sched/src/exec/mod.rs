@@ -53,8 +53,8 @@ impl Default for ExecConfig {
 /// re-scheduler. Only nodes on synchronous devices are timed individually.
 #[derive(Clone, Debug, Default)]
 pub struct RoundStats {
-    /// `(node, seconds)` of nodes timed on the host.
-    pub node_secs: Vec<(usize, f64)>,
+    /// `(node, device, seconds)` of nodes timed on the host.
+    pub node_secs: Vec<(usize, usize, f64)>,
     /// `(weight, bytes, seconds)` of weight copies done synchronously.
     pub copy_secs: Vec<(usize, u64, f64)>,
     /// Activation bytes moved between devices.
@@ -87,13 +87,17 @@ pub struct Executor {
     host: Arc<dyn HostMemory>,
     devices: Vec<Arc<dyn Device>>,
     cfg: ExecConfig,
-    plan: ExecPlan,
+    /// The plans rounds can choose from (one per token tier); they share
+    /// weight homes and KV devices.
+    plans: Vec<ExecPlan>,
     resident: Vec<Option<Buffer>>,
+    /// Temp slot buffers per device, shared by every plan.
     temp: Vec<Vec<Buffer>>,
-    streams: StreamPlan,
+    /// Per plan: which temp slot each streamed weight uses.
+    streams: Vec<StreamPlan>,
     kv: Vec<KvPair>,
     act: Vec<Vec<Buffer>>,
-    schedules: HashMap<(usize, usize), Arc<Schedule>>,
+    schedules: HashMap<(usize, usize, usize), Arc<Schedule>>,
     last_stats: RoundStats,
     /// Synchronise after every node and time it on the host (profiling:
     /// costs a wait per node, so only micro-benchmarks turn it on).
@@ -124,17 +128,13 @@ impl Executor {
         let mut ex = Executor {
             resident: vec![None; graph.weights.len()],
             temp: vec![Vec::new(); devices.len()],
-            streams: StreamPlan {
-                slot_of: HashMap::new(),
-                queue: Vec::new(),
-                last_reader: HashMap::new(),
-            },
+            streams: Vec::new(),
             kv: Vec::new(),
             act: vec![Vec::new(); devices.len()],
             schedules: HashMap::new(),
             last_stats: RoundStats::default(),
             profile_nodes: false,
-            plan: ExecPlan::all_cpu(&graph),
+            plans: vec![ExecPlan::all_cpu(&graph)],
             graph,
             host,
             devices,
@@ -144,10 +144,10 @@ impl Executor {
             && plan.kv_device.iter().all(|&d| d < ex.devices.len())
         {
             // allocate the caches where the plan wants them, not on the CPU first
-            ex.plan.kv_device = plan.kv_device.clone();
+            ex.plans[0].kv_device = plan.kv_device.clone();
         }
         ex.alloc_kv()?;
-        ex.set_plan(plan)?;
+        ex.set_plans(vec![plan])?;
         Ok(ex)
     }
 
@@ -161,9 +161,14 @@ impl Executor {
         &self.devices
     }
 
-    /// The current plan.
+    /// The first (or only) plan.
     pub fn plan(&self) -> &ExecPlan {
-        &self.plan
+        &self.plans[0]
+    }
+
+    /// Every plan rounds can choose from.
+    pub fn plans(&self) -> &[ExecPlan] {
+        &self.plans
     }
 
     /// Configuration.
@@ -179,7 +184,7 @@ impl Executor {
     fn alloc_kv(&mut self) -> Result<(), ExecError> {
         let et = self.cfg.kv_type.size();
         for (c, info) in self.graph.kv_caches.iter().enumerate() {
-            let d = self.plan.kv_device[c];
+            let d = self.plans[0].kv_device[c];
             let bytes = self.cfg.kv_capacity * info.row_width() * et;
             let dev = &self.devices[d];
             let k = dev.alloc(Region::Kv, bytes, &format!("kv.{}.k", info.layer))?;
@@ -189,24 +194,105 @@ impl Executor {
         Ok(())
     }
 
-    /// Switches to a new plan: moves resident weights, temp slots and KV
-    /// caches (keeping their contents), and forgets cached schedules.
+    /// Switches to a single new plan (see [`Executor::set_plans`]).
     pub fn set_plan(&mut self, plan: ExecPlan) -> Result<(), ExecError> {
+        self.set_plans(vec![plan])
+    }
+
+    /// Switches to new plans (all with the same weight homes and KV devices):
+    /// moves resident weights and KV caches (keeping their contents),
+    /// re-assigns temp slots, and forgets cached schedules.
+    pub fn set_plans(&mut self, plans: Vec<ExecPlan>) -> Result<(), ExecError> {
         let g = self.graph.clone();
+        let Some(first) = plans.first() else {
+            return Err(ExecError::Plan("no plan given".into()));
+        };
+        for plan in &plans {
+            self.check_plan(plan)?;
+            if plan.weight_home != first.weight_home || plan.kv_device != first.kv_device {
+                return Err(ExecError::Plan(
+                    "plans of one executor must share weight homes and KV devices".into(),
+                ));
+            }
+        }
+        let (old_home, old_kv) = (
+            self.plans[0].weight_home.clone(),
+            self.plans[0].kv_device.clone(),
+        );
+        // free what moves away first, so the budget sees the new layout only
+        self.schedules.clear();
+        for b in &mut self.act {
+            b.clear();
+        }
+        for t in &mut self.temp {
+            t.clear();
+        }
+        for (w, home) in first.weight_home.iter().enumerate() {
+            if *home != old_home[w] {
+                self.resident[w] = None;
+            }
+        }
+        // KV caches that move: copy through the host
+        for c in 0..g.kv_caches.len() {
+            let (from, to) = (old_kv[c], first.kv_device[c]);
+            if from == to {
+                continue;
+            }
+            let layer = g.kv_caches[c].layer;
+            let (src, dst) = (&self.devices[from], &self.devices[to]);
+            let mut host_k = vec![0u8; self.kv[c].k.len()];
+            let mut host_v = vec![0u8; self.kv[c].v.len()];
+            src.read(&self.kv[c].k, 0, &mut host_k)?;
+            src.read(&self.kv[c].v, 0, &mut host_v)?;
+            // release the old copies before reserving the new ones
+            let placeholder = KvPair {
+                k: self.devices[0].alloc(Region::Kv, 0, "kv placeholder")?,
+                v: self.devices[0].alloc(Region::Kv, 0, "kv placeholder")?,
+            };
+            self.kv[c] = placeholder;
+            let nk = dst.alloc(Region::Kv, host_k.len(), &format!("kv.{layer}.k"))?;
+            dst.write(&nk, 0, &host_k)?;
+            let nv = dst.alloc(Region::Kv, host_v.len(), &format!("kv.{layer}.v"))?;
+            dst.write(&nv, 0, &host_v)?;
+            self.kv[c] = KvPair { k: nk, v: nv };
+        }
+        for (w, home) in first.weight_home.iter().enumerate() {
+            if let WeightHome::Resident(d) = *home {
+                if self.resident[w].is_none() {
+                    let info = &g.weights[w];
+                    let dev = &self.devices[d];
+                    let buf = dev.alloc(Region::Resident, info.bytes as usize, &info.name)?;
+                    dev.write(&buf, 0, self.weight_bytes(w))?;
+                    self.resident[w] = Some(buf);
+                }
+            }
+        }
+        self.plans = plans;
+        self.plan_streams()?;
+        Ok(())
+    }
+
+    fn check_plan(&self, plan: &ExecPlan) -> Result<(), ExecError> {
+        let g = &self.graph;
         if plan.node_device.len() != g.nodes.len()
             || plan.weight_home.len() != g.weights.len()
             || plan.kv_device.len() != g.kv_caches.len()
         {
             return Err(ExecError::Plan("plan does not match the graph".into()));
         }
-        if let Some(bad) = plan
-            .node_device
+        let bad_home = plan
+            .weight_home
             .iter()
-            .chain(&plan.kv_device)
-            .find(|&&d| d >= self.devices.len())
+            .any(|h| matches!(h, WeightHome::Resident(d) if *d >= self.devices.len()));
+        if bad_home
+            || plan
+                .node_device
+                .iter()
+                .chain(&plan.kv_device)
+                .any(|&d| d >= self.devices.len())
         {
             return Err(ExecError::Plan(format!(
-                "plan names device {bad}, only {} exist",
+                "plan names a device beyond the {} given",
                 self.devices.len()
             )));
         }
@@ -222,50 +308,6 @@ impl Executor {
                 }
             }
         }
-        // free what moves away first, so the budget sees the new layout only
-        self.schedules.clear();
-        for b in &mut self.act {
-            b.clear();
-        }
-        for t in &mut self.temp {
-            t.clear();
-        }
-        for (w, home) in plan.weight_home.iter().enumerate() {
-            if *home != self.plan.weight_home[w] {
-                self.resident[w] = None;
-            }
-        }
-        // KV caches that move: copy through the host
-        for c in 0..g.kv_caches.len() {
-            let (from, to) = (self.plan.kv_device[c], plan.kv_device[c]);
-            if from == to {
-                continue;
-            }
-            let layer = g.kv_caches[c].layer;
-            let (src, dst) = (&self.devices[from], &self.devices[to]);
-            let mut host_k = vec![0u8; self.kv[c].k.len()];
-            let mut host_v = vec![0u8; self.kv[c].v.len()];
-            src.read(&self.kv[c].k, 0, &mut host_k)?;
-            src.read(&self.kv[c].v, 0, &mut host_v)?;
-            let nk = dst.alloc(Region::Kv, host_k.len(), &format!("kv.{layer}.k"))?;
-            dst.write(&nk, 0, &host_k)?;
-            let nv = dst.alloc(Region::Kv, host_v.len(), &format!("kv.{layer}.v"))?;
-            dst.write(&nv, 0, &host_v)?;
-            self.kv[c] = KvPair { k: nk, v: nv };
-        }
-        for (w, home) in plan.weight_home.iter().enumerate() {
-            if let WeightHome::Resident(d) = *home {
-                if self.resident[w].is_none() {
-                    let info = &g.weights[w];
-                    let dev = &self.devices[d];
-                    let buf = dev.alloc(Region::Resident, info.bytes as usize, &info.name)?;
-                    dev.write(&buf, 0, self.weight_bytes(w))?;
-                    self.resident[w] = Some(buf);
-                }
-            }
-        }
-        self.plan = plan;
-        self.plan_streams()?;
         Ok(())
     }
 
@@ -274,69 +316,81 @@ impl Executor {
         &self.host.bytes()[info.file_offset as usize..(info.file_offset + info.bytes) as usize]
     }
 
-    /// Assigns streamed weights to temp slots by role and allocates the slots.
+    /// Assigns streamed weights to temp slots by role (for every plan) and
+    /// allocates the slots, shared across plans.
     fn plan_streams(&mut self) -> Result<(), ExecError> {
         let g = self.graph.clone();
         let depth = self.cfg.slots_per_role.max(1);
-        let mut slot_of = HashMap::new();
-        let mut last_reader = HashMap::new();
-        let mut order: Vec<Vec<usize>> = vec![Vec::new(); self.devices.len()];
-        for (ni, n) in g.nodes.iter().enumerate() {
-            let d = self.plan.node_device[ni];
-            for &w in &n.weights {
-                let streamed = d != 0 && self.plan.weight_home[w] == WeightHome::Host;
-                if streamed {
-                    if !last_reader.contains_key(&(d, w)) {
-                        order[d].push(w);
+        // (device, role, k) -> slot index on the device, and the slot sizes
+        let mut slot_ids: HashMap<(usize, String, usize), usize> = HashMap::new();
+        let mut sizes: Vec<Vec<usize>> = vec![Vec::new(); self.devices.len()];
+        let mut all = Vec::with_capacity(self.plans.len());
+        for plan in &self.plans {
+            let mut slot_of = HashMap::new();
+            let mut last_reader = HashMap::new();
+            let mut order: Vec<Vec<usize>> = vec![Vec::new(); self.devices.len()];
+            for (ni, n) in g.nodes.iter().enumerate() {
+                let d = plan.node_device[ni];
+                for &w in &n.weights {
+                    if d != 0 && plan.weight_home[w] == WeightHome::Host {
+                        if !last_reader.contains_key(&(d, w)) {
+                            order[d].push(w);
+                        }
+                        last_reader.insert((d, w), ni);
                     }
-                    last_reader.insert((d, w), ni);
                 }
             }
+            let mut queue: Vec<Vec<Vec<usize>>> =
+                sizes.iter().map(|s| vec![Vec::new(); s.len()]).collect();
+            for d in 0..self.devices.len() {
+                let mut uses: HashMap<String, usize> = HashMap::new();
+                for &w in &order[d] {
+                    let info = &g.weights[w];
+                    let role = weight_role(&info.name).to_string();
+                    let k = {
+                        let u = uses.entry(role.clone()).or_insert(0);
+                        *u += 1;
+                        (*u - 1) % depth
+                    };
+                    let s = *slot_ids.entry((d, role, k)).or_insert_with(|| {
+                        sizes[d].push(0);
+                        sizes[d].len() - 1
+                    });
+                    sizes[d][s] = sizes[d][s].max(info.bytes as usize);
+                    if queue[d].len() <= s {
+                        queue[d].resize(s + 1, Vec::new());
+                    }
+                    queue[d][s].push(w);
+                    slot_of.insert((d, w), s);
+                }
+            }
+            all.push(StreamPlan {
+                slot_of,
+                queue,
+                last_reader,
+            });
         }
-        let mut queue: Vec<Vec<Vec<usize>>> = vec![Vec::new(); self.devices.len()];
-        for d in 0..self.devices.len() {
-            // role -> (slot indices, next use counter)
-            let mut roles: HashMap<String, (Vec<usize>, usize)> = HashMap::new();
-            let mut sizes: Vec<usize> = Vec::new();
-            for &w in &order[d] {
-                let info = &g.weights[w];
-                let role = weight_role(&info.name).to_string();
-                let entry = roles.entry(role.clone()).or_insert_with(|| (Vec::new(), 0));
-                if entry.0.len() < depth {
-                    entry.0.push(sizes.len());
-                    sizes.push(0);
-                    queue[d].push(Vec::new());
-                }
-                let s = entry.0[entry.1 % entry.0.len()];
-                entry.1 += 1;
-                sizes[s] = sizes[s].max(info.bytes as usize);
-                queue[d][s].push(w);
-                slot_of.insert((d, w), s);
-            }
+        for (d, sz) in sizes.iter().enumerate() {
             let dev = &self.devices[d];
-            self.temp[d] = sizes
+            self.temp[d] = sz
                 .iter()
                 .enumerate()
                 .map(|(i, &b)| dev.alloc(Region::Temp, b, &format!("temp slot {i}")))
                 .collect::<Result<_, _>>()?;
         }
-        self.streams = StreamPlan {
-            slot_of,
-            queue,
-            last_reader,
-        };
+        self.streams = all;
         Ok(())
     }
 
-    /// The schedule for a round shape (cached).
-    pub fn schedule(&mut self, n_tokens: usize, n_outputs: usize) -> Arc<Schedule> {
-        let key = (n_tokens, n_outputs);
+    /// The schedule of plan `p` for a round shape (cached).
+    pub fn schedule(&mut self, p: usize, n_tokens: usize, n_outputs: usize) -> Arc<Schedule> {
+        let key = (p, n_tokens, n_outputs);
         if let Some(s) = self.schedules.get(&key) {
             return s.clone();
         }
         let s = Arc::new(Schedule::build(
             &self.graph,
-            &self.plan,
+            &self.plans[p],
             self.devices.len(),
             n_tokens,
             n_outputs,
@@ -378,12 +432,32 @@ impl Executor {
         }
     }
 
-    /// Runs one round and returns the graph output (`output rows x cols`, f32).
+    /// Runs one round with the first plan (see [`Executor::run_with`]).
     pub fn run(&mut self, round: &Arc<Round>) -> Result<Vec<f32>, ExecError> {
+        self.run_with(round, 0)
+    }
+
+    /// Runs one round with plan `p` and returns the graph output (`output rows x cols`, f32).
+    /// The round runs inside the host device's context (its thread pool).
+    pub fn run_with(&mut self, round: &Arc<Round>, p: usize) -> Result<Vec<f32>, ExecError> {
+        let host = self.devices[0].clone();
+        let mut result = None;
+        host.enter(&mut || result = Some(self.run_inner(round, p)));
+        result.unwrap_or_else(|| {
+            Err(ExecError::Round(
+                "the host device did not run the round".into(),
+            ))
+        })
+    }
+
+    fn run_inner(&mut self, round: &Arc<Round>, p: usize) -> Result<Vec<f32>, ExecError> {
         let t0 = Instant::now();
         let g = self.graph.clone();
         self.check_round(round)?;
-        let s = self.schedule(round.n_rows, round.output_rows.len());
+        if p >= self.plans.len() {
+            return Err(ExecError::Plan(format!("plan {p} of {}", self.plans.len())));
+        }
+        let s = self.schedule(p, round.n_rows, round.output_rows.len());
         self.ensure_activations(&s)?;
         let buf = |ex: &Executor, inst: usize| -> Buffer {
             let i = &s.instances[inst];
@@ -408,8 +482,8 @@ impl Executor {
 
         // weight streaming state for this round
         let mut ready: HashMap<(usize, usize), Option<Event>> = HashMap::new();
-        let mut next_in_slot: Vec<Vec<VecDeque<usize>>> = self
-            .streams
+        let streams = self.streams[p].clone();
+        let mut next_in_slot: Vec<Vec<VecDeque<usize>>> = streams
             .queue
             .iter()
             .map(|slots| slots.iter().map(|q| q.iter().copied().collect()).collect())
@@ -457,7 +531,7 @@ impl Executor {
                         .iter()
                         .map(|&w| WeightArg {
                             info: &g.weights[w],
-                            data: self.weight_data(d, w),
+                            data: self.weight_data(&streams, d, w),
                         })
                         .collect();
                     let kv = match &n.op {
@@ -485,12 +559,12 @@ impl Executor {
                         dev.synchronize()?;
                     }
                     if self.profile_nodes || !dev.supports_async() {
-                        stats.node_secs.push((*node, t.elapsed().as_secs_f64()));
+                        stats.node_secs.push((*node, d, t.elapsed().as_secs_f64()));
                     }
                     // slots whose last reader just ran can take their next weight
                     for &w in &n.weights {
-                        if self.streams.last_reader.get(&(d, w)) == Some(node) {
-                            let slot = self.streams.slot_of[&(d, w)];
+                        if streams.last_reader.get(&(d, w)) == Some(node) {
+                            let slot = streams.slot_of[&(d, w)];
                             let freed = if dev.supports_async() {
                                 Some(dev.record_event(Stream::Compute)?)
                             } else {
@@ -562,13 +636,13 @@ impl Executor {
         Ok(())
     }
 
-    fn weight_data(&self, d: usize, w: usize) -> WeightData<'_> {
-        match self.plan.weight_home[w] {
+    fn weight_data<'a>(&'a self, streams: &StreamPlan, d: usize, w: usize) -> WeightData<'a> {
+        match self.plans[0].weight_home[w] {
             WeightHome::Resident(rd) if rd == d => {
-                WeightData::Device(self.resident[w].as_ref().expect("uploaded in set_plan"))
+                WeightData::Device(self.resident[w].as_ref().expect("uploaded in set_plans"))
             }
             _ if d == 0 => WeightData::Host(self.weight_bytes(w)),
-            _ => WeightData::Device(&self.temp[d][self.streams.slot_of[&(d, w)]]),
+            _ => WeightData::Device(&self.temp[d][streams.slot_of[&(d, w)]]),
         }
     }
 
@@ -599,7 +673,7 @@ impl Executor {
         let mut out = Vec::new();
         for (c, info) in self.graph.kv_caches.iter().enumerate() {
             let n = rows * info.row_width() * et;
-            let d = &self.devices[self.plan.kv_device[c]];
+            let d = &self.devices[self.plans[0].kv_device[c]];
             for b in [&self.kv[c].k, &self.kv[c].v] {
                 let mut v = vec![0u8; n];
                 d.read(b, 0, &mut v)?;

@@ -206,8 +206,8 @@ fn time_micro(
             .last_stats()
             .node_secs
             .iter()
-            .find(|(n, _)| *n == m.node)
-            .map_or(ex.last_stats().total_secs, |x| x.1);
+            .find(|(n, _, _)| *n == m.node)
+            .map_or(ex.last_stats().total_secs, |x| x.2);
         times.push(t);
     }
     times.sort_by(f64::total_cmp);

@@ -40,8 +40,10 @@ pub struct SimStats {
     pub copy_bytes: u64,
     /// Simulated copy seconds.
     pub copy_secs: f64,
-    /// Simulated seconds per node id, summed over runs.
+    /// Simulated seconds per node run, since the last drain.
     pub node_secs: Vec<(usize, f64)>,
+    /// `(bytes, simulated seconds)` per weight copy, since the last drain.
+    pub copy_log: Vec<(u64, f64)>,
 }
 
 struct Shared {
@@ -350,6 +352,7 @@ impl Device for SimGpu {
             st.copies += 1;
             st.copy_bytes += src.len as u64;
             st.copy_secs += secs;
+            st.copy_log.push((src.len as u64, secs));
             drop(st);
             tl.advance(t0, secs);
         });
@@ -368,6 +371,14 @@ impl Device for SimGpu {
             tl.advance(Instant::now(), 0.0);
         });
         Ok(())
+    }
+
+    fn drain_timings(&self) -> ats_core::device::DeviceTimings {
+        let mut st = self.shared.stats();
+        ats_core::device::DeviceTimings {
+            nodes: std::mem::take(&mut st.node_secs),
+            copies: std::mem::take(&mut st.copy_log),
+        }
     }
 
     fn sync_event(&self, event: &Event) -> Result<(), DeviceError> {

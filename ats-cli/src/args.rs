@@ -1,0 +1,104 @@
+//! Options shared by the commands that load a model.
+
+use std::path::PathBuf;
+
+use ats_core::device::KvType;
+use ats_sched::engine::Policy;
+use clap::Args;
+
+/// Loading a model and choosing devices.
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// Model file (GGUF).
+    #[arg(short = 'm', long = "model", value_name = "FILE")]
+    pub model: PathBuf,
+    /// CPU threads (default: all cores).
+    #[arg(short = 't', long = "threads", value_name = "N")]
+    pub threads: Option<usize>,
+    /// Context size in tokens (default: the model's, at most 4096).
+    #[arg(short = 'c', long = "ctx-size", value_name = "N")]
+    pub ctx: Option<usize>,
+    /// KV cache element type.
+    #[arg(long = "kv-type", value_name = "f16|f32", default_value = "f16", value_parser = parse_kv)]
+    pub kv_type: KvType,
+    /// GPU memory budget: 2G (= 2,000 MB), 2GB, 2GiB, 1500M, 1500MiB, or bytes.
+    #[arg(long = "vram", value_name = "SIZE", value_parser = parse_vram)]
+    pub vram: Option<u64>,
+    /// Use a simulated GPU (no real GPU needed), optionally with settings.
+    #[arg(long = "sim-gpu", value_name = "SPEC", num_args = 0..=1, default_missing_value = "", long_help = SIM_HELP)]
+    pub sim_gpu: Option<String>,
+    /// Placement policy.
+    #[arg(long = "policy", value_name = "NAME", default_value = "ats", value_parser = parse_policy)]
+    pub policy: Policy,
+    /// Use this profile instead of the machine's cached one.
+    #[arg(long = "profile", value_name = "FILE")]
+    pub profile: Option<PathBuf>,
+    /// Largest prompt chunk per round (default: the planner's tier choice).
+    #[arg(short = 'b', long = "batch-size", value_name = "N")]
+    pub batch: Option<usize>,
+}
+
+const SIM_HELP: &str = "Use a simulated GPU: CPU kernels behind a strict memory budget, its own \
+compute and transfer threads, throttled copies. Alone, it is a default simulated GPU (8 GB, \
+8 GB/s copies, kernels as fast as one CPU thread); with SPEC, comma-separated key=value \
+settings: mem=SIZE, copy=GB/s, speed=X (relative to one CPU thread), launch=US, sync=US, \
+slow=T:F;T:F (kernel slowdown factor F from T seconds), copyslow=T:F;... (copy slowdown). \
+--vram sets its budget.";
+
+fn parse_kv(s: &str) -> Result<KvType, String> {
+    match s {
+        "f16" => Ok(KvType::F16),
+        "f32" => Ok(KvType::F32),
+        _ => Err(format!("{s:?}: use f16 or f32")),
+    }
+}
+
+/// `--vram` values.
+pub fn parse_vram(s: &str) -> Result<u64, String> {
+    ats_sched::size::parse_size(s)
+}
+
+fn parse_policy(s: &str) -> Result<Policy, String> {
+    Policy::parse(s)
+}
+
+/// Sampling flags.
+#[derive(Args, Debug, Clone)]
+pub struct SampleArgs {
+    /// Temperature (0: greedy).
+    #[arg(long = "temp", default_value_t = 0.8)]
+    pub temp: f32,
+    /// Top-k (0: off).
+    #[arg(long = "top-k", default_value_t = 40)]
+    pub top_k: usize,
+    /// Top-p (1: off).
+    #[arg(long = "top-p", default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Min-p (0: off).
+    #[arg(long = "min-p", default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Repetition penalty (1: off).
+    #[arg(long = "repeat-penalty", default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// Tokens the repetition penalty looks back over.
+    #[arg(long = "repeat-last-n", default_value_t = 64)]
+    pub repeat_last_n: usize,
+    /// Random seed.
+    #[arg(short = 's', long = "seed", default_value_t = 42)]
+    pub seed: u64,
+}
+
+impl SampleArgs {
+    /// The sampler settings.
+    pub fn config(&self) -> ats_core::SamplerConfig {
+        ats_core::SamplerConfig {
+            temperature: self.temp,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            repeat_last_n: self.repeat_last_n,
+            seed: self.seed,
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! `ats-cli bench`: prompt processing and generation speed with spread, like llama-bench.
+
+use anyhow::{Result, bail};
+use clap::Args;
+use rand::{Rng, SeedableRng};
+
+use crate::args::ModelArgs;
+use crate::load;
+
+/// Measure prompt-processing and generation tokens/s.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Prompt tokens per pp test (0: skip).
+    #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
+    n_prompt: usize,
+    /// Generated tokens per tg test (0: skip).
+    #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
+    n_gen: usize,
+    /// Repetitions.
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+    reps: usize,
+    /// One JSON document on standard output.
+    #[arg(long = "json")]
+    json: bool,
+}
+
+/// Mean and sample standard deviation.
+fn stats(v: &[f64]) -> (f64, f64) {
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    let var = if v.len() > 1 {
+        v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)
+    } else {
+        0.0
+    };
+    (mean, var.sqrt())
+}
+
+pub fn run(a: BenchArgs) -> Result<()> {
+    if a.reps == 0 {
+        bail!("-r must be at least 1");
+    }
+    if a.n_prompt == 0 && a.n_gen == 0 {
+        bail!("nothing to measure: -p and -n are both 0");
+    }
+    let mut model = a.model.clone();
+    model.ctx = Some(model.ctx.unwrap_or((a.n_prompt + a.n_gen).max(1)));
+    let mut loaded = load::load(&model, false, a.json)?;
+    let engine = &mut loaded.engine;
+    let vocab = engine.spec().hp.n_vocab as u32;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(1234);
+    let mut tokens =
+        |n: usize| -> Vec<u32> { (0..n).map(|_| rng.random_range(0..vocab)).collect() };
+    let mut results = Vec::new();
+    if a.n_prompt > 0 {
+        // warm-up, then timed repetitions from an empty context
+        let p = tokens(a.n_prompt);
+        engine.reset();
+        engine.prefill(&p, false)?;
+        let mut tps = Vec::new();
+        for _ in 0..a.reps {
+            engine.reset();
+            let t = std::time::Instant::now();
+            engine.prefill(&p, false)?;
+            tps.push(a.n_prompt as f64 / t.elapsed().as_secs_f64());
+        }
+        results.push((format!("pp{}", a.n_prompt), a.n_prompt, tps));
+    }
+    if a.n_gen > 0 {
+        let g = tokens(a.n_gen);
+        engine.reset();
+        engine.decode(g[0])?;
+        let mut tps = Vec::new();
+        for _ in 0..a.reps {
+            engine.reset();
+            let t = std::time::Instant::now();
+            for &id in &g {
+                engine.decode(id)?;
+            }
+            tps.push(a.n_gen as f64 / t.elapsed().as_secs_f64());
+        }
+        results.push((format!("tg{}", a.n_gen), a.n_gen, tps));
+    }
+    let threads = engine.executor().devices()[0]
+        .info()
+        .parallelism
+        .unwrap_or(1);
+    let devices: Vec<String> = engine
+        .executor()
+        .devices()
+        .iter()
+        .map(|d| d.info().name.clone())
+        .collect();
+    if a.json {
+        let tests: Vec<serde_json::Value> = results
+            .iter()
+            .map(|(name, n, tps)| {
+                let (m, s) = stats(tps);
+                serde_json::json!({"test": name, "n_tokens": n, "avg_ts": m, "stddev_ts": s, "samples_ts": tps})
+            })
+            .collect();
+        let j = serde_json::json!({
+            "model": model.model.display().to_string(),
+            "model_bytes": engine.spec().gguf.file_len(),
+            "threads": threads,
+            "devices": devices,
+            "policy": model.policy.name(),
+            "vram_budget": model.vram,
+            "repetitions": a.reps,
+            "tests": tests,
+            "memory": crate::report::memory_json(engine),
+        });
+        println!("{}", serde_json::to_string_pretty(&j)?);
+    } else {
+        println!("| model | size | threads | devices | policy | test | t/s |");
+        println!("| --- | ---: | ---: | --- | --- | --- | ---: |");
+        for (name, _, tps) in &results {
+            let (m, s) = stats(tps);
+            println!(
+                "| {} | {} | {threads} | {} | {} | {name} | {m:.2} ± {s:.2} |",
+                model
+                    .model
+                    .file_name()
+                    .map(|f| f.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                ats_sched::size::fmt_bytes(engine.spec().gguf.file_len()),
+                devices.join("+"),
+                model.policy.name(),
+            );
+        }
+    }
+    Ok(())
+}

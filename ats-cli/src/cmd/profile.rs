@@ -1,0 +1,93 @@
+//! `ats-cli profile`: the install-phase benchmark of this machine's devices.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use ats_core::device::Device;
+use ats_cpu::CpuDevice;
+use ats_sched::profile::{
+    BenchOptions, default_profile_path, hardware_fingerprint, profile_devices, save_profile,
+};
+use clap::Args;
+
+use crate::load;
+
+/// Measure kernels, copies and switches; save the profile.
+#[derive(Args, Debug)]
+pub struct ProfileArgs {
+    /// Fewer shapes and repetitions: under a minute.
+    #[arg(long = "quick")]
+    quick: bool,
+    /// CPU threads (default: all cores).
+    #[arg(short = 't', long = "threads")]
+    threads: Option<usize>,
+    /// Also profile a simulated GPU with these settings.
+    #[arg(long = "sim-gpu", num_args = 0..=1, default_missing_value = "")]
+    sim_gpu: Option<String>,
+    /// Write here instead of the cache directory.
+    #[arg(short = 'o', long = "out")]
+    out: Option<PathBuf>,
+}
+
+pub fn run(a: ProfileArgs) -> Result<()> {
+    let margs = crate::args::ModelArgs {
+        model: PathBuf::new(),
+        threads: a.threads,
+        ctx: None,
+        kv_type: ats_core::device::KvType::F16,
+        vram: None,
+        sim_gpu: a.sim_gpu.clone(),
+        policy: Default::default(),
+        profile: None,
+        batch: None,
+    };
+    let devices = load::devices(&margs, false)?;
+    let threads = load::threads(a.threads)?;
+    let opts = BenchOptions::new(a.quick, threads);
+    let make_cpu = |t: usize| -> Result<Arc<dyn Device>, String> {
+        Ok(Arc::new(CpuDevice::new(t).map_err(|e| e.to_string())?) as Arc<dyn Device>)
+    };
+    let tty = std::io::stderr().is_terminal();
+    let mut last = std::time::Instant::now();
+    let mut progress = |what: &str, done: usize, total: usize| {
+        if tty {
+            eprint!("\rats: profiling {what:<24} {done:>4}/{total}");
+        } else if last.elapsed().as_secs() >= 5 || done == total {
+            eprintln!("ats: profiling {what} {done}/{total}");
+            last = std::time::Instant::now();
+        }
+    };
+    let profile =
+        profile_devices(&devices, &make_cpu, &opts, &mut progress).map_err(anyhow::Error::msg)?;
+    if tty {
+        eprintln!();
+    }
+    let names: Vec<String> = devices.iter().map(|d| d.info().name.clone()).collect();
+    let path = match a.out {
+        Some(p) => p,
+        None => default_profile_path(&hardware_fingerprint(&names))
+            .context("no cache directory (set HOME or XDG_CACHE_HOME)")?,
+    };
+    save_profile(&profile, &path).map_err(anyhow::Error::msg)?;
+    println!(
+        "profiled {} devices in {:.1} s: {}",
+        profile.devices.len(),
+        profile.took_secs,
+        path.display()
+    );
+    for d in &profile.devices {
+        println!(
+            "  {}: {} samples{}{}",
+            d.device,
+            d.samples.len(),
+            d.h2d_pinned_gbps
+                .or(d.h2d_pageable_gbps)
+                .map_or(String::new(), |g| format!(", host->device {g:.1} GB/s")),
+            d.switch_secs
+                .map_or(String::new(), |s| format!(", switch {:.1} us", s * 1e6))
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,148 @@
+//! `ats-cli run`: generate text from a prompt, streaming it to standard output.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use ats_core::chat::ChatMessage;
+use ats_sched::engine::{GenEvent, GenParams};
+use clap::Args;
+
+use crate::args::{ModelArgs, SampleArgs};
+use crate::{load, report};
+
+/// Generate text.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    sample: SampleArgs,
+    /// The prompt.
+    #[arg(short = 'p', long = "prompt", conflicts_with = "file")]
+    prompt: Option<String>,
+    /// Read the prompt from a file (UTF-8).
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    file: Option<PathBuf>,
+    /// Tokens to generate.
+    #[arg(short = 'n', long = "n-predict", default_value_t = 128)]
+    n_predict: usize,
+    /// Wrap the prompt in the model's chat template as a user message.
+    #[arg(long = "chat")]
+    chat: bool,
+    /// A system message (with --chat).
+    #[arg(long = "system", requires = "chat")]
+    system: Option<String>,
+    /// Stop when this text appears (repeatable).
+    #[arg(long = "stop")]
+    stop: Vec<String>,
+    /// Keep generating past end-of-generation tokens.
+    #[arg(long = "ignore-eos")]
+    ignore_eos: bool,
+    /// Write the timings as JSON to this file.
+    #[arg(long = "timings-json", value_name = "FILE")]
+    timings_json: Option<PathBuf>,
+    /// No logs on standard error, only the answer on standard output.
+    #[arg(short = 'q', long = "quiet")]
+    quiet: bool,
+}
+
+/// Reads `-p` or `-f`.
+pub fn prompt_text(prompt: &Option<String>, file: &Option<PathBuf>) -> Result<String> {
+    match (prompt, file) {
+        (Some(p), _) => Ok(p.clone()),
+        (None, Some(f)) => {
+            let bytes = std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?;
+            String::from_utf8(bytes).map_err(|e| {
+                anyhow::anyhow!(
+                    "{} is not UTF-8 text (invalid byte at offset {})",
+                    f.display(),
+                    e.utf8_error().valid_up_to()
+                )
+            })
+        }
+        (None, None) => bail!("give a prompt with -p TEXT or -f FILE"),
+    }
+}
+
+pub fn run(a: RunArgs) -> Result<()> {
+    if a.n_predict == 0 {
+        bail!("-n must be at least 1 (tokens to generate)");
+    }
+    let text = prompt_text(&a.prompt, &a.file)?;
+    let mut loaded = load::load(&a.model, false, a.quiet)?;
+    let engine = &mut loaded.engine;
+    let tok = engine.tokenizer()?.clone();
+    let prompt = if a.chat {
+        let tpl = engine
+            .chat_template()
+            .context("the model has no usable chat template")?;
+        if tpl.is_fallback() && !a.quiet {
+            eprintln!("ats: the model has no chat template: using ChatML");
+        }
+        let mut msgs = Vec::new();
+        if let Some(s) = &a.system {
+            msgs.push(ChatMessage::text("system", s));
+        }
+        msgs.push(ChatMessage::text("user", &text));
+        tpl.render(&msgs, true)?
+    } else {
+        text
+    };
+    let ids = tok.encode(&prompt, true, true)?;
+    if ids.is_empty() {
+        bail!("the prompt is empty after tokenization");
+    }
+    if ids.len() >= engine.n_ctx() {
+        bail!(
+            "the prompt has {} tokens, more than the context of {} leaves room for (-c)",
+            ids.len(),
+            engine.n_ctx()
+        );
+    }
+    let params = GenParams {
+        max_tokens: a.n_predict,
+        sampler: a.sample.config(),
+        stop: a.stop.clone(),
+        ignore_eos: a.ignore_eos,
+    };
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut write_err = None;
+    let out_gen = engine.generate(&ids, &params, &mut |ev| match ev {
+        GenEvent::Text(t) => match out.write_all(t.as_bytes()).and_then(|_| out.flush()) {
+            Ok(()) => true,
+            Err(e) => {
+                write_err = Some(e);
+                false
+            }
+        },
+    })?;
+    if let Some(e) = write_err {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            return Err(e).context("writing the answer");
+        }
+    }
+    let _ = writeln!(out);
+    if !a.quiet {
+        report::print_timings(loaded.load_ms, &out_gen.timings);
+        report::print_memory(engine);
+    }
+    if let Some(path) = &a.timings_json {
+        let j = serde_json::json!({
+            "load_ms": loaded.load_ms,
+            "prompt_tokens": out_gen.timings.prompt_tokens,
+            "prompt_ms": out_gen.timings.prompt_ms,
+            "prompt_tokens_per_s": out_gen.timings.prompt_tps(),
+            "gen_tokens": out_gen.timings.gen_tokens,
+            "decode_ms": out_gen.timings.decode_ms,
+            "gen_tokens_per_s": out_gen.timings.gen_tps(),
+            "ttft_ms": out_gen.timings.ttft_ms,
+            "stop": out_gen.stop,
+            "memory": report::memory_json(engine),
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&j)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}

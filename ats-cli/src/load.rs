@@ -1,0 +1,166 @@
+//! Building the devices, the cost model, the planner and the engine from the
+//! command line, saying in one line what was chosen.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use ats_core::device::Device;
+use ats_core::spec::ModelSpec;
+use ats_cpu::CpuDevice;
+use ats_sched::engine::{Engine, EngineConfig};
+use ats_sched::planner::{Planner, PlannerConfig};
+use ats_sched::profile::{
+    CostModel, DeviceProfile, Profile, default_profile_path, hardware_fingerprint, load_profile,
+};
+use ats_sched::sim::{SimGpu, SimGpuConfig};
+use ats_sched::size::fmt_bytes;
+
+use crate::args::ModelArgs;
+
+/// CPU threads to use: the flag, else every core.
+pub fn threads(flag: Option<usize>) -> Result<usize> {
+    match flag {
+        Some(0) => bail!("--threads must be at least 1"),
+        Some(n) => Ok(n),
+        None => Ok(std::thread::available_parallelism().map_or(1, |n| n.get())),
+    }
+}
+
+/// The host CPU and, when asked for and available, a GPU (device 1).
+pub fn devices(args: &ModelArgs, quiet: bool) -> Result<Vec<Arc<dyn Device>>> {
+    let t = threads(args.threads)?;
+    let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(t)?);
+    let mut devs = vec![cpu];
+    if let Some(spec) = &args.sim_gpu {
+        let mut cfg = SimGpuConfig::parse(spec).map_err(anyhow::Error::msg)?;
+        if let Some(v) = args.vram {
+            cfg.memory = v;
+        }
+        let inner: Arc<dyn Device> = Arc::new(CpuDevice::with_isa(
+            1,
+            ats_cpu::matmul::Isa::detect(),
+            "sim-gpu-kernels",
+        )?);
+        if !quiet {
+            eprintln!(
+                "ats: using a SIMULATED GPU ({} budget, {} GB/s copies, speed {} x one CPU thread)",
+                fmt_bytes(cfg.memory),
+                cfg.copy_gbps,
+                cfg.speed
+            );
+        }
+        devs.push(Arc::new(SimGpu::new(inner, cfg)));
+    } else if args.vram.is_some() {
+        match ats_cuda::open_device(args.vram) {
+            Ok(gpu) => devs.push(gpu),
+            Err(e) => eprintln!("ats: no usable GPU ({e}): running on the CPU"),
+        }
+    }
+    Ok(devs)
+}
+
+/// The machine's profile (or `--profile FILE`), turned into a cost model for `devices`.
+pub fn cost_model(args: &ModelArgs, devices: &[Arc<dyn Device>]) -> Result<CostModel> {
+    let names: Vec<String> = devices.iter().map(|d| d.info().name.clone()).collect();
+    let fp = hardware_fingerprint(&names);
+    let profile: Option<Profile> = match &args.profile {
+        Some(p) => Some(
+            load_profile(p, None)
+                .map_err(anyhow::Error::msg)?
+                .with_context(|| format!("{}: no such profile", p.display()))?,
+        ),
+        None => match default_profile_path(&fp) {
+            Some(p) => load_profile(&p, Some(&fp)).unwrap_or(None),
+            None => None,
+        },
+    };
+    let per_device = devices
+        .iter()
+        .map(|d| {
+            let dp = profile
+                .as_ref()
+                .and_then(|p| p.device(&d.info().name).cloned())
+                .unwrap_or_else(|| DeviceProfile {
+                    device: d.info().name.clone(),
+                    kind: match d.info().kind {
+                        ats_core::device::DeviceKind::Cpu => "cpu".into(),
+                        _ => "gpu".into(),
+                    },
+                    ..Default::default()
+                });
+            (dp, d.info().parallelism.unwrap_or(1))
+        })
+        .collect();
+    Ok(CostModel::new(per_device))
+}
+
+/// A loaded model and what loading took.
+pub struct Loaded {
+    /// The engine.
+    pub engine: Engine,
+    /// Milliseconds to load and plan.
+    pub load_ms: f64,
+}
+
+/// Opens the model, plans it and loads it onto the devices.
+pub fn load(args: &ModelArgs, all_logits: bool, quiet: bool) -> Result<Loaded> {
+    let t0 = Instant::now();
+    let spec = Arc::new(
+        ModelSpec::open(&args.model)
+            .with_context(|| format!("cannot load {}", args.model.display()))?,
+    );
+    let devices = devices(args, quiet)?;
+    let cost = cost_model(args, &devices)?;
+    let n_ctx = args.ctx.unwrap_or(spec.hp.n_ctx_train.min(4096));
+    if n_ctx == 0 {
+        bail!("--ctx-size must be at least 1");
+    }
+    let cfg = EngineConfig {
+        n_ctx: Some(n_ctx),
+        kv_type: args.kv_type,
+        policy: args.policy,
+        max_chunk: args.batch,
+        ..EngineConfig::default()
+    };
+    if args.batch == Some(0) {
+        bail!("--batch-size must be at least 1");
+    }
+    let graph = Arc::new(spec.graph()?);
+    let pcfg = PlannerConfig {
+        policy: cfg.policy,
+        n_ctx,
+        kv_type: cfg.kv_type,
+        slots_per_role: cfg.slots_per_role,
+        all_logits,
+        max_tier: args.batch,
+        resched: cfg.resched.clone(),
+    };
+    let planner = Planner::new(graph, &devices, cost, pcfg)?;
+    if !quiet {
+        let names: Vec<String> = devices.iter().map(|d| d.info().name.clone()).collect();
+        eprintln!(
+            "ats: {} ({}, {} layers, {}), ctx {}, kv {:?}, policy {}, devices {}, threads {}",
+            args.model
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            spec.arch.name(),
+            spec.hp.n_layer,
+            fmt_bytes(spec.gguf.file_len()),
+            n_ctx,
+            cfg.kv_type,
+            cfg.policy.name(),
+            names.join(" + "),
+            devices[0].info().parallelism.unwrap_or(1),
+        );
+        for n in &planner.plans().report.notes {
+            eprintln!("ats: note: {n}");
+        }
+    }
+    let engine = Engine::new(spec, devices, planner, cfg)?;
+    Ok(Loaded {
+        engine,
+        load_ms: t0.elapsed().as_secs_f64() * 1000.0,
+    })
+}

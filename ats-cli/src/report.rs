@@ -1,0 +1,78 @@
+//! Printing timings and memory like llama.cpp does, on standard error.
+
+use ats_core::ledger::Region;
+use ats_sched::engine::{Engine, Timings};
+use ats_sched::size::fmt_bytes;
+
+/// The timings block printed after a run.
+pub fn print_timings(load_ms: f64, t: &Timings) {
+    let per = |ms: f64, n: usize| if n > 0 { ms / n as f64 } else { 0.0 };
+    eprintln!();
+    eprintln!("ats: load time       = {load_ms:10.2} ms");
+    eprintln!(
+        "ats: prompt eval     = {:10.2} ms / {:5} tokens ({:8.2} ms per token, {:8.2} tokens per second)",
+        t.prompt_ms,
+        t.prompt_tokens,
+        per(t.prompt_ms, t.prompt_tokens),
+        t.prompt_tps()
+    );
+    eprintln!(
+        "ats: eval time       = {:10.2} ms / {:5} runs   ({:8.2} ms per token, {:8.2} tokens per second)",
+        t.decode_ms,
+        t.decode_rounds,
+        per(t.decode_ms, t.decode_rounds),
+        t.gen_tps()
+    );
+    eprintln!("ats: time to first token = {:.2} ms", t.ttft_ms);
+}
+
+/// One line per device: peak memory by region against its budget.
+pub fn print_memory(engine: &Engine) {
+    for d in engine.executor().devices() {
+        let s = d.ledger().snapshot();
+        let regions: Vec<String> = s
+            .peak_by_region
+            .iter()
+            .filter(|(_, b)| *b > 0)
+            .map(|(r, b)| format!("{} {}", r.name(), fmt_bytes(*b)))
+            .collect();
+        let budget = s.budget.map_or("no budget".to_string(), |b| {
+            format!("budget {}", fmt_bytes(b))
+        });
+        eprintln!(
+            "ats: memory {}: peak {} ({budget}){}{}",
+            s.device,
+            fmt_bytes(s.peak),
+            if regions.is_empty() { "" } else { "; " },
+            regions.join(", ")
+        );
+    }
+}
+
+/// Peak bytes per region of every device, for JSON reports.
+pub fn memory_json(engine: &Engine) -> serde_json::Value {
+    let devs: Vec<serde_json::Value> = engine
+        .executor()
+        .devices()
+        .iter()
+        .map(|d| {
+            let s = d.ledger().snapshot();
+            let regions: serde_json::Map<String, serde_json::Value> = Region::ALL
+                .iter()
+                .map(|r| {
+                    (
+                        r.name().to_string(),
+                        serde_json::json!(d.ledger().peak_in(*r)),
+                    )
+                })
+                .collect();
+            serde_json::json!({
+                "device": s.device,
+                "budget_bytes": s.budget,
+                "peak_bytes": s.peak,
+                "peak_by_region": regions,
+            })
+        })
+        .collect();
+    serde_json::Value::Array(devs)
+}

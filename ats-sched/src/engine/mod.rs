@@ -1,0 +1,320 @@
+//! The engine: a loaded model on a set of devices under a plan, with the
+//! session state (KV cache, position) and the generation loop.
+
+mod config;
+mod error;
+mod generate;
+mod timings;
+
+pub use config::{EngineConfig, Policy};
+pub use error::EngineError;
+pub use generate::{GenEvent, GenParams, Generation, StopReason};
+pub use timings::Timings;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use ats_core::chat::ChatTemplate;
+use ats_core::device::{Device, HostMemory};
+use ats_core::graph::Graph;
+use ats_core::round::{EmbedOverride, Positions, Round};
+use ats_core::spec::ModelSpec;
+use ats_core::tokenizer::Tokenizer;
+
+use crate::exec::{ExecConfig, Executor};
+use crate::planner::{PlanSet, Planner};
+
+/// A model ready to run.
+pub struct Engine {
+    spec: Arc<ModelSpec>,
+    graph: Arc<Graph>,
+    tokenizer: Option<Tokenizer>,
+    tokenizer_error: Option<String>,
+    chat: Option<ChatTemplate>,
+    executor: Executor,
+    planner: Planner,
+    cfg: EngineConfig,
+    n_ctx: usize,
+    /// Tokens in the KV cache.
+    past: usize,
+    /// The next text position (differs from `past` after an M-RoPE image).
+    next_pos: i64,
+    /// Tokens of the session so far (for repetition penalties).
+    history: Vec<u32>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Engine({:?}, past {})", self.spec.arch, self.past)
+    }
+}
+
+impl Engine {
+    /// Loads `spec` onto `devices` (device 0 is the host CPU) with a planner.
+    pub fn new(
+        spec: Arc<ModelSpec>,
+        devices: Vec<Arc<dyn Device>>,
+        planner: Planner,
+        cfg: EngineConfig,
+    ) -> Result<Engine, EngineError> {
+        let graph = Arc::new(spec.graph()?);
+        let n_ctx = cfg.n_ctx.unwrap_or(spec.hp.n_ctx_train.min(4096));
+        if n_ctx == 0 {
+            return Err(EngineError::Input(
+                "the context length must be at least 1".into(),
+            ));
+        }
+        let (tokenizer, tokenizer_error) = match Tokenizer::from_gguf(&spec.gguf.metadata) {
+            Ok(t) => (Some(t), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        let chat = ChatTemplate::from_gguf(&spec.gguf.metadata).ok();
+        let set = planner.plans();
+        let host: Arc<dyn HostMemory> = spec.gguf.backing().clone();
+        for d in &devices[1..] {
+            // page-lock the mapping where the device can use it for faster copies
+            d.pin_host(&host).map_err(crate::exec::ExecError::from)?;
+        }
+        let ecfg = ExecConfig {
+            kv_capacity: n_ctx,
+            kv_type: cfg.kv_type,
+            slots_per_role: cfg.slots_per_role,
+        };
+        let mut executor = Executor::new(graph.clone(), host, devices, ecfg, set.plans[0].clone())?;
+        executor.set_plans(set.plans.clone())?;
+        Ok(Engine {
+            spec,
+            graph,
+            tokenizer,
+            tokenizer_error,
+            chat,
+            executor,
+            planner,
+            cfg,
+            n_ctx,
+            past: 0,
+            next_pos: 0,
+            history: Vec::new(),
+        })
+    }
+
+    /// The model.
+    pub fn spec(&self) -> &Arc<ModelSpec> {
+        &self.spec
+    }
+
+    /// The graph of a round.
+    pub fn graph(&self) -> &Arc<Graph> {
+        &self.graph
+    }
+
+    /// The tokenizer, or why the file has none usable.
+    pub fn tokenizer(&self) -> Result<&Tokenizer, EngineError> {
+        self.tokenizer.as_ref().ok_or_else(|| {
+            EngineError::Input(format!(
+                "the model has no usable tokenizer ({}); give token ids instead",
+                self.tokenizer_error.as_deref().unwrap_or("unknown reason")
+            ))
+        })
+    }
+
+    /// The chat template, if the file has one.
+    pub fn chat_template(&self) -> Option<&ChatTemplate> {
+        self.chat.as_ref()
+    }
+
+    /// The executor (devices, ledgers, statistics).
+    pub fn executor(&self) -> &Executor {
+        &self.executor
+    }
+
+    /// The planner and its current plans.
+    pub fn planner(&self) -> &Planner {
+        &self.planner
+    }
+
+    /// Settings.
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    /// Context length.
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
+    /// Tokens in the KV cache.
+    pub fn past(&self) -> usize {
+        self.past
+    }
+
+    /// The next position a text token takes.
+    pub fn next_pos(&self) -> i64 {
+        self.next_pos
+    }
+
+    /// Forgets the session (the KV cache is overwritten from the start).
+    pub fn reset(&mut self) {
+        self.past = 0;
+        self.next_pos = 0;
+        self.history.clear();
+    }
+
+    /// The current plan set.
+    pub fn plan_set(&self) -> &PlanSet {
+        self.planner.plans()
+    }
+
+    fn positions(&self, n: usize) -> Positions {
+        let start = self.next_pos.max(0) as usize;
+        if self.spec.arch.uses_mrope() {
+            Positions::mrope_text(start, n)
+        } else {
+            Positions::linear(start, n)
+        }
+    }
+
+    fn check_room(&self, n: usize) -> Result<(), EngineError> {
+        if self.past + n > self.n_ctx {
+            return Err(EngineError::Input(format!(
+                "{} tokens do not fit the context: {} in use of {} (-c)",
+                n, self.past, self.n_ctx
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs a round whose rows, positions and overrides the caller built
+    /// (the VLM path); the round's `past` is set here. Returns the outputs.
+    pub fn run_round(
+        &mut self,
+        mut round: Round,
+        advance_pos: i64,
+    ) -> Result<Vec<f32>, EngineError> {
+        self.check_room(round.n_rows)?;
+        round.past = self.past;
+        let (plan, _) = self.planner.choose(round.n_rows);
+        let n = round.n_rows;
+        let tokens = round.tokens.clone();
+        let out = self.executor.run_with(&Arc::new(round), plan)?;
+        self.after_round(n);
+        self.past += n;
+        self.next_pos += advance_pos;
+        self.history.extend(tokens);
+        Ok(out)
+    }
+
+    fn after_round(&mut self, n_tokens: usize) {
+        let stats = self.executor.last_stats().clone();
+        self.planner.observe(&self.executor, &stats, n_tokens);
+        if let Some(new_set) = self.planner.maybe_replan() {
+            // a re-plan keeps weight homes and KV devices: only node devices and streams change
+            if self.executor.set_plans(new_set.plans.clone()).is_err() {
+                self.planner.revert();
+            }
+        }
+    }
+
+    /// Processes `tokens` in chunks (the tier choice) and returns the logits
+    /// of the last one (`all`: of every one, `tokens.len() x vocab`).
+    pub fn prefill(&mut self, tokens: &[u32], all: bool) -> Result<Vec<f32>, EngineError> {
+        self.prefill_with(tokens, all, None)
+    }
+
+    /// [`Engine::prefill`] with rows of the embedding output replaced
+    /// (image embeddings) and explicit positions (M-RoPE), both covering `tokens`.
+    pub fn prefill_with(
+        &mut self,
+        tokens: &[u32],
+        all: bool,
+        embeds: Option<(&EmbedOverride, &Positions, i64)>,
+    ) -> Result<Vec<f32>, EngineError> {
+        if tokens.is_empty() {
+            return Err(EngineError::Input("the prompt is empty".into()));
+        }
+        self.check_room(tokens.len())?;
+        let vocab = self.spec.hp.n_vocab;
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= vocab) {
+            return Err(EngineError::Input(format!(
+                "token id {bad} is outside the vocabulary of {vocab}"
+            )));
+        }
+        let mut out = Vec::new();
+        let mut start = 0;
+        while start < tokens.len() {
+            let (plan, chunk) = self.planner.choose(tokens.len() - start);
+            let chunk = chunk.min(self.cfg.max_chunk.unwrap_or(usize::MAX)).max(1);
+            let end = (start + chunk).min(tokens.len());
+            let n = end - start;
+            let last = end == tokens.len();
+            let mut round = Round::text(tokens[start..end].to_vec(), self.past, all);
+            if !all && !last {
+                // intermediate chunks only fill the KV cache; keep one output row
+                round.output_rows = vec![n - 1];
+            }
+            let advance = match embeds {
+                Some((ov, pos, total_advance)) => {
+                    round.positions = Positions {
+                        components: pos.components,
+                        data: pos.data[start * pos.components..end * pos.components].to_vec(),
+                    };
+                    let rows: Vec<(usize, usize)> = ov
+                        .rows
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, r)| (start..end).contains(*r))
+                        .map(|(k, r)| (k, r - start))
+                        .collect();
+                    if !rows.is_empty() {
+                        let d = ov.data.len() / ov.rows.len().max(1);
+                        round.embed_override = Some(EmbedOverride {
+                            rows: rows.iter().map(|x| x.1).collect(),
+                            data: rows
+                                .iter()
+                                .flat_map(|&(k, _)| ov.data[k * d..(k + 1) * d].iter().copied())
+                                .collect(),
+                        });
+                    }
+                    if last { total_advance } else { 0 }
+                }
+                None => {
+                    round.positions = self.positions(n);
+                    n as i64
+                }
+            };
+            let logits = self.executor.run_with(&Arc::new(round), plan)?;
+            self.after_round(n);
+            self.past += n;
+            self.next_pos += advance;
+            self.history.extend_from_slice(&tokens[start..end]);
+            if all {
+                out.extend_from_slice(&logits);
+            } else if last {
+                out = logits;
+            }
+            start = end;
+        }
+        Ok(out)
+    }
+
+    /// Feeds one token and returns the next logits.
+    pub fn decode(&mut self, token: u32) -> Result<Vec<f32>, EngineError> {
+        self.prefill(&[token], false)
+    }
+
+    /// Logits for every position of `tokens` from an empty context.
+    pub fn eval(&mut self, tokens: &[u32]) -> Result<Vec<f32>, EngineError> {
+        self.reset();
+        self.prefill(tokens, true)
+    }
+
+    /// The session's tokens so far.
+    pub fn history(&self) -> &[u32] {
+        &self.history
+    }
+
+    /// Time since `t` in milliseconds.
+    pub(crate) fn ms_since(t: Instant) -> f64 {
+        t.elapsed().as_secs_f64() * 1000.0
+    }
+}

@@ -1,0 +1,830 @@
+//! Building the layout and the per-tier plans.
+
+use std::collections::HashMap;
+
+use ats_core::device::{Device, KvType};
+use ats_core::graph::cost::RoundShape;
+use ats_core::graph::{Graph, SubLayer};
+use serde::Serialize;
+
+use super::items::{Item, ItemCost, build_items, item_costs};
+use super::report::{ItemRow, PlanReport, TensorRow};
+use super::{PlanKind, PlanSet, TierEntry, tiers_up_to};
+use crate::dynamic::{TransferItem, TransferParams, plan_transfers, round_time};
+use crate::engine::Policy;
+use crate::exec::{ExecPlan, Schedule, WeightHome, weight_role};
+use crate::placement::{ItemGroup, PlacementItem, PlacementParams, place};
+use crate::profile::CostModel;
+use crate::rescheduler::ReschedConfig;
+use crate::size::fmt_bytes;
+
+/// Planner settings.
+#[derive(Clone, Debug, Serialize)]
+pub struct PlannerConfig {
+    /// Placement policy.
+    pub policy: Policy,
+    /// Context length the KV caches hold.
+    pub n_ctx: usize,
+    /// KV element type.
+    pub kv_type: KvType,
+    /// Temp slots per weight role (2 = double buffer).
+    pub slots_per_role: usize,
+    /// Rounds return every row's logits (eval, perplexity), so compute buffers hold them.
+    pub all_logits: bool,
+    /// Largest tier to plan for (`None`: chosen by the planner).
+    pub max_tier: Option<usize>,
+    /// Re-scheduling thresholds.
+    #[serde(skip)]
+    pub resched: ReschedConfig,
+}
+
+/// Why no plan could be made.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// The GPU budget cannot hold even the smallest plan.
+    #[error(
+        "a VRAM budget of {} is too small to run this model on the GPU: the smallest plan needs {} ({detail}); give at least --vram {}",
+        fmt_bytes(*budget), fmt_bytes(*minimum), fmt_bytes(*minimum)
+    )]
+    BudgetTooSmall {
+        /// The budget.
+        budget: u64,
+        /// The least that works.
+        minimum: u64,
+        /// What the minimum is made of.
+        detail: String,
+    },
+    /// A planning algorithm refused its input.
+    #[error("planning failed: {0}")]
+    Algorithm(String),
+}
+
+/// The reference workload the layout is chosen for.
+const WORKLOAD_PROMPT: usize = 512;
+const WORKLOAD_DECODE: f64 = 128.0;
+
+struct Ctx<'a> {
+    g: &'a Graph,
+    cost: &'a CostModel,
+    cfg: &'a PlannerConfig,
+    items: Vec<Item>,
+    host_nodes: Vec<usize>,
+    gpu: usize,
+    n_devices: usize,
+    kv_f16: bool,
+}
+
+impl Ctx<'_> {
+    fn decode_shape(&self) -> RoundShape {
+        RoundShape {
+            n_tokens: 1,
+            past: (self.cfg.n_ctx / 2).min(2048),
+            n_outputs: 1,
+        }
+    }
+
+    fn shape(&self, tier: usize) -> RoundShape {
+        if tier == 1 {
+            return self.decode_shape();
+        }
+        RoundShape {
+            n_tokens: tier,
+            past: 0,
+            n_outputs: if self.cfg.all_logits { tier } else { 1 },
+        }
+    }
+
+    fn costs(&self, shape: RoundShape) -> Vec<ItemCost> {
+        item_costs(
+            self.g,
+            &self.items,
+            self.cost,
+            shape,
+            self.kv_f16,
+            Some(self.gpu),
+        )
+    }
+
+    /// GPU activation bytes for a round of `tier` tokens with every item on the GPU (an upper bound).
+    fn compute_reserve(&self, tier: usize) -> u64 {
+        let mut node_device = vec![self.gpu; self.g.nodes.len()];
+        for &n in &self.host_nodes {
+            node_device[n] = 0;
+        }
+        let plan = ExecPlan {
+            node_device,
+            weight_home: vec![WeightHome::Host; self.g.weights.len()],
+            kv_device: vec![self.gpu; self.g.kv_caches.len()],
+        };
+        let outs = if self.cfg.all_logits { tier } else { 1 };
+        Schedule::build(self.g, &plan, self.n_devices, tier, outs).compute_bytes(self.gpu) as u64
+    }
+
+    /// Temp slot bytes for streaming the non-resident items.
+    fn temp_reserve(&self, resident: &[bool]) -> u64 {
+        let mut by_role: HashMap<&str, u64> = HashMap::new();
+        for (it, &r) in self.items.iter().zip(resident) {
+            if r || !it.streamable() {
+                continue;
+            }
+            for &w in &it.weights {
+                let info = &self.g.weights[w];
+                let e = by_role.entry(weight_role(&info.name)).or_default();
+                *e = (*e).max(info.bytes);
+            }
+        }
+        by_role.values().sum::<u64>() * self.cfg.slots_per_role.max(1) as u64
+    }
+
+    fn streamed_roles(&self, resident: &[bool]) -> usize {
+        let mut roles = std::collections::HashSet::new();
+        for (it, &r) in self.items.iter().zip(resident) {
+            if !r && it.streamable() {
+                for &w in &it.weights {
+                    roles.insert(weight_role(&self.g.weights[w].name));
+                }
+            }
+        }
+        roles.len()
+    }
+}
+
+/// One evaluated layout.
+struct Layout {
+    resident: Vec<bool>,
+    why: Vec<String>,
+    max_tier: usize,
+    streaming: bool,
+    compute: u64,
+    temp: u64,
+    tiers: Vec<(
+        usize,
+        PlanKind,
+        f64,
+        Vec<bool>,
+        Vec<(PlanKind, Option<f64>)>,
+    )>,
+    workload: f64,
+}
+
+fn transfer_items(
+    costs: &[ItemCost],
+    items: &[Item],
+    resident: &[bool],
+    streaming: bool,
+    contention: f64,
+) -> Vec<TransferItem> {
+    costs
+        .iter()
+        .zip(items)
+        .zip(resident)
+        .map(|((c, it), &r)| TransferItem {
+            on_gpu: r,
+            promotable: streaming && !r && it.streamable(),
+            cpu_time: c.cpu * contention,
+            gpu_time: c.gpu,
+            copy_time: c.copy,
+            switch_cost: c.switch,
+        })
+        .collect()
+}
+
+/// The allowed plan shapes of a policy for a tier.
+fn kinds(policy: Policy, tier: usize, streaming: bool) -> Vec<PlanKind> {
+    match policy {
+        Policy::Static => vec![PlanKind::Static],
+        // llama.cpp offloads matmuls of batches of 32 or more to the GPU
+        Policy::Layers | Policy::CpuMoe => {
+            if tier >= 32 && streaming {
+                vec![PlanKind::GpuOnly]
+            } else {
+                vec![PlanKind::Static]
+            }
+        }
+        Policy::Tiers if streaming => vec![PlanKind::Static, PlanKind::GpuOnly],
+        Policy::Ats if streaming => vec![PlanKind::Static, PlanKind::GpuOnly, PlanKind::Dynamic],
+        _ => vec![PlanKind::Static],
+    }
+}
+
+/// Estimates the three shapes for one tier and returns the best allowed:
+/// (kind, seconds, per-item "on the GPU", every estimate).
+fn tier_plan(
+    ctx: &Ctx<'_>,
+    tier: usize,
+    resident: &[bool],
+    streaming: bool,
+) -> Result<(PlanKind, f64, Vec<bool>, Vec<(PlanKind, Option<f64>)>), PlanError> {
+    let shape = ctx.shape(tier);
+    let costs = ctx.costs(shape);
+    let out_bytes = ctx
+        .g
+        .value_bytes(ctx.g.output, shape.n_tokens, shape.n_outputs) as f64;
+    let params = TransferParams {
+        slots: (ctx.cfg.slots_per_role.max(1) * ctx.streamed_roles(resident).max(1)).max(1),
+        output_switch_cost: ctx.cost.d2h_secs(ctx.gpu, out_bytes) + ctx.cost.switch_secs(ctx.gpu),
+    };
+    let alg = |e: crate::dynamic::TransferError| PlanError::Algorithm(e.to_string());
+    let plain = transfer_items(&costs, &ctx.items, resident, streaming, 1.0);
+    let contended = transfer_items(
+        &costs,
+        &ctx.items,
+        resident,
+        streaming,
+        ctx.cost.contention(0),
+    );
+    let none = vec![false; plain.len()];
+    let static_t = round_time(&plain, &none, &params).map_err(alg)?.total;
+    let allowed = kinds(ctx.cfg.policy, tier, streaming);
+    let mut est: Vec<(PlanKind, Option<f64>, Vec<bool>)> =
+        vec![(PlanKind::Static, Some(static_t), none.clone())];
+    if streaming {
+        let all: Vec<bool> = contended.iter().map(|t| t.promotable).collect();
+        let g = round_time(&contended, &all, &params).map_err(alg)?.total;
+        est.push((PlanKind::GpuOnly, Some(g), all));
+        let d = plan_transfers(&contended, &params).map_err(alg)?;
+        est.push((PlanKind::Dynamic, Some(d.timing.total), d.promote));
+    } else {
+        est.push((PlanKind::GpuOnly, None, none.clone()));
+        est.push((PlanKind::Dynamic, None, none));
+    }
+    let best = est
+        .iter()
+        .filter(|e| allowed.contains(&e.0) && e.1.is_some())
+        .min_by(|a, b| {
+            a.1.unwrap_or(f64::INFINITY)
+                .total_cmp(&b.1.unwrap_or(f64::INFINITY))
+        })
+        .expect("the static plan is always allowed");
+    let on_gpu: Vec<bool> = resident
+        .iter()
+        .zip(&best.2)
+        .map(|(&r, &p)| r || p)
+        .collect();
+    let estimates = est
+        .iter()
+        .map(|e| (e.0, if allowed.contains(&e.0) { e.1 } else { None }))
+        .collect();
+    Ok((best.0, best.1.unwrap_or(f64::INFINITY), on_gpu, estimates))
+}
+
+/// Weighted (decode, prompt) benefit and switch cost of each item for the static DP.
+fn dp_items(
+    ctx: &Ctx<'_>,
+    dec: &[ItemCost],
+    pre: &[ItemCost],
+    prompt_rounds: f64,
+) -> Vec<PlacementItem> {
+    ctx.items
+        .iter()
+        .zip(dec.iter().zip(pre))
+        .map(|(it, (d, p))| PlacementItem {
+            size_bytes: it.bytes(),
+            benefit: WORKLOAD_DECODE * (d.cpu - d.gpu) + prompt_rounds * (p.cpu - p.gpu),
+            switch_cost: WORKLOAD_DECODE * d.switch + prompt_rounds * p.switch,
+            group: if it.experts.is_some() {
+                ItemGroup::Expert
+            } else {
+                ItemGroup::Dense
+            },
+        })
+        .collect()
+}
+
+/// Residency by the static DP.
+fn resident_dp(
+    ctx: &Ctx<'_>,
+    avail: u64,
+    dec: &[ItemCost],
+    pre: &[ItemCost],
+    prompt_rounds: f64,
+) -> Result<(Vec<bool>, Vec<String>), PlanError> {
+    let items = dp_items(ctx, dec, pre, prompt_rounds);
+    let out_bytes = ctx.g.value_bytes(ctx.g.output, 1, 1) as f64;
+    let mut params = PlacementParams::new(avail);
+    params.output_switch_cost =
+        WORKLOAD_DECODE * (ctx.cost.d2h_secs(ctx.gpu, out_bytes) + ctx.cost.switch_secs(ctx.gpu));
+    // coarser units for huge budgets keep the table small
+    while (avail / params.unit_bytes) * ctx.items.len() as u64 > 400_000_000 {
+        params.unit_bytes *= 2;
+    }
+    let p = place(&items, &params).map_err(|e| PlanError::Algorithm(e.to_string()))?;
+    let why = items
+        .iter()
+        .zip(&p.on_gpu)
+        .map(|(it, &g)| {
+            let ms = it.benefit * 1e3;
+            if g {
+                format!(
+                    "static DP: saves {ms:.2} ms per workload for {}",
+                    fmt_bytes(it.size_bytes)
+                )
+            } else if it.benefit <= 0.0 {
+                format!("static DP: no gain on the GPU ({ms:.2} ms)")
+            } else {
+                format!(
+                    "static DP: {ms:.2} ms for {} did not make the cut",
+                    fmt_bytes(it.size_bytes)
+                )
+            }
+        })
+        .collect();
+    Ok((p.on_gpu, why))
+}
+
+/// Residency as llama.cpp fills layers: from the last layer backwards, whole
+/// layers while they fit, then the boundary layer's FFN half; the output
+/// projection only once every layer is on the GPU. `skip_experts` keeps
+/// routed experts on the CPU (`--cpu-moe`).
+fn resident_layers(ctx: &Ctx<'_>, avail: u64, skip_experts: bool) -> (Vec<bool>, Vec<String>) {
+    let n = ctx.items.len();
+    let mut on = vec![false; n];
+    let mut why = vec![String::from("layers: did not fit"); n];
+    let mut used = 0u64;
+    let n_layer = ctx
+        .items
+        .iter()
+        .filter_map(|i| i.layer)
+        .max()
+        .map_or(0, |l| l + 1);
+    let eligible = |i: usize| !(skip_experts && ctx.items[i].experts.is_some());
+    let mut all_fit = true;
+    for l in (0..n_layer).rev() {
+        let idx: Vec<usize> = (0..n)
+            .filter(|&i| ctx.items[i].layer == Some(l) && eligible(i))
+            .collect();
+        let whole: u64 = idx.iter().map(|&i| ctx.items[i].bytes()).sum();
+        if used + whole <= avail {
+            used += whole;
+            for &i in &idx {
+                on[i] = true;
+                why[i] = format!("layers: layer {l} fits on the GPU");
+            }
+            continue;
+        }
+        all_fit = false;
+        let ffn: Vec<usize> = idx
+            .iter()
+            .copied()
+            .filter(|&i| {
+                matches!(
+                    ctx.items[i].sublayer,
+                    SubLayer::FfnUp
+                        | SubLayer::FfnDown
+                        | SubLayer::MoeRouter
+                        | SubLayer::MoeExperts
+                )
+            })
+            .collect();
+        let half: u64 = ffn.iter().map(|&i| ctx.items[i].bytes()).sum();
+        if used + half <= avail {
+            used += half;
+            for &i in &ffn {
+                on[i] = true;
+                why[i] = format!("layers: boundary layer {l}, FFN half on the GPU");
+            }
+        }
+        break;
+    }
+    for i in 0..n {
+        if skip_experts && ctx.items[i].experts.is_some() {
+            why[i] = "cpu-moe: routed experts stay on the CPU".into();
+        }
+        if ctx.items[i].layer.is_none() {
+            if all_fit && used + ctx.items[i].bytes() <= avail {
+                used += ctx.items[i].bytes();
+                on[i] = true;
+                why[i] = "layers: every layer fits, the output too".into();
+            } else {
+                why[i] = "layers: the output goes to the GPU only with every layer".into();
+            }
+        }
+    }
+    (on, why)
+}
+
+fn resident_for(
+    ctx: &Ctx<'_>,
+    avail: u64,
+    dec: &[ItemCost],
+    pre: &[ItemCost],
+    prompt_rounds: f64,
+) -> Result<(Vec<bool>, Vec<String>), PlanError> {
+    match ctx.cfg.policy {
+        Policy::Layers => Ok(resident_layers(ctx, avail, false)),
+        Policy::CpuMoe => Ok(resident_layers(ctx, avail, true)),
+        _ => resident_dp(ctx, avail, dec, pre, prompt_rounds),
+    }
+}
+
+fn evaluate(
+    ctx: &Ctx<'_>,
+    budget: u64,
+    max_tier: usize,
+    streaming: bool,
+) -> Result<Option<Layout>, PlanError> {
+    let compute = ctx.compute_reserve(max_tier);
+    let all_streamable = vec![false; ctx.items.len()];
+    let temp_all = if streaming {
+        ctx.temp_reserve(&all_streamable)
+    } else {
+        0
+    };
+    if compute + temp_all > budget {
+        return Ok(None);
+    }
+    let dec = ctx.costs(ctx.decode_shape());
+    let pre_tier = WORKLOAD_PROMPT.min(max_tier).min(ctx.cfg.n_ctx);
+    let pre = ctx.costs(ctx.shape(pre_tier));
+    let prompt_rounds = WORKLOAD_PROMPT.min(ctx.cfg.n_ctx).div_ceil(pre_tier) as f64;
+    let (mut resident, mut why) =
+        resident_for(ctx, budget - compute - temp_all, &dec, &pre, prompt_rounds)?;
+    let mut temp = if streaming {
+        ctx.temp_reserve(&resident)
+    } else {
+        0
+    };
+    if streaming && temp < temp_all {
+        // fewer streamed roles than assumed: give the difference to residency
+        let (r2, w2) = resident_for(ctx, budget - compute - temp, &dec, &pre, prompt_rounds)?;
+        let t2 = ctx.temp_reserve(&r2);
+        let used2: u64 = ctx
+            .items
+            .iter()
+            .zip(&r2)
+            .filter(|x| *x.1)
+            .map(|x| x.0.bytes())
+            .sum();
+        if used2 + t2 + compute <= budget {
+            resident = r2;
+            why = w2;
+            temp = t2;
+        }
+    }
+    let mut tiers = Vec::new();
+    for t in tiers_up_to(max_tier.min(ctx.cfg.n_ctx)) {
+        let (kind, secs, on_gpu, est) = tier_plan(ctx, t, &resident, streaming)?;
+        tiers.push((t, kind, secs, on_gpu, est));
+    }
+    // the workload: 128 decode rounds, plus the prompt in chunks of its best tier
+    let decode = tiers.first().map_or(f64::INFINITY, |t| t.2);
+    let prompt = tiers
+        .iter()
+        .map(|t| WORKLOAD_PROMPT.min(ctx.cfg.n_ctx).div_ceil(t.0) as f64 * t.2)
+        .fold(f64::INFINITY, f64::min);
+    Ok(Some(Layout {
+        resident,
+        why,
+        max_tier,
+        streaming,
+        compute,
+        temp,
+        workload: WORKLOAD_DECODE * decode + prompt,
+        tiers,
+    }))
+}
+
+fn exec_plan(ctx: &Ctx<'_>, resident: &[bool], on_gpu: &[bool]) -> ExecPlan {
+    let mut p = ExecPlan::all_cpu(ctx.g);
+    for (i, it) in ctx.items.iter().enumerate() {
+        if on_gpu[i] {
+            for &n in &it.nodes {
+                p.node_device[n] = ctx.gpu;
+            }
+        }
+        if resident[i] {
+            for &w in &it.weights {
+                p.weight_home[w] = WeightHome::Resident(ctx.gpu);
+            }
+            if let Some(c) = it.kv {
+                p.kv_device[c] = ctx.gpu;
+            }
+        }
+    }
+    p
+}
+
+fn item_name(it: &Item) -> String {
+    let sub = serde_json::to_value(it.sublayer)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default();
+    match it.layer {
+        Some(l) => format!("blk.{l} {sub}"),
+        None => sub,
+    }
+}
+
+fn finish(ctx: &Ctx<'_>, layout: Layout, budget: u64, notes: Vec<String>) -> PlanSet {
+    let mut plans: Vec<ExecPlan> = Vec::new();
+    let mut tiers = Vec::new();
+    for (t, kind, secs, on_gpu, est) in &layout.tiers {
+        let p = exec_plan(ctx, &layout.resident, on_gpu);
+        let switches = p.switches();
+        let idx = match plans.iter().position(|q| *q == p) {
+            Some(i) => i,
+            None => {
+                plans.push(p);
+                plans.len() - 1
+            }
+        };
+        let streamed = on_gpu
+            .iter()
+            .zip(&layout.resident)
+            .filter(|(g, r)| **g && !**r)
+            .count();
+        tiers.push(TierEntry {
+            tier: *t,
+            plan: idx,
+            kind: *kind,
+            est_secs: *secs,
+            estimates: est.clone(),
+            switches,
+            streamed_items: streamed,
+        });
+    }
+    let resident_bytes: u64 = ctx
+        .items
+        .iter()
+        .zip(&layout.resident)
+        .filter(|x| *x.1)
+        .map(|x| x.0.weight_bytes)
+        .sum();
+    let kv_bytes: u64 = ctx
+        .items
+        .iter()
+        .zip(&layout.resident)
+        .filter(|x| *x.1)
+        .map(|x| x.0.kv_bytes)
+        .sum();
+    let dec = ctx.costs(ctx.decode_shape());
+    let tier1_gpu = &layout.tiers[0].3;
+    let mut tensors: Vec<TensorRow> = ctx
+        .g
+        .weights
+        .iter()
+        .map(|w| TensorRow {
+            name: w.name.clone(),
+            bytes: w.bytes,
+            placement: "cpu".into(),
+            region: "none".into(),
+            why: "embedding lookups run on the host".into(),
+        })
+        .collect();
+    let mut streamed_in: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (t, _, _, on_gpu, _) in &layout.tiers {
+        for (i, &g) in on_gpu.iter().enumerate() {
+            if g && !layout.resident[i] {
+                streamed_in.entry(i).or_default().push(*t);
+            }
+        }
+    }
+    for (i, it) in ctx.items.iter().enumerate() {
+        for &w in &it.weights {
+            let row = &mut tensors[w];
+            if layout.resident[i] {
+                row.placement = "gpu".into();
+                row.region = "resident".into();
+            } else if let Some(ts) = streamed_in.get(&i) {
+                row.region = "temp".into();
+                row.placement = "cpu".into();
+                row.why = format!("{}; streamed to the GPU for tiers {ts:?}", layout.why[i]);
+                continue;
+            }
+            row.why = layout.why[i].clone();
+        }
+    }
+    let items = ctx
+        .items
+        .iter()
+        .enumerate()
+        .map(|(i, it)| ItemRow {
+            name: item_name(it),
+            nodes: it.nodes.clone(),
+            bytes: it.bytes(),
+            resident: layout.resident[i],
+            on_gpu_tier1: tier1_gpu[i],
+            est_decode_secs: if tier1_gpu[i] { dec[i].gpu } else { dec[i].cpu },
+        })
+        .collect();
+    let report = PlanReport {
+        policy: Some(ctx.cfg.policy),
+        budget_bytes: Some(budget),
+        peak_bytes: resident_bytes + kv_bytes + layout.temp + layout.compute,
+        regions: vec![
+            ("resident".into(), resident_bytes),
+            ("kv".into(), kv_bytes),
+            ("temp".into(), layout.temp),
+            ("compute".into(), layout.compute),
+        ],
+        max_tier: layout.max_tier,
+        streaming: layout.streaming,
+        workload_secs: layout.workload,
+        copy_secs_per_gb: ctx.cost.h2d_secs(ctx.gpu, 1e9),
+        tensors,
+        items,
+        notes,
+    };
+    PlanSet {
+        plans,
+        tiers,
+        report,
+    }
+}
+
+/// Plans every tier on the CPU alone.
+fn cpu_only(g: &Graph, cost: &CostModel, cfg: &PlannerConfig) -> PlanSet {
+    let kv_f16 = cfg.kv_type == KvType::F16;
+    let (items, _) = build_items(g, cfg.n_ctx, cfg.kv_type.size());
+    let max = cfg.max_tier.unwrap_or(512).min(cfg.n_ctx);
+    let mut tiers = Vec::new();
+    for t in tiers_up_to(max) {
+        let shape = RoundShape {
+            n_tokens: t,
+            past: if t == 1 { (cfg.n_ctx / 2).min(2048) } else { 0 },
+            n_outputs: if cfg.all_logits { t } else { 1 },
+        };
+        let secs: f64 = item_costs(g, &items, cost, shape, kv_f16, None)
+            .iter()
+            .map(|c| c.cpu)
+            .sum();
+        tiers.push(TierEntry {
+            tier: t,
+            plan: 0,
+            kind: PlanKind::CpuOnly,
+            est_secs: secs,
+            estimates: vec![(PlanKind::CpuOnly, Some(secs))],
+            switches: 0,
+            streamed_items: 0,
+        });
+    }
+    let mut notes = Vec::new();
+    if !cost.is_measured(0) {
+        notes.push(
+            "no profile of this machine: estimates are a default roofline (run `ats-cli profile`)"
+                .into(),
+        );
+    }
+    let tensors = g
+        .weights
+        .iter()
+        .map(|w| TensorRow {
+            name: w.name.clone(),
+            bytes: w.bytes,
+            placement: "cpu".into(),
+            region: "none".into(),
+            why: "no GPU".into(),
+        })
+        .collect();
+    PlanSet {
+        plans: vec![ExecPlan::all_cpu(g)],
+        tiers,
+        report: PlanReport {
+            policy: Some(cfg.policy),
+            max_tier: max,
+            tensors,
+            notes,
+            ..PlanReport::default()
+        },
+    }
+}
+
+/// Builds the plan set (see the module docs).
+pub(super) fn plan_set(
+    g: &Graph,
+    cost: &CostModel,
+    cfg: &PlannerConfig,
+    gpu: Option<usize>,
+    budget: Option<u64>,
+    devices: &[std::sync::Arc<dyn Device>],
+) -> Result<PlanSet, PlanError> {
+    let (Some(gpu), Some(budget)) = (gpu, budget) else {
+        return Ok(cpu_only(g, cost, cfg));
+    };
+    let (items, host_nodes) = build_items(g, cfg.n_ctx, cfg.kv_type.size());
+    let ctx = Ctx {
+        g,
+        cost,
+        cfg,
+        items,
+        host_nodes,
+        gpu,
+        n_devices: devices.len(),
+        kv_f16: cfg.kv_type == KvType::F16,
+    };
+    let cap = cfg.max_tier.unwrap_or(usize::MAX).min(cfg.n_ctx);
+    let mut tmax: Vec<usize> = [1usize, 64, 512, 2048]
+        .into_iter()
+        .filter(|&t| t <= cap)
+        .collect();
+    if tmax.is_empty() {
+        tmax.push(1);
+    }
+    let streaming_opts: &[bool] = match cfg.policy {
+        Policy::Static => &[false],
+        Policy::Layers | Policy::CpuMoe => &[true, false],
+        Policy::Tiers | Policy::Ats => &[false, true],
+    };
+    let mut best: Option<Layout> = None;
+    for &t in &tmax {
+        for &s in streaming_opts {
+            if let Some(l) = evaluate(&ctx, budget, t, s)? {
+                // baselines take the first layout that fits (llama.cpp does not search)
+                let baseline = matches!(cfg.policy, Policy::Layers | Policy::CpuMoe);
+                let better = best.as_ref().is_none_or(|b| {
+                    if baseline {
+                        b.max_tier < l.max_tier
+                            || (b.max_tier == l.max_tier && !b.streaming && l.streaming)
+                    } else {
+                        l.workload < b.workload
+                    }
+                });
+                if better {
+                    best = Some(l);
+                }
+            }
+        }
+    }
+    let Some(layout) = best else {
+        let minimum = ctx.compute_reserve(1);
+        return Err(PlanError::BudgetTooSmall {
+            budget,
+            minimum,
+            detail: format!("compute buffers for one token: {}", fmt_bytes(minimum)),
+        });
+    };
+    let mut notes = Vec::new();
+    if !cost.is_measured(gpu) || !cost.is_measured(0) {
+        notes.push(
+            "no profile of this machine: estimates are a default roofline (run `ats-cli profile`)"
+                .into(),
+        );
+    }
+    Ok(finish(&ctx, layout, budget, notes))
+}
+
+/// Re-plans the tiers with the current (live) costs, keeping the layout of `old`.
+pub(super) fn replan(
+    g: &Graph,
+    cost: &CostModel,
+    cfg: &PlannerConfig,
+    gpu: usize,
+    old: &PlanSet,
+) -> Result<PlanSet, PlanError> {
+    let (items, host_nodes) = build_items(g, cfg.n_ctx, cfg.kv_type.size());
+    let n_devices = old.plans[0]
+        .node_device
+        .iter()
+        .chain(&old.plans[0].kv_device)
+        .max()
+        .copied()
+        .unwrap_or(0)
+        .max(gpu)
+        + 1;
+    let ctx = Ctx {
+        g,
+        cost,
+        cfg,
+        items,
+        host_nodes,
+        gpu,
+        n_devices,
+        kv_f16: cfg.kv_type == KvType::F16,
+    };
+    let resident: Vec<bool> = old.report.items.iter().map(|i| i.resident).collect();
+    let streaming = old.report.streaming;
+    let mut tiers = Vec::new();
+    for e in &old.tiers {
+        let (kind, secs, on_gpu, est) = tier_plan(&ctx, e.tier, &resident, streaming)?;
+        tiers.push((e.tier, kind, secs, on_gpu, est));
+    }
+    let regions: HashMap<String, u64> = old.report.regions.iter().cloned().collect();
+    let layout = Layout {
+        why: old
+            .report
+            .items
+            .iter()
+            .map(|_| "kept from the current layout (re-plan)".to_string())
+            .collect(),
+        resident,
+        max_tier: old.report.max_tier,
+        streaming,
+        compute: regions.get("compute").copied().unwrap_or(0),
+        temp: regions.get("temp").copied().unwrap_or(0),
+        workload: 0.0,
+        tiers,
+    };
+    let mut set = finish(
+        &ctx,
+        layout,
+        old.report.budget_bytes.unwrap_or(0),
+        old.report.notes.clone(),
+    );
+    // keep the original reasons for each tensor
+    for (row, prev) in set.report.tensors.iter_mut().zip(&old.report.tensors) {
+        if row.region == prev.region {
+            row.why = prev.why.clone();
+        }
+    }
+    Ok(set)
+}

@@ -1,0 +1,171 @@
+//! Placement items: the nodes of one (layer, sub-layer), their weights and
+//! KV cache, the activations entering them, and their costs per round shape.
+
+use std::collections::HashSet;
+
+use ats_core::graph::cost::{RoundShape, expected_experts};
+use ats_core::graph::{Graph, Op, SubLayer};
+
+use crate::profile::CostModel;
+
+/// A unit of placement: consecutive nodes of one (layer, sub-layer).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Item {
+    /// Nodes, in execution order.
+    pub nodes: Vec<usize>,
+    /// Weights the nodes read.
+    pub weights: Vec<usize>,
+    /// The KV cache, for attention items.
+    pub kv: Option<usize>,
+    /// Bytes of the weights.
+    pub weight_bytes: u64,
+    /// Bytes of the KV cache at the planned context.
+    pub kv_bytes: u64,
+    /// Routed experts (`Some((n_expert, top_k))`).
+    pub experts: Option<(usize, usize)>,
+    /// Layer.
+    pub layer: Option<usize>,
+    /// Sub-layer.
+    pub sublayer: SubLayer,
+    /// Values the item reads that are produced before it.
+    pub inputs: Vec<usize>,
+}
+
+impl Item {
+    /// Bytes the item occupies on the device that holds it.
+    pub fn bytes(&self) -> u64 {
+        self.weight_bytes + self.kv_bytes
+    }
+
+    /// Whether the item can be streamed to a GPU for a round (it has weights
+    /// and no KV cache that would have to move).
+    pub fn streamable(&self) -> bool {
+        self.kv.is_none() && self.weight_bytes > 0
+    }
+}
+
+/// Splits a graph into items; embedding lookups stay on the host and are
+/// returned apart.
+pub fn build_items(g: &Graph, n_ctx: usize, kv_elem: usize) -> (Vec<Item>, Vec<usize>) {
+    let mut items: Vec<Item> = Vec::new();
+    let mut host_only = Vec::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        if matches!(n.op, Op::Embed) {
+            host_only.push(i);
+            continue;
+        }
+        let same = items
+            .last()
+            .is_some_and(|it| it.layer == n.layer && it.sublayer == n.sublayer);
+        if !same {
+            items.push(Item {
+                nodes: Vec::new(),
+                weights: Vec::new(),
+                kv: None,
+                weight_bytes: 0,
+                kv_bytes: 0,
+                experts: None,
+                layer: n.layer,
+                sublayer: n.sublayer,
+                inputs: Vec::new(),
+            });
+        }
+        let it = items.last_mut().expect("just pushed");
+        it.nodes.push(i);
+        for &w in &n.weights {
+            if !it.weights.contains(&w) {
+                it.weights.push(w);
+                it.weight_bytes += g.weights[w].bytes;
+            }
+        }
+        match &n.op {
+            Op::Attention(a) => {
+                if let Some(c) = a.cache {
+                    it.kv = Some(c);
+                    it.kv_bytes = (2 * n_ctx * g.kv_caches[c].row_width() * kv_elem) as u64;
+                }
+            }
+            Op::MoeExperts { n_expert, top_k } => it.experts = Some((*n_expert, *top_k)),
+            _ => {}
+        }
+    }
+    let producers = g.producers();
+    for it in &mut items {
+        let mine: HashSet<usize> = it.nodes.iter().copied().collect();
+        for &ni in &it.nodes {
+            for &v in &g.nodes[ni].inputs {
+                let outside = producers[v].is_none_or(|p| !mine.contains(&p));
+                if outside && !it.inputs.contains(&v) {
+                    it.inputs.push(v);
+                }
+            }
+        }
+    }
+    (items, host_only)
+}
+
+/// An item's times at a round shape.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct ItemCost {
+    /// Seconds on the CPU.
+    pub cpu: f64,
+    /// Seconds on the GPU.
+    pub gpu: f64,
+    /// Seconds to move its inputs across PCIe plus the fixed switch cost.
+    pub switch: f64,
+    /// Seconds to copy its weights to the GPU for the round (routed experts only for MoE).
+    pub copy: f64,
+}
+
+/// Costs of every item at `shape`; the GPU is device `gpu` (CPU-only
+/// machines pass `None` and get infinite GPU times).
+pub fn item_costs(
+    g: &Graph,
+    items: &[Item],
+    cost: &CostModel,
+    shape: RoundShape,
+    kv_f16: bool,
+    gpu: Option<usize>,
+) -> Vec<ItemCost> {
+    items
+        .iter()
+        .map(|it| {
+            let cpu: f64 = it
+                .nodes
+                .iter()
+                .map(|&n| cost.node_secs(g, n, 0, shape, kv_f16))
+                .sum();
+            let Some(d) = gpu else {
+                return ItemCost {
+                    cpu,
+                    gpu: f64::INFINITY,
+                    switch: 0.0,
+                    copy: f64::INFINITY,
+                };
+            };
+            let gpu_t: f64 = it
+                .nodes
+                .iter()
+                .map(|&n| cost.node_secs(g, n, d, shape, kv_f16))
+                .sum();
+            let in_bytes: u64 = it
+                .inputs
+                .iter()
+                .map(|&v| g.value_bytes(v, shape.n_tokens, shape.n_outputs))
+                .sum();
+            let switch = cost.h2d_secs(d, in_bytes as f64) + cost.switch_secs(d);
+            let copy_bytes = match it.experts {
+                Some((e, k)) => {
+                    it.weight_bytes as f64 * expected_experts(e, k, shape.n_tokens) / e as f64
+                }
+                None => it.weight_bytes as f64,
+            };
+            ItemCost {
+                cpu,
+                gpu: gpu_t,
+                switch,
+                copy: cost.h2d_secs(d, copy_bytes),
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,268 @@
+//! The planner: turns a graph, the devices, the cost model and a policy into
+//! a memory layout (which weights and KV caches are resident on the GPU) and
+//! one plan per token tier, each the best of three shapes:
+//!
+//! - **GPU-only**: every item runs on the GPU; non-resident weights stream
+//!   through temp slots (double buffered per weight role).
+//! - **Static**: non-resident items run on the CPU; only activations cross.
+//! - **Dynamic**: the dynamic-transfer DP promotes the CPU items whose weight
+//!   copies hide under GPU work.
+//!
+//! The resident set comes from the static knapsack DP ([`crate::placement`])
+//! weighted by a reference workload (a 512-token prompt and 128 generated
+//! tokens); a few memory layouts (largest tier planned for, with or without
+//! temp slots) are compared on that workload and the best is kept. Per round
+//! the tier minimising `ceil(n / tier) * est(tier)` is used, and prefill runs
+//! in chunks of it. Observed times feed the cost model; the load-aware
+//! re-scheduler re-runs the per-tier plans when they drift.
+
+mod build;
+mod items;
+mod report;
+
+pub use build::{PlanError, PlannerConfig};
+pub use items::{Item, ItemCost, build_items, item_costs};
+pub use report::{PlanReport, TensorRow};
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use ats_core::device::Device;
+use ats_core::graph::Graph;
+use serde::Serialize;
+
+use crate::exec::{ExecPlan, Executor, RoundStats};
+use crate::profile::CostModel;
+use crate::rescheduler::{CostSnapshot, Decision, Rescheduler};
+use crate::tiers::TIERS;
+
+/// The shape of a tier's plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PlanKind {
+    /// No GPU: everything on the CPU.
+    CpuOnly,
+    /// Every weight item on the GPU, non-resident weights streamed.
+    GpuOnly,
+    /// Non-resident items on the CPU.
+    Static,
+    /// Static plus promotions chosen by the dynamic-transfer DP.
+    Dynamic,
+}
+
+/// The plan of one token tier.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TierEntry {
+    /// Tokens per round.
+    pub tier: usize,
+    /// Index of its plan in [`PlanSet::plans`].
+    pub plan: usize,
+    /// The shape chosen.
+    pub kind: PlanKind,
+    /// Estimated seconds of one round of `tier` tokens.
+    pub est_secs: f64,
+    /// Every shape's estimate (`None`: not allowed by the policy or the layout).
+    pub estimates: Vec<(PlanKind, Option<f64>)>,
+    /// Device switches per round.
+    pub switches: usize,
+    /// Items promoted (streamed) per round.
+    pub streamed_items: usize,
+}
+
+/// Plans for every tier, sharing one memory layout.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PlanSet {
+    /// Distinct execution plans.
+    #[serde(skip)]
+    pub plans: Vec<ExecPlan>,
+    /// One entry per usable tier, ascending.
+    pub tiers: Vec<TierEntry>,
+    /// What is where and why, with the memory per region.
+    pub report: PlanReport,
+}
+
+impl PlanSet {
+    /// The plan and chunk size for `n` new tokens: the tier minimising
+    /// `ceil(n / tier) * est(tier)` (ties to the smaller tier).
+    pub fn choose(&self, n: usize) -> (usize, usize) {
+        let n = n.max(1);
+        let best = self
+            .tiers
+            .iter()
+            .min_by(|a, b| {
+                let ca = n.div_ceil(a.tier) as f64 * a.est_secs;
+                let cb = n.div_ceil(b.tier) as f64 * b.est_secs;
+                ca.total_cmp(&cb).then(a.tier.cmp(&b.tier))
+            })
+            .expect("a plan set has at least one tier");
+        (best.plan, best.tier.min(n))
+    }
+}
+
+/// Builds and keeps the plans of an engine, and re-plans under load.
+pub struct Planner {
+    graph: Arc<Graph>,
+    cfg: PlannerConfig,
+    cost: CostModel,
+    set: PlanSet,
+    prev: Option<PlanSet>,
+    resched: Option<Rescheduler>,
+    clock: Instant,
+    /// Re-plans done so far.
+    pub replans: usize,
+    gpu: Option<usize>,
+}
+
+impl std::fmt::Debug for Planner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Planner({:?}, {} tiers)",
+            self.cfg.policy,
+            self.set.tiers.len()
+        )
+    }
+}
+
+impl Planner {
+    /// Plans `graph` on `devices` (0: the host CPU; 1, if present: the GPU,
+    /// whose ledger budget is the VRAM budget).
+    pub fn new(
+        graph: Arc<Graph>,
+        devices: &[Arc<dyn Device>],
+        cost: CostModel,
+        cfg: PlannerConfig,
+    ) -> Result<Planner, PlanError> {
+        let gpu = (devices.len() > 1).then_some(1);
+        let budget = gpu.map(|d| {
+            devices[d]
+                .ledger()
+                .budget()
+                .or(devices[d].info().memory_bytes)
+                .unwrap_or(0)
+        });
+        let set = build::plan_set(&graph, &cost, &cfg, gpu, budget, devices)?;
+        let resched = gpu.map(|_| {
+            let snap = snapshot(&set);
+            Rescheduler::new(cfg.resched.clone(), snap, 0.0).expect("valid re-scheduler settings")
+        });
+        Ok(Planner {
+            graph,
+            cfg,
+            cost,
+            set,
+            prev: None,
+            resched,
+            clock: Instant::now(),
+            replans: 0,
+            gpu,
+        })
+    }
+
+    /// The current plans.
+    pub fn plans(&self) -> &PlanSet {
+        &self.set
+    }
+
+    /// The cost model (with live measurements).
+    pub fn cost(&self) -> &CostModel {
+        &self.cost
+    }
+
+    /// The plan index and chunk size for `n` new tokens.
+    pub fn choose(&self, n: usize) -> (usize, usize) {
+        self.set.choose(n)
+    }
+
+    /// Takes a round's measurements into the cost model and the re-scheduler.
+    pub fn observe(&mut self, ex: &Executor, stats: &RoundStats, n_tokens: usize) {
+        let mut this_round: std::collections::HashMap<usize, f64> =
+            std::collections::HashMap::new();
+        for &(node, d, secs) in &stats.node_secs {
+            self.cost.observe(d, node, n_tokens, secs);
+            *this_round.entry(node).or_default() += secs;
+        }
+        let (mut copy_bytes, mut copy_secs) = (0u64, 0.0f64);
+        if let Some(g) = self.gpu {
+            let t = ex.devices()[g].drain_timings();
+            for (node, secs) in t.nodes {
+                self.cost.observe(g, node, n_tokens, secs);
+                *this_round.entry(node).or_default() += secs;
+            }
+            for (b, s) in t.copies {
+                copy_bytes += b;
+                copy_secs += s;
+            }
+        }
+        let Some(rs) = &mut self.resched else { return };
+        if n_tokens != 1 {
+            return;
+        }
+        // decode rounds: each item's time against its snapshot
+        let _ = rs.observe_tpot(stats.total_secs);
+        for (i, it) in self.set.report.items.iter().enumerate() {
+            let times: Option<f64> = it.nodes.iter().map(|n| this_round.get(n).copied()).sum();
+            if let Some(s) = times {
+                let _ = rs.observe_op(i, s);
+            }
+        }
+        if copy_bytes > 0 {
+            let _ = rs.observe_copy(0, copy_secs / copy_bytes as f64 * 1e9);
+        }
+    }
+
+    /// Re-plans when the re-scheduler says the measurements drifted; returns
+    /// the new plans (same memory layout, new per-tier plans).
+    pub fn maybe_replan(&mut self) -> Option<&PlanSet> {
+        let now = self.clock.elapsed().as_secs_f64();
+        let rs = self.resched.as_mut()?;
+        match rs.check(now) {
+            Ok(Decision::Replan { .. }) => {}
+            _ => return None,
+        }
+        self.replan_now()
+    }
+
+    /// Re-runs the per-tier plans with the live costs, keeping the layout.
+    pub fn replan_now(&mut self) -> Option<&PlanSet> {
+        let gpu = self.gpu?;
+        let new = build::replan(&self.graph, &self.cost, &self.cfg, gpu, &self.set).ok()?;
+        self.replans += 1;
+        if let Some(rs) = &mut self.resched {
+            let now = self.clock.elapsed().as_secs_f64();
+            let _ = rs.replanned(snapshot(&new), now);
+        }
+        self.prev = Some(std::mem::replace(&mut self.set, new));
+        Some(&self.set)
+    }
+
+    /// Goes back to the plans before the last re-plan (the executor refused the new ones).
+    pub fn revert(&mut self) {
+        if let Some(p) = self.prev.take() {
+            self.set = p;
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &PlannerConfig {
+        &self.cfg
+    }
+}
+
+/// The re-scheduler's snapshot: per item, its estimated decode time where it runs.
+fn snapshot(set: &PlanSet) -> CostSnapshot {
+    CostSnapshot {
+        op_times: set
+            .report
+            .items
+            .iter()
+            .map(|i| i.est_decode_secs.max(1e-9))
+            .collect(),
+        copy_times: vec![set.report.copy_secs_per_gb.max(1e-9)],
+    }
+}
+
+/// The tiers at or below `max`.
+pub fn tiers_up_to(max: usize) -> Vec<usize> {
+    TIERS.iter().copied().filter(|&t| t <= max.max(1)).collect()
+}
