@@ -21,7 +21,7 @@
 //!
 //! Quantisation follows ggml's reference byte for byte, as Q4_K's does, with
 //! 31 levels and 16 candidate scales per sub-block; input already on a Q5_K
-//! grid is re-encoded exactly (see [`super::exact`]).
+//! grid is re-encoded exactly (see `exact.rs`).
 
 use super::exact::{Grid, Parts, settle};
 use super::q4_k::{OFF_D, OFF_DMIN, OFF_SCALES, get_scale_min_k4, search};
