@@ -161,6 +161,12 @@ pub(super) fn pack_2bit(levels: &[u8; QK_K], qs: &mut [u8]) {
     }
 }
 
+/// ggml's reference encoding alone, without the exact re-encoding.
+#[cfg(test)]
+pub(super) fn reference_block(x: &[f32; BLOCK_ELEMS], block: &mut [u8; BLOCK_BYTES]) {
+    pack(&search(x), block);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -175,6 +175,12 @@ fn pack(p: &Parts<16, 16>, block: &mut [u8; BLOCK_BYTES]) {
     pack_2bit(&levels, &mut block[OFF_QS..OFF_SCALES]);
 }
 
+/// ggml's reference encoding alone, without the exact re-encoding.
+#[cfg(test)]
+pub(super) fn reference_block(x: &[f32; BLOCK_ELEMS], block: &mut [u8; BLOCK_BYTES]) {
+    pack(&search(x), block);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

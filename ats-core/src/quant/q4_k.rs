@@ -210,6 +210,12 @@ pub(super) fn search(x: &[f32; BLOCK_ELEMS], nmax: i32, rmin: f32, nstep: i32) -
     }
 }
 
+/// ggml's reference encoding alone, without the exact re-encoding.
+#[cfg(test)]
+pub(super) fn reference_block(x: &[f32; BLOCK_ELEMS], block: &mut [u8; BLOCK_BYTES]) {
+    pack(&search(x, 15, -1.0, 20), block);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

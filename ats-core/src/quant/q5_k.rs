@@ -96,6 +96,12 @@ fn pack(p: &Parts<8, 32>, block: &mut [u8; BLOCK_BYTES]) {
     }
 }
 
+/// ggml's reference encoding alone, without the exact re-encoding.
+#[cfg(test)]
+pub(super) fn reference_block(x: &[f32; BLOCK_ELEMS], block: &mut [u8; BLOCK_BYTES]) {
+    pack(&search(x, 31, -0.5, 15), block);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

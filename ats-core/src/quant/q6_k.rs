@@ -149,6 +149,12 @@ fn pack(p: &Parts<16, 16>, block: &mut [u8; BLOCK_BYTES]) {
     }
 }
 
+/// ggml's reference encoding alone, without the exact re-encoding.
+#[cfg(test)]
+pub(super) fn reference_block(x: &[f32; BLOCK_ELEMS], block: &mut [u8; BLOCK_BYTES]) {
+    pack(&search(x), block);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
