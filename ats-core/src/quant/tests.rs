@@ -264,7 +264,13 @@ fn structured_rows(n: usize) -> Vec<Vec<f32>> {
         (0..n).map(|i| (i % 7) as f32 - 3.0).collect(),
         (0..n).map(|_| (rng.next_u64() % 9) as f32 - 4.0).collect(),
         (0..n)
-            .map(|_| if rng.next_u64() % 2 == 0 { 0.5 } else { -0.5 })
+            .map(|_| {
+                if rng.next_u64().is_multiple_of(2) {
+                    0.5
+                } else {
+                    -0.5
+                }
+            })
             .collect(),
     ];
     rows.push(
