@@ -9,10 +9,13 @@
 //! and `dequantize_block` / `quantize_block` on fixed-size arrays; this module
 //! dispatches whole rows on a [`DType`] and checks their lengths.
 //!
-//! Dequantisation is bit-exact with ggml's `to_float` (and gguf-py). The
-//! quantisers of F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 reproduce ggml's
-//! reference rounding byte for byte; the K-quant quantisers follow ggml's
-//! reference search for scales and mins (without an importance matrix).
+//! Dequantisation is bit-exact with ggml's `to_float` (and gguf-py). Every
+//! quantiser reproduces ggml's reference quantiser byte for byte (for the
+//! K-quants: `llama-quantize` without an importance matrix), checked against
+//! the fixtures. One deliberate addition: ggml's K-quant search is not
+//! idempotent, so values that already lie on a K-quant grid are re-encoded
+//! exactly instead (see `exact.rs`): requantising dequantised weights gives
+//! back the same values bit for bit.
 //!
 //! Helpers for kernels that read K-quant blocks directly:
 //! [`get_scale_min_k4`] and [`unpack_scale_min_k4`] (the 6-bit scales and

@@ -16,10 +16,10 @@
 //! `q_i` in `0..4`.
 //!
 //! Quantisation follows ggml's reference byte for byte: each sub-block's
-//! scale and min come from [`fit_scale_min`] (weights `|x|`, absolute error,
+//! scale and min come from `fit_scale_min` (weights `|x|`, absolute error,
 //! 16 candidates), are quantised to 4 bits against the largest of each, and
 //! the levels are recomputed from the stored values. Input already on a
-//! Q2_K grid is re-encoded exactly (see [`super::exact`]).
+//! Q2_K grid is re-encoded exactly (see `exact.rs`).
 
 use half::f16;
 
@@ -80,13 +80,14 @@ const GRID: Grid = Grid {
 /// re-rounded against the values stored.
 fn search(x: &[f32; BLOCK_ELEMS]) -> Parts<16, 16> {
     let (xs, _) = x.as_chunks::<16>();
-    let mut levels = [[0u8; 16]; 16];
-    let mut scales = [0.0f32; 16];
-    let mut mins = [0.0f32; 16];
+    // Sub-blocks as lanes: xt[i][j] is element i of sub-block j.
+    let xt: [[f32; 16]; 16] = std::array::from_fn(|i| std::array::from_fn(|j| xs[j][i]));
+    let w = xt.map(|row| row.map(f32::abs));
+    let mut lt = [[0u8; 16]; 16];
+    let (scales, mins) = fit_scale_min::<16, 16, true>(&xt, &w, 3, (-0.5, 0.1, 15), &mut lt);
+    let mut levels: [[u8; 16]; 16] = std::array::from_fn(|j| std::array::from_fn(|i| lt[i][j]));
     let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
-    for (j, (xs, ls)) in xs.iter().zip(levels.iter_mut()).enumerate() {
-        let w = xs.map(f32::abs);
-        (scales[j], mins[j]) = fit_scale_min(xs, &w, 3, -0.5, 0.1, 15, true, ls);
+    for j in 0..16 {
         if scales[j] > max_scale {
             max_scale = scales[j];
         }
@@ -158,6 +159,12 @@ pub(super) fn pack_2bit(levels: &[u8; QK_K], qs: &mut [u8]) {
                 | ((l[i + 96] & 3) << 6);
         }
     }
+}
+
+/// ggml's reference encoding alone, without the exact re-encoding.
+#[cfg(test)]
+pub(super) fn reference_block(x: &[f32; BLOCK_ELEMS], block: &mut [u8; BLOCK_BYTES]) {
+    pack(&search(x), block);
 }
 
 #[cfg(test)]

@@ -22,10 +22,10 @@
 //! of scale `j` are bits `2 * (j / 4)..+2` of byte `8 + j % 4`.
 //!
 //! Quantisation follows ggml's reference byte for byte: each sub-block's
-//! scale comes from [`fit_q3`], the scales are quantised to 6 signed bits
+//! scale comes from `fit_q3`, the scales are quantised to 6 signed bits
 //! against the one of largest magnitude, and the levels are recomputed from
 //! the stored values. Input already on a Q3_K grid is re-encoded exactly
-//! (see [`super::exact`]).
+//! (see `exact.rs`).
 
 use half::f16;
 
@@ -173,6 +173,12 @@ fn pack(p: &Parts<16, 16>, block: &mut [u8; BLOCK_BYTES]) {
         }
     }
     pack_2bit(&levels, &mut block[OFF_QS..OFF_SCALES]);
+}
+
+/// ggml's reference encoding alone, without the exact re-encoding.
+#[cfg(test)]
+pub(super) fn reference_block(x: &[f32; BLOCK_ELEMS], block: &mut [u8; BLOCK_BYTES]) {
+    pack(&search(x), block);
 }
 
 #[cfg(test)]

@@ -23,11 +23,11 @@
 //! bits of bytes `0..4` (scales) and `4..8` (mins).
 //!
 //! Quantisation follows ggml's reference byte for byte: each sub-block gets
-//! a scale and min from [`fit_scale_min`] (weights `rms(x) + |x|`, 21
+//! a scale and min from `fit_scale_min` (weights `rms(x) + |x|`, 21
 //! candidate scales), the scales and mins are quantised to 6 bits against the
 //! largest of each, and the levels are recomputed from the stored values.
 //! Input that already lies on a Q4_K grid is re-encoded exactly instead
-//! (see [`super::exact`]), so requantising dequantised data is lossless.
+//! (see `exact.rs`), so requantising dequantised data is lossless.
 
 use half::f16;
 
@@ -152,20 +152,23 @@ fn pack(p: &Parts<8, 32>, block: &mut [u8; BLOCK_BYTES]) {
 /// values stored.
 pub(super) fn search(x: &[f32; BLOCK_ELEMS], nmax: i32, rmin: f32, nstep: i32) -> Parts<8, 32> {
     let (xs, _) = x.as_chunks::<32>();
-    let mut levels = [[0u8; 32]; 8];
-    let mut scales = [0.0f32; 8];
-    let mut mins = [0.0f32; 8];
-    let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
-    for (j, (xs, ls)) in xs.iter().zip(levels.iter_mut()).enumerate() {
-        let mut sum_x2 = 0.0f32;
-        for &v in xs {
-            sum_x2 += v * v;
+    // Sub-blocks as lanes: xt[i][j] is element i of sub-block j.
+    let xt: [[f32; 8]; 32] = std::array::from_fn(|i| std::array::from_fn(|j| xs[j][i]));
+    let mut sum_x2 = [0.0f32; 8];
+    for row in &xt {
+        for j in 0..8 {
+            sum_x2[j] += row[j] * row[j];
         }
-        // Weight by magnitude, floored at the sub-block's rms so that small
-        // elements still count.
-        let av_x = (sum_x2 / 32.0).sqrt();
-        let w = xs.map(|v| av_x + v.abs());
-        (scales[j], mins[j]) = fit_scale_min(xs, &w, nmax, rmin, 0.1, nstep, false, ls);
+    }
+    // Weight by magnitude, floored at the sub-block's rms so that small
+    // elements still count.
+    let av_x = sum_x2.map(|s| (s / 32.0).sqrt());
+    let w = xt.map(|row| std::array::from_fn(|j| av_x[j] + row[j].abs()));
+    let mut lt = [[0u8; 8]; 32];
+    let (scales, mins) = fit_scale_min::<32, 8, false>(&xt, &w, nmax, (rmin, 0.1, nstep), &mut lt);
+    let mut levels: [[u8; 32]; 8] = std::array::from_fn(|j| std::array::from_fn(|i| lt[i][j]));
+    let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
+    for j in 0..8 {
         if scales[j] > max_scale {
             max_scale = scales[j];
         }
@@ -205,6 +208,12 @@ pub(super) fn search(x: &[f32; BLOCK_ELEMS], nmax: i32, rmin: f32, nstep: i32) -
         m,
         q: levels.map(|l| l.map(|v| v as i8)),
     }
+}
+
+/// ggml's reference encoding alone, without the exact re-encoding.
+#[cfg(test)]
+pub(super) fn reference_block(x: &[f32; BLOCK_ELEMS], block: &mut [u8; BLOCK_BYTES]) {
+    pack(&search(x, 15, -1.0, 20), block);
 }
 
 #[cfg(test)]

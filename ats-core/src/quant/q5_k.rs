@@ -21,7 +21,7 @@
 //!
 //! Quantisation follows ggml's reference byte for byte, as Q4_K's does, with
 //! 31 levels and 16 candidate scales per sub-block; input already on a Q5_K
-//! grid is re-encoded exactly (see [`super::exact`]).
+//! grid is re-encoded exactly (see `exact.rs`).
 
 use super::exact::{Grid, Parts, settle};
 use super::q4_k::{OFF_D, OFF_DMIN, OFF_SCALES, get_scale_min_k4, search};
@@ -94,6 +94,12 @@ fn pack(p: &Parts<8, 32>, block: &mut [u8; BLOCK_BYTES]) {
             qh[i] |= (((a >> 4) & 1) << (2 * c)) | (((b >> 4) & 1) << (2 * c + 1));
         }
     }
+}
+
+/// ggml's reference encoding alone, without the exact re-encoding.
+#[cfg(test)]
+pub(super) fn reference_block(x: &[f32; BLOCK_ELEMS], block: &mut [u8; BLOCK_BYTES]) {
+    pack(&search(x, 31, -0.5, 15), block);
 }
 
 #[cfg(test)]

@@ -18,11 +18,11 @@
 //! `q_i` in `0..64`.
 //!
 //! Quantisation follows ggml's reference byte for byte: each sub-block's
-//! scale comes from [`fit_symmetric`] (`x²`-weighted, 19 candidates), the
+//! scale comes from `fit_symmetric` (`x²`-weighted, 19 candidates), the
 //! scales are quantised to 8 signed bits against the one of largest
 //! magnitude (which becomes -128), and the levels are recomputed from the
 //! stored values. Input already on a Q6_K grid is re-encoded exactly (see
-//! [`super::exact`]).
+//! `exact.rs`).
 
 use half::f16;
 
@@ -48,18 +48,22 @@ pub const OFF_D: usize = 208;
 /// Dequantises one block.
 pub fn dequantize_block(block: &[u8; BLOCK_BYTES], y: &mut [f32; BLOCK_ELEMS]) {
     let d = f16_at(block, OFF_D);
-    let scales = &block[OFF_SCALES..OFF_D];
+    // d * scale per sub-block, multiplied by the level afterwards as ggml does.
+    let ds: [f32; 16] = std::array::from_fn(|j| d * f32::from(block[OFF_SCALES + j] as i8));
     let (ql, _) = block[OFF_QL..OFF_QH].as_chunks::<64>();
     let (qh, _) = block[OFF_QH..OFF_SCALES].as_chunks::<32>();
-    for (i, y) in y.iter_mut().enumerate() {
-        let (h, r) = (i / 128, i % 128);
-        // r = 32s + l: nibble (s / 2) of ql byte 32 * (s % 2) + l.
-        let (s, l) = (r / 32, r % 32);
-        let low = (ql[h][32 * (s % 2) + l] >> (4 * (s / 2))) & 0x0f;
-        let high = (qh[h][l] >> (2 * s)) & 3;
-        let q = (low | (high << 4)) as i8 - 32;
-        let sc = f32::from(scales[i / 16] as i8);
-        *y = d * sc * f32::from(q);
+    let (ys, _) = y.as_chunks_mut::<128>();
+    for (h, ((ql, qh), y)) in ql.iter().zip(qh).zip(ys).enumerate() {
+        let ds = &ds[8 * h..8 * h + 8];
+        for l in 0..32 {
+            let (a, b, hb) = (ql[l], ql[l + 32], qh[l]);
+            let q = |low: u8, s: u32| f32::from((low | (((hb >> s) & 3) << 4)) as i8 - 32);
+            let is = l / 16;
+            y[l] = ds[is] * q(a & 0x0f, 0);
+            y[l + 32] = ds[is + 2] * q(b & 0x0f, 2);
+            y[l + 64] = ds[is + 4] * q(a >> 4, 4);
+            y[l + 96] = ds[is + 6] * q(b >> 4, 6);
+        }
     }
 }
 
@@ -143,6 +147,12 @@ fn pack(p: &Parts<16, 16>, block: &mut [u8; BLOCK_BYTES]) {
             qh[i] = (a >> 4) | ((b >> 4) << 2) | ((c >> 4) << 4) | ((e >> 4) << 6);
         }
     }
+}
+
+/// ggml's reference encoding alone, without the exact re-encoding.
+#[cfg(test)]
+pub(super) fn reference_block(x: &[f32; BLOCK_ELEMS], block: &mut [u8; BLOCK_BYTES]) {
+    pack(&search(x), block);
 }
 
 #[cfg(test)]

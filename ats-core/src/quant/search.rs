@@ -1,12 +1,15 @@
 //! The searches that pick a sub-block's scale (and min) for the K-quants.
 //!
-//! Each fits `x ≈ scale * level (+ min)` over one sub-block by trying a small
+//! Each fits `x ≈ scale * level (+ min)` over a sub-block by trying a small
 //! set of candidate scales around the naive `range / levels`, re-deriving the
 //! best scale (and min) of each candidate's levels by weighted least squares,
 //! and keeping the candidate with the smallest weighted error. They follow
 //! ggml's reference quantisers step for step, in the same f32 operation
-//! order, so that ATS writes the same bytes as `llama-quantize` (without an
-//! importance matrix) wherever the arithmetic allows.
+//! order, so ATS writes the same bytes as `llama-quantize` without an
+//! importance matrix (the fixture tests check it on every weight of the
+//! `llama_quant` models). Where a search is the hot spot, independent
+//! sub-blocks or candidates run side by side as SIMD lanes, each lane still
+//! doing ggml's scalar sequence.
 //!
 //! All loops are over fixed-size arrays and every level is clamped before it
 //! is used, so NaN or infinite inputs give garbage levels, never a panic.
@@ -25,95 +28,139 @@ pub(super) fn nearest_int(x: f32) -> i32 {
     ((x + 12_582_912.0).to_bits() & 0x007f_ffff) as i32 - 0x0040_0000
 }
 
+/// 1.5 * 2^23: adding it rounds an f32 below 2^22 in magnitude to an integer.
+const ROUND_MAGIC: f32 = 12_582_912.0;
+
+/// `nearest_int(v).clamp(lo, hi)` as an f32, for integer bounds: clamping
+/// first and rounding by [`ROUND_MAGIC`] gives the same value for any finite
+/// `v`, with no round trip through the integer registers, so it vectorises.
+#[inline(always)]
+fn level(v: f32, lo: f32, hi: f32) -> f32 {
+    let v = if v > lo { v } else { lo };
+    let v = if v < hi { v } else { hi };
+    (v + ROUND_MAGIC) - ROUND_MAGIC
+}
+
 /// Fits `x ≈ scale * L - min_out` with `L` in `0..=nmax` and `min_out >= 0`
-/// (ggml's `make_qkx2_quants`). The first guess maps the sub-block's minimum
-/// (never above 0) to level 0 and its maximum to `nmax`. Then for `k` in
-/// `0..=nstep` the inverse scale `(nmax + rmin + k * rdelta) / (max - min)`
-/// gives levels, whose weighted least-squares scale and min are kept when
-/// they lower the weighted error (squared, or absolute with `use_mad`).
-/// `min` is the best candidate's min so far, so later candidates are taken
-/// against it; ggml does the same, and the bytes depend on it. Returns
-/// `(scale, min_out)`; `levels` gets `L`.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn fit_scale_min<const N: usize>(
-    x: &[f32; N],
-    w: &[f32; N],
+/// for `S` sub-blocks at once (ggml's `make_qkx2_quants`).
+///
+/// The sub-blocks are lanes: `x[i][s]` is element `i` of sub-block `s`, and
+/// every lane runs ggml's scalar operations in ggml's order (so results are
+/// bit-identical) while the lanes vectorise, which one sub-block's running
+/// sums cannot.
+///
+/// Per sub-block: the first guess maps its minimum (never above 0) to level
+/// 0 and its maximum to `nmax`. Then for `k` in `0..=nstep` the inverse scale
+/// `(nmax + rmin + k * rdelta) / (max - min)` gives levels, whose weighted
+/// least-squares scale and min are kept when they lower the weighted error
+/// (absolute with `MAD`, else squared). `min` is the best candidate's min so
+/// far, so later candidates are taken against it; ggml does the same, and
+/// the bytes depend on it. Returns each sub-block's `(scale, min_out)`;
+/// `levels[i][s]` gets `L`.
+pub(super) fn fit_scale_min<const N: usize, const S: usize, const MAD: bool>(
+    x: &[[f32; S]; N],
+    w: &[[f32; S]; N],
     nmax: i32,
-    rmin: f32,
-    rdelta: f32,
-    nstep: i32,
-    use_mad: bool,
-    levels: &mut [u8; N],
-) -> (f32, f32) {
+    (rmin, rdelta, nstep): (f32, f32, i32),
+    levels: &mut [[u8; S]; N],
+) -> ([f32; S], [f32; S]) {
+    let err = |d: f32| if MAD { d.abs() } else { d * d };
+    let nmaxf = nmax as f32;
     let (mut min, mut max) = (x[0], x[0]);
     let mut sum_w = w[0];
-    let mut sum_x = sum_w * x[0];
+    let mut sum_x: [f32; S] = std::array::from_fn(|s| w[0][s] * x[0][s]);
     for i in 1..N {
-        if x[i] < min {
-            min = x[i];
+        for s in 0..S {
+            if x[i][s] < min[s] {
+                min[s] = x[i][s];
+            }
+            if x[i][s] > max[s] {
+                max[s] = x[i][s];
+            }
+            sum_w[s] += w[i][s];
+            sum_x[s] += w[i][s] * x[i][s];
         }
-        if x[i] > max {
-            max = x[i];
+    }
+    for m in &mut min {
+        if *m > 0.0 {
+            *m = 0.0;
         }
-        sum_w += w[i];
-        sum_x += w[i] * x[i];
     }
-    if min > 0.0 {
-        min = 0.0;
-    }
-    if max == min {
-        levels.fill(0);
-        return (0.0, -min);
-    }
-    let err = |d: f32| if use_mad { d.abs() } else { d * d };
-    let nmaxf = nmax as f32;
-    let iscale = nmaxf / (max - min);
-    let mut scale = 1.0 / iscale;
-    let mut best_error = 0.0f32;
+    // A flat sub-block has levels 0 and scale 0; its lane computes garbage
+    // (a division by zero) that is replaced at the end.
+    let flat: [bool; S] = std::array::from_fn(|s| max[s] == min[s]);
+
+    let iscale: [f32; S] = std::array::from_fn(|s| nmaxf / (max[s] - min[s]));
+    let mut scale = iscale.map(|v| 1.0 / v);
+    let mut best_error = [0.0f32; S];
+    let mut lv = [[0.0f32; S]; N];
     for i in 0..N {
-        let l = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
-        levels[i] = l as u8;
-        best_error += w[i] * err(scale * l as f32 + min - x[i]);
+        for s in 0..S {
+            let l = level(iscale[s] * (x[i][s] - min[s]), 0.0, nmaxf);
+            lv[i][s] = l;
+            best_error[s] += w[i][s] * err(scale[s] * l + min[s] - x[i][s]);
+        }
     }
-    let mut aux = [0u8; N];
+    let mut best_lv = lv;
+
     for step in 0..=nstep {
-        // `min` moves to each accepted candidate's fitted min, and the
-        // following candidates are taken against it.
-        let iscale = (rmin + rdelta * step as f32 + nmaxf) / (max - min);
-        // Levels first (independent, so the compiler can vectorise), then
-        // the sums in ggml's order.
+        let iscale: [f32; S] =
+            std::array::from_fn(|s| (rmin + rdelta * step as f32 + nmaxf) / (max[s] - min[s]));
+        let (mut sum_l, mut sum_l2, mut sum_xl) = ([0.0f32; S], [0.0f32; S], [0.0f32; S]);
         for i in 0..N {
-            aux[i] = nearest_int(iscale * (x[i] - min)).clamp(0, nmax) as u8;
+            for s in 0..S {
+                let l = level(iscale[s] * (x[i][s] - min[s]), 0.0, nmaxf);
+                lv[i][s] = l;
+                let wl = w[i][s] * l;
+                sum_l[s] += wl;
+                sum_l2[s] += wl * l;
+                sum_xl[s] += wl * x[i][s];
+            }
         }
-        let (mut sum_l, mut sum_l2, mut sum_xl) = (0.0f32, 0.0f32, 0.0f32);
+        let mut this_scale = [0.0f32; S];
+        let mut this_min = [0.0f32; S];
+        let mut valid = [false; S];
+        for s in 0..S {
+            let det = sum_w[s] * sum_l2[s] - sum_l[s] * sum_l[s];
+            valid[s] = det > 0.0;
+            this_scale[s] = (sum_w[s] * sum_xl[s] - sum_x[s] * sum_l[s]) / det;
+            this_min[s] = (sum_l2[s] * sum_x[s] - sum_l[s] * sum_xl[s]) / det;
+            if this_min[s] > 0.0 {
+                this_min[s] = 0.0;
+                this_scale[s] = sum_xl[s] / sum_l2[s];
+            }
+        }
+        let mut cur_error = [0.0f32; S];
         for i in 0..N {
-            let l = f32::from(aux[i]);
-            let wl = w[i] * l;
-            sum_l += wl;
-            sum_l2 += wl * l;
-            sum_xl += wl * x[i];
+            for s in 0..S {
+                cur_error[s] += w[i][s] * err(this_scale[s] * lv[i][s] + this_min[s] - x[i][s]);
+            }
         }
-        let det = sum_w * sum_l2 - sum_l * sum_l;
-        if det > 0.0 {
-            let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / det;
-            let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det;
-            if this_min > 0.0 {
-                this_min = 0.0;
-                this_scale = sum_xl / sum_l2;
+        let accept: [bool; S] =
+            std::array::from_fn(|s| !flat[s] && valid[s] && cur_error[s] < best_error[s]);
+        if !accept.contains(&true) {
+            continue;
+        }
+        for s in 0..S {
+            if accept[s] {
+                best_error[s] = cur_error[s];
+                scale[s] = this_scale[s];
+                min[s] = this_min[s];
             }
-            let mut cur_error = 0.0f32;
-            for i in 0..N {
-                cur_error += w[i] * err(this_scale * f32::from(aux[i]) + this_min - x[i]);
-            }
-            if cur_error < best_error {
-                *levels = aux;
-                best_error = cur_error;
-                scale = this_scale;
-                min = this_min;
+        }
+        for (b, l) in best_lv.iter_mut().zip(&lv) {
+            for s in 0..S {
+                b[s] = if accept[s] { l[s] } else { b[s] };
             }
         }
     }
-    (scale, -min)
+    for (out, b) in levels.iter_mut().zip(&best_lv) {
+        for s in 0..S {
+            out[s] = if flat[s] { 0 } else { b[s] as u8 };
+        }
+    }
+    let scale = std::array::from_fn(|s| if flat[s] { 0.0 } else { scale[s] });
+    (scale, min.map(|m| -m))
 }
 
 /// Fits `x ≈ scale * (L - nmax)` with `L` in `0..2 * nmax`, weighting each
@@ -136,33 +183,46 @@ pub(super) fn fit_symmetric<const N: usize>(x: &[f32; N], nmax: i32, levels: &mu
     }
     let nmaxf = nmax as f32;
     let weight = x.map(|v| v * v);
+    let (lo, hi) = (-nmaxf, nmaxf - 1.0);
     // Levels for one inverse scale, and their sums Σw·x·l and Σw·l².
-    let fit = |iscale: f32, out: &mut [u8; N]| {
-        let mut l = [0i32; N];
-        for i in 0..N {
-            l[i] = nearest_int(iscale * x[i]).clamp(-nmax, nmax - 1);
-        }
+    let sums = |iscale: f32| {
         let (mut sumlx, mut suml2) = (0.0f32, 0.0f32);
         for i in 0..N {
-            let lf = l[i] as f32;
-            sumlx += weight[i] * x[i] * lf;
-            suml2 += weight[i] * lf * lf;
-            out[i] = (l[i] + nmax) as u8;
+            let l = level(iscale * x[i], lo, hi);
+            sumlx += weight[i] * x[i] * l;
+            suml2 += weight[i] * l * l;
         }
         (sumlx, suml2)
     };
-    let (sumlx, suml2) = fit(-nmaxf / max, levels);
+    let mut best_iscale = -nmaxf / max;
+    let (sumlx, suml2) = sums(best_iscale);
     let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
     let mut best = scale * sumlx;
-    let mut aux = [0u8; N];
-    for step in (-9..=9).filter(|&s| s != 0) {
-        let iscale = -(nmaxf + 0.1 * step as f32) / max;
-        let (sumlx, suml2) = fit(iscale, &mut aux);
-        if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
-            *levels = aux;
-            scale = sumlx / suml2;
-            best = scale * sumlx;
+
+    // The 18 other candidates are independent: sum them all in lanes, then
+    // pick in ggml's order.
+    const STEPS: [i32; 18] = [
+        -9, -8, -7, -6, -5, -4, -3, -2, -1, 1, 2, 3, 4, 5, 6, 7, 8, 9,
+    ];
+    let iscale = STEPS.map(|s| -(nmaxf + 0.1 * s as f32) / max);
+    let (mut sumlx, mut suml2) = ([0.0f32; 18], [0.0f32; 18]);
+    for i in 0..N {
+        let wx = weight[i] * x[i];
+        for c in 0..18 {
+            let l = level(iscale[c] * x[i], lo, hi);
+            sumlx[c] += wx * l;
+            suml2[c] += weight[i] * l * l;
         }
+    }
+    for c in 0..18 {
+        if suml2[c] > 0.0 && sumlx[c] * sumlx[c] > best * suml2[c] {
+            best_iscale = iscale[c];
+            scale = sumlx[c] / suml2[c];
+            best = scale * sumlx[c];
+        }
+    }
+    for (l, &v) in levels.iter_mut().zip(x) {
+        *l = (level(best_iscale * v, lo, hi) + nmaxf) as u8;
     }
     scale
 }
@@ -250,17 +310,19 @@ mod tests {
 
     #[test]
     fn scale_min_recovers_an_exact_grid() {
-        // x = 0.5 * L - 1.5 with L cycling 0..=15: the fit must be exact.
-        let x: [f32; 32] = std::array::from_fn(|i| 0.5 * (i % 16) as f32 - 1.5);
-        let w = [1.0; 32];
-        let mut l = [0u8; 32];
-        let (scale, min) = fit_scale_min(&x, &w, 15, -1.0, 0.1, 20, false, &mut l);
-        assert!(
-            (scale - 0.5).abs() < 1e-6 && (min - 1.5).abs() < 1e-6,
-            "{scale} {min}"
-        );
-        for (i, &q) in l.iter().enumerate() {
-            assert_eq!(q as usize, i % 16);
+        // Lane 0: x = 0.5 * L - 1.5 with L cycling 0..=15, lane 1 the same
+        // shifted up by 1.5 (min 0): both fits must be exact.
+        let x: [[f32; 2]; 32] = std::array::from_fn(|i| {
+            let v = 0.5 * (i % 16) as f32;
+            [v - 1.5, v]
+        });
+        let w = [[1.0; 2]; 32];
+        let mut l = [[0u8; 2]; 32];
+        let (scale, min) = fit_scale_min::<32, 2, false>(&x, &w, 15, (-1.0, 0.1, 20), &mut l);
+        assert_eq!(scale, [0.5, 0.5]);
+        assert_eq!(min, [1.5, 0.0]);
+        for (i, q) in l.iter().enumerate() {
+            assert_eq!(*q, [(i % 16) as u8; 2]);
         }
     }
 
@@ -291,7 +353,16 @@ mod tests {
         assert_eq!(fit_symmetric(&[0.0; 16], 32, &mut l), 0.0);
         assert_eq!(l, [0; 16]);
         assert_eq!(fit_q3(&[0.0; 16], 4, &mut l), 0.0);
-        let (s, m) = fit_scale_min(&[0.0; 16], &[1.0; 16], 3, -0.5, 0.1, 15, true, &mut l);
-        assert_eq!((s, m), (0.0, 0.0));
+        let mut l2 = [[7u8; 2]; 16];
+        let (s, m) = fit_scale_min::<16, 2, true>(
+            &[[0.0, -1.0]; 16],
+            &[[1.0; 2]; 16],
+            3,
+            (-0.5, 0.1, 15),
+            &mut l2,
+        );
+        // Flat sub-blocks: scale 0, levels 0, and the min is the value (or 0).
+        assert_eq!((s, m), ([0.0, 0.0], [0.0, 1.0]));
+        assert_eq!(l2, [[0; 2]; 16]);
     }
 }

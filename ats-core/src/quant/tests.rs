@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use safetensors::SafeTensors;
 
 use super::*;
-use crate::dtype::ALL_DTYPES;
+use crate::dtype::{ALL_DTYPES, QK_K};
 use crate::gguf::GgufFile;
 
 const K_QUANTS: [DType; 5] = [DType::Q2K, DType::Q3K, DType::Q4K, DType::Q5K, DType::Q6K];
@@ -253,6 +253,71 @@ fn requantising_dequantised_values_is_lossless() {
             assert_bits_eq(&y2, &y1, dtype.name());
         }
     }
+}
+
+/// Rows that look like a grid without being one, or are one trivially.
+fn structured_rows(n: usize) -> Vec<Vec<f32>> {
+    let mut rng = Rng(5);
+    let mut rows = vec![
+        vec![0.25; n],
+        vec![0.0; n],
+        (0..n).map(|i| (i % 7) as f32 - 3.0).collect(),
+        (0..n).map(|_| (rng.next_u64() % 9) as f32 - 4.0).collect(),
+        (0..n)
+            .map(|_| {
+                if rng.next_u64().is_multiple_of(2) {
+                    0.5
+                } else {
+                    -0.5
+                }
+            })
+            .collect(),
+    ];
+    rows.push(
+        (0..n)
+            .map(|i| if i % 50 == 0 { rng.normal() } else { 0.0 })
+            .collect(),
+    );
+    rows
+}
+
+#[test]
+fn exact_reencoding_only_replaces_ggml_blocks_by_exact_ones() {
+    fn check<const B: usize>(dtype: DType, reference: fn(&[f32; QK_K], &mut [u8; B])) {
+        let mut rows = structured_rows(QK_K * 32);
+        rows.push(awkward_rows(QK_K * 64, 11));
+        let grid = dequantize(dtype, &quantize(dtype, &rows[6]).unwrap(), rows[6].len()).unwrap();
+        rows.push(grid);
+        let (mut replaced, mut exact) = (0, 0);
+        for x in &rows {
+            let q = quantize(dtype, x).unwrap();
+            let y = dequantize(dtype, &q, x.len()).unwrap();
+            let (xs, _) = x.as_chunks::<QK_K>();
+            let (qs, _) = q.as_chunks::<B>();
+            for (i, (xb, qb)) in xs.iter().zip(qs).enumerate() {
+                let mut want = [0u8; B];
+                reference(xb, &mut want);
+                let yb = &y[i * QK_K..][..QK_K];
+                let is_exact = xb.iter().zip(yb).all(|(a, b)| a.to_bits() == b.to_bits());
+                exact += usize::from(is_exact);
+                if *qb != want {
+                    replaced += 1;
+                    assert!(
+                        is_exact,
+                        "{dtype} block {i}: replaced by an inexact encoding"
+                    );
+                }
+            }
+        }
+        // The dequantised row at least re-encodes exactly everywhere.
+        assert!(exact >= 64, "{dtype}: {exact} exact blocks");
+        assert!(replaced > 0, "{dtype}: the re-encoder never ran");
+    }
+    check(DType::Q2K, q2_k::reference_block);
+    check(DType::Q3K, q3_k::reference_block);
+    check(DType::Q4K, q4_k::reference_block);
+    check(DType::Q5K, q5_k::reference_block);
+    check(DType::Q6K, q6_k::reference_block);
 }
 
 /// `llama/llama-f32.gguf` and what `llama-quantize --pure` made of it.
