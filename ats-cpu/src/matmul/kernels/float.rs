@@ -50,7 +50,7 @@ mod avx2 {
     ///
     /// # Safety
     /// The CPU must support AVX2/FMA/F16C; every `rows[i]` must hold `cols`
-    /// elements and every `xs[j]` `cols` floats.
+    /// elements and every `xs[j]` `cols` floats. `prefetch` as in the legacy tile.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(in crate::matmul::kernels) unsafe fn tile<
         E: FloatElem,
@@ -60,6 +60,7 @@ mod avx2 {
         rows: [*const u8; MR],
         xs: [*const f32; NR],
         cols: usize,
+        prefetch: usize,
         out: &mut [[f32; NR]; MR],
     ) {
         let main = cols / 8 * 8;
@@ -68,6 +69,14 @@ mod avx2 {
             // SAFETY: k + 8 <= cols: inside every row (caller).
             let w: [__m256; MR] =
                 std::array::from_fn(|i| unsafe { E::load8_avx2(rows[i].add(k * E::BYTES)) });
+            if prefetch != 0 && (k * E::BYTES) % 64 < 8 * E::BYTES {
+                for r in rows {
+                    // A hint only: the address may lie past the matrix (never read).
+                    _mm_prefetch::<_MM_HINT_T0>(
+                        r.wrapping_add(k * E::BYTES + prefetch) as *const i8
+                    );
+                }
+            }
             for j in 0..NR {
                 // SAFETY: as above, for the activation rows.
                 let x = unsafe { _mm256_loadu_ps(xs[j].add(k)) };

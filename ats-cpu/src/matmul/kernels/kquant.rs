@@ -142,13 +142,48 @@ pub(super) fn set_k4_scales(block: &[u8], c: &mut Canon) {
     c.dmin = f16_at(block, 2);
 }
 
+/// [`set_k4_scales`] with AVX2: the 6-bit fields decoded on three 32-bit
+/// words at once, then widened.
+///
+/// # Safety
+/// The CPU must support AVX2/FMA/F16C; `block` is a whole Q4_K / Q5_K block.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn set_k4_scales_avx2(block: &[u8], c: &mut Canon) {
+    use std::arch::x86_64::*;
+    let w = |i: usize| {
+        u32::from_le_bytes([
+            block[4 + 4 * i],
+            block[5 + 4 * i],
+            block[6 + 4 * i],
+            block[7 + 4 * i],
+        ])
+    };
+    let (a0, a1, a2) = (w(0), w(1), w(2));
+    let (m6, m4, m2) = (0x3f3f_3f3fu32, 0x0f0f_0f0fu32, 0x0303_0303u32);
+    let sc_lo = a0 & m6;
+    let mn_lo = a1 & m6;
+    let sc_hi = (a2 & m4) | (((a0 >> 6) & m2) << 4);
+    let mn_hi = ((a2 >> 4) & m4) | (((a1 >> 6) & m2) << 4);
+    // Bytes: 8 scales then 8 mins, one per 32-value sub-block.
+    let v = _mm_set_epi32(mn_hi as i32, mn_lo as i32, sc_hi as i32, sc_lo as i32);
+    // Each sub-block covers two groups of 16: duplicate every byte.
+    let dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    let sc = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(v, dup));
+    let mn = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_srli_si128(v, 8), dup));
+    set_scales_avx2(c, sc, mn);
+    c.d = f16_at(block, 0);
+    c.dmin = f16_at(block, 2);
+}
+
 /// The little-endian f16 at byte `at` of `b`, as f32.
 pub(super) fn f16_at(b: &[u8], at: usize) -> f32 {
     half::f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(super) use avx2::tile as tile_avx2;
+pub(super) use avx2::{set_scales as set_scales_avx2, tile as tile_avx2};
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
@@ -158,8 +193,34 @@ mod avx2 {
     use crate::matmul::acts::QuantActs;
     use crate::matmul::kernels::simd::hsum;
 
+    /// Stores 16 group scales and mins (i16, group order) into `c`, expanding
+    /// the scales to the per-32 vectors the kernels multiply with.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in crate::matmul::kernels) fn set_scales(c: &mut Canon, sc: __m256i, mn: __m256i) {
+        // Even groups to the low 128-bit lane, odd groups to the high one...
+        let eo = _mm256_shuffle_epi8(
+            sc,
+            _mm256_setr_epi8(
+                0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12, 13, 2,
+                3, 6, 7, 10, 11, 14, 15,
+            ),
+        );
+        let eo = _mm256_permute4x64_epi64(eo, 0b11_01_10_00);
+        // ...so that one in-lane shuffle puts group 2v in lanes 0..8 and 2v + 1 in 8..16.
+        let out = c.scx.as_mut_ptr() as *mut __m256i;
+        for v in 0..8 {
+            let idx = _mm256_set1_epi16((2 * v as i16) | ((2 * v as i16 + 1) << 8));
+            // SAFETY: v < 8 slots of 32 bytes in `c.scx` (32-byte aligned).
+            unsafe { _mm256_store_si256(out.add(v), _mm256_shuffle_epi8(eo, idx)) };
+        }
+        // SAFETY: `c.mn` is 16 i16 (32 bytes).
+        unsafe { _mm256_storeu_si256(c.mn.as_mut_ptr() as *mut __m256i, mn) };
+    }
+
     /// Dot products of `MR` weight rows with tokens `t0..t0 + NR`; every pair
-    /// runs the same sequence whatever the tile shape.
+    /// runs the same sequence whatever the tile shape. `prefetch` as in the
+    /// legacy tile.
     ///
     /// # Safety
     /// The CPU must support AVX2/FMA/F16C; each `rows[i]` must point to
@@ -173,6 +234,7 @@ mod avx2 {
         rows: [*const u8; MR],
         acts: &QuantActs,
         t0: usize,
+        prefetch: usize,
         out: &mut [[f32; NR]; MR],
     ) {
         let (nb, tp) = (acts.blocks, acts.t_pad);
@@ -183,7 +245,15 @@ mod avx2 {
         for b in 0..nb {
             for i in 0..MR {
                 // SAFETY: super-block b of row i is inside the row (caller).
-                unsafe { K::unpack_avx2(rows[i].add(b * K::BYTES), &mut canon[i]) };
+                let p = unsafe { rows[i].add(b * K::BYTES) };
+                if prefetch != 0 {
+                    // Hints only: the addresses may lie past the matrix (never read).
+                    for l in (0..K::BYTES).step_by(64) {
+                        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(prefetch + l) as *const i8);
+                    }
+                }
+                // SAFETY: as above.
+                unsafe { K::unpack_avx2(p, &mut canon[i]) };
             }
             for (c, acc) in canon.iter().zip(acc.iter_mut()) {
                 let cq = c.q.as_ptr() as *const __m256i;

@@ -76,6 +76,8 @@ mod avx2 {
     ///
     /// Every (row, token) pair runs the same instruction sequence whatever
     /// `MR` and `NR` are, so results do not depend on the tiling.
+    /// `prefetch` (bytes, 0 for none) is how far ahead of each row to ask
+    /// for the cache lines of the next tile while this one computes.
     ///
     /// # Safety
     /// The CPU must support AVX2/FMA/F16C; each `rows[i]` must point to
@@ -89,23 +91,47 @@ mod avx2 {
         rows: [*const u8; MR],
         acts: &QuantActs,
         t0: usize,
+        prefetch: usize,
         out: &mut [[f32; NR]; MR],
     ) {
         let (nb, tp) = (acts.blocks, acts.t_pad);
         debug_assert!(t0 + NR <= tp && acts.qs.len() == tp * nb);
+        // With several tokens, the corrections first, in a short pass over the
+        // block scales, so the main loop keeps its registers for the
+        // accumulators; with one, inside the main loop (same FMA chain).
+        let fused = NR == 1;
+        let mut corr = [[0f32; NR]; MR];
+        if B::HAS_C && !fused {
+            for b in 0..nb {
+                let xs = &acts.s[b * tp + t0..b * tp + t0 + NR];
+                for (i, corr) in corr.iter_mut().enumerate() {
+                    // SAFETY: block `b` of row `i` lies inside the row (caller).
+                    let (_, c) = unsafe { B::scales_avx2(rows[i].add(b * B::BYTES)) };
+                    for (cj, &s) in corr.iter_mut().zip(xs) {
+                        *cj = c.mul_add(s, *cj);
+                    }
+                }
+            }
+        }
         let ones = _mm256_set1_epi16(1);
         let mut acc = [[_mm256_setzero_ps(); NR]; MR];
-        let mut corr = [[0f32; NR]; MR];
         let xq = acts.qs.as_ptr();
         for b in 0..nb {
             let xd = &acts.d[b * tp + t0..b * tp + t0 + NR];
-            let xs = &acts.s[b * tp + t0..b * tp + t0 + NR];
             for i in 0..MR {
                 // SAFETY: block `b` of row `i` lies inside the row (caller).
                 let p = unsafe { rows[i].add(b * B::BYTES) };
+                if prefetch != 0 {
+                    // A hint only: the address may lie past the matrix (never read).
+                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(prefetch) as *const i8);
+                }
                 // SAFETY: as above; the CPU features are enabled here.
                 let ((d, c), w) = unsafe { (B::scales_avx2(p), B::unpack_avx2(p)) };
+                if B::HAS_C && fused {
+                    corr[i][0] = c.mul_add(acts.s[b * tp + t0], corr[i][0]);
+                }
                 let wa = if B::SIGNED { _mm256_sign_epi8(w, w) } else { w };
+                let scale: [f32; NR] = std::array::from_fn(|j| d * xd[j]);
                 for j in 0..NR {
                     // SAFETY: token t0 + j < t_pad, so its block b is in `qs`;
                     // `Q8Block` is 32-byte aligned.
@@ -113,11 +139,8 @@ mod avx2 {
                         unsafe { _mm256_load_si256(xq.add((t0 + j) * nb + b) as *const __m256i) };
                     let x = if B::SIGNED { _mm256_sign_epi8(x, w) } else { x };
                     let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, x), ones);
-                    let scale = _mm256_set1_ps(d * xd[j]);
-                    acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[i][j]);
-                    if B::HAS_C {
-                        corr[i][j] = c.mul_add(xs[j], corr[i][j]);
-                    }
+                    acc[i][j] =
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(scale[j]), acc[i][j]);
                 }
             }
         }
