@@ -14,7 +14,7 @@ use rayon::prelude::*;
 use super::isa::Isa;
 
 /// Tokens are padded to a multiple of this (the widest token tile).
-pub(crate) const TOKEN_PAD: usize = 4;
+pub(crate) const TOKEN_PAD: usize = 8;
 /// Elements per Q8_0 / Q8_1 block.
 pub(crate) const QK8: usize = 32;
 /// Elements per Q8_K super-block.
@@ -64,6 +64,9 @@ pub(crate) struct QuantActs {
     pub qblocks: usize,
     /// Values, `[t_pad][qblocks]`.
     pub qs: Vec<Q8Block>,
+    /// The values interleaved by groups of 8 tokens (see [`QuantActs::interleave8`]),
+    /// `[t_pad / 8][qblocks][8]`; empty unless built.
+    pub qs8: Vec<Q8Block>,
     /// Scales, `[blocks][t_pad]`.
     pub d: Vec<f32>,
     /// Block sums times the scale (Q8_0 / Q8_1), `[blocks][t_pad]`.
@@ -145,6 +148,29 @@ impl QuantActs {
             for b in 0..blocks {
                 self.d[b * t_pad + t] = self.tok_d[t * blocks + b];
                 self.s[b * t_pad + t] = self.tok_s[t * blocks + b];
+            }
+        }
+    }
+}
+
+impl QuantActs {
+    /// Builds [`QuantActs::qs8`]: for each group of 8 tokens and each
+    /// 32-value block, 8 vectors; vector `v` holds values `4v..4v + 4` of
+    /// the 8 tokens in turn, so that a kernel can multiply 4 weights
+    /// (broadcast) with 8 tokens at once.
+    pub(crate) fn interleave8(&mut self) {
+        let qb = self.qblocks;
+        self.qs8.clear();
+        self.qs8.resize(self.qs.len(), Q8Block::default());
+        for (g, dst) in self.qs8.chunks_exact_mut(8 * qb.max(1)).enumerate() {
+            let src = &self.qs[8 * g * qb..8 * (g + 1) * qb];
+            for b in 0..qb {
+                for v in 0..8 {
+                    for t in 0..8 {
+                        let q = &src[t * qb + b].0[4 * v..4 * v + 4];
+                        dst[8 * b + v].0[4 * t..4 * t + 4].copy_from_slice(q);
+                    }
+                }
             }
         }
     }

@@ -46,13 +46,14 @@ struct Task<'y> {
 }
 
 /// Computes every output of `shape` into `y` (`y[t * rows + r]`) with the
-/// micro-tiles `tile` (`MR x NR`) and `single` (`MRD x 1`, for a token tile
-/// holding a single token).
+/// micro-tiles `tile` (`MR x NR`) and `single` (`MRD x 1`, for the tokens of
+/// a token tile holding fewer than `wide_min` of them).
 pub(super) fn drive<const MR: usize, const NR: usize, const MRD: usize>(
     shape: Shape,
     y: &mut [f32],
     tile: TileFn<'_, MR, NR>,
     single: TileFn<'_, MRD, 1>,
+    wide_min: usize,
 ) {
     let Shape {
         rows,
@@ -108,7 +109,7 @@ pub(super) fn drive<const MR: usize, const NR: usize, const MRD: usize>(
         }
     }
 
-    let run = |task: &mut Task<'_>| run_task(task, n_tokens, tile, single);
+    let run = |task: &mut Task<'_>| run_task(task, n_tokens, tile, single, wide_min);
     if tasks.len() == 1 {
         run(&mut tasks[0]);
     } else {
@@ -123,21 +124,24 @@ fn run_task<const MR: usize, const NR: usize, const MRD: usize>(
     n_tokens: usize,
     tile: TileFn<'_, MR, NR>,
     single: TileFn<'_, MRD, 1>,
+    wide_min: usize,
 ) {
     let (r0, r1) = (task.rows.start, task.rows.end);
     let t_first = task.tiles.start * NR;
     for ti in task.tiles.clone() {
         let t0 = ti * NR;
         let width = NR.min(n_tokens - t0);
-        if width == 1 {
-            for r in (r0..r1).step_by(MRD) {
-                // Past the end, repeat the last row; its results are dropped.
-                let rows = std::array::from_fn(|i| (r + i).min(r1 - 1));
-                let mut o = [[0f32; 1]; MRD];
-                single(&rows, t0, &mut o);
-                let out = &mut task.out[t0 - t_first][r - r0..];
-                for (y, o) in out.iter_mut().zip(&o) {
-                    *y = o[0];
+        if width < wide_min.max(2) {
+            for t in t0..t0 + width {
+                for r in (r0..r1).step_by(MRD) {
+                    // Past the end, repeat the last row; its results are dropped.
+                    let rows = std::array::from_fn(|i| (r + i).min(r1 - 1));
+                    let mut o = [[0f32; 1]; MRD];
+                    single(&rows, t, &mut o);
+                    let out = &mut task.out[t - t_first][r - r0..];
+                    for (y, o) in out.iter_mut().zip(&o) {
+                        *y = o[0];
+                    }
                 }
             }
         } else {

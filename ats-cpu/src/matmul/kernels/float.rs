@@ -17,19 +17,22 @@ pub(super) trait FloatElem {
     unsafe fn load8_avx2(p: *const u8) -> std::arch::x86_64::__m256;
 }
 
-/// Portable dot product of one weight row with one activation row.
+/// Portable dot product of one weight row with one activation row, in
+/// exactly the SIMD kernels' order: eight FMA chains over `k mod 8`, summed
+/// `((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))`, then an FMA chain over
+/// the tail, so that every instruction set gives the same bits.
 pub(super) fn dot_scalar<E: FloatElem>(row: &[u8], x: &[f32]) -> f32 {
-    // Eight partial sums, like the SIMD path, so long rows lose less precision.
-    let mut acc = [0f32; 8];
+    let mut a = [0f32; 8];
     let main = x.len() / 8 * 8;
     for k in (0..main).step_by(8) {
-        for (l, a) in acc.iter_mut().enumerate() {
-            *a += E::get(row, k + l) * x[k + l];
+        for (l, a) in a.iter_mut().enumerate() {
+            *a = E::get(row, k + l).mul_add(x[k + l], *a);
         }
     }
-    let mut s = acc.iter().sum::<f32>();
-    for (k, xk) in x.iter().enumerate().skip(main) {
-        s += E::get(row, k) * xk;
+    let h = [a[0] + a[4], a[1] + a[5], a[2] + a[6], a[3] + a[7]];
+    let mut s = (h[0] + h[2]) + (h[1] + h[3]);
+    for (k, &xk) in x.iter().enumerate().skip(main) {
+        s = E::get(row, k).mul_add(xk, s);
     }
     s
 }

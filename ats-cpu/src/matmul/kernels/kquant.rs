@@ -9,7 +9,10 @@
 //! `d * sc * q - d * (32 sc)`. Against Q8_K activations `x = dx * qx` with
 //! group sums `bsum`:
 //! `dot = dx * (d * sum_g sc_g * sum(q qx) - dmin * sum_g mn_g * bsum_g)`,
-//! two exact integer sums per super-block.
+//! two exact integer sums per super-block. Every kernel then evaluates, per
+//! (row, token) and super-blocks in order, `acc = fma(isum, d * dx, acc)` and
+//! `acc = fma(msum, -dmin * dx, acc)` in f32, so results are bit-identical
+//! across instruction sets, tile shapes, batch sizes and threads.
 
 use crate::matmul::acts::QuantActs;
 
@@ -107,7 +110,8 @@ pub(super) fn dot_scalar<K: SuperBlock>(row: &[u8], acts: &QuantActs, t: usize) 
             msum += c.mn[g] as i32 * bsums[g] as i32;
         }
         let dx = acts.d[b * tp + t];
-        acc += dx * (c.d * isum as f32 - c.dmin * msum as f32);
+        acc = (isum as f32).mul_add(c.d * dx, acc);
+        acc = (msum as f32).mul_add(-c.dmin * dx, acc);
     }
     acc
 }
@@ -191,7 +195,16 @@ mod avx2 {
 
     use super::{Canon, SuperBlock};
     use crate::matmul::acts::QuantActs;
-    use crate::matmul::kernels::simd::hsum;
+
+    /// Sum of the eight int32 lanes of `v` (exact).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn hsum_i32(v: __m256i) -> i32 {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01));
+        _mm_cvtsi128_si32(s)
+    }
 
     /// Stores 16 group scales and mins (i16, group order) into `c`, expanding
     /// the scales to the per-32 vectors the kernels multiply with.
@@ -239,7 +252,7 @@ mod avx2 {
     ) {
         let (nb, tp) = (acts.blocks, acts.t_pad);
         debug_assert!(t0 + NR <= tp && acts.qs.len() == tp * nb * 8);
-        let mut acc = [[_mm256_setzero_ps(); NR]; MR];
+        let mut acc = [[0f32; NR]; MR];
         let mut canon: [Canon; MR] = std::array::from_fn(|_| Canon::default());
         let xq = acts.qs.as_ptr();
         for b in 0..nb {
@@ -286,17 +299,11 @@ mod avx2 {
                         )
                     };
                     let dx = acts.d[b * tp + t];
-                    let a =
-                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(c.d * dx), *acc);
-                    *acc =
-                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(-c.dmin * dx), a);
+                    *acc = (hsum_i32(isum) as f32).mul_add(c.d * dx, *acc);
+                    *acc = (hsum_i32(msum) as f32).mul_add(-c.dmin * dx, *acc);
                 }
             }
         }
-        for i in 0..MR {
-            for j in 0..NR {
-                out[i][j] = hsum(acc[i][j]);
-            }
-        }
+        *out = acc;
     }
 }

@@ -118,18 +118,21 @@ fn run_float<E: FloatElem>(
                 )
             }
         };
-        return gemm::drive(shape, y, &tile, &single);
+        return gemm::drive(shape, y, &tile, &single, 2);
     }
     let _ = isa;
     let dot = |r: &[usize; 1], t: usize, o: &mut [[f32; 1]; 1]| {
         o[0][0] = float::dot_scalar::<E>(row(r[0]), xrow(t));
     };
-    gemm::drive(shape, y, &dot, &dot)
+    gemm::drive(shape, y, &dot, &dot, 2)
 }
 
-/// Rows per prefill tile of the block formats (x 4 tokens): 2 x 4 keeps the
-/// 8 accumulators and the activations in registers.
-const LMR: usize = 2;
+/// Rows per prefill tile of the block formats (x 8 tokens): the 8
+/// activation vectors of a block and 4 accumulators fill the registers.
+const LMR: usize = 4;
+/// Fewest tokens in a tile worth the 8-token kernel (below, the one-token
+/// kernel runs per token: a padded tile costs about 3 one-token passes).
+const WIDE_MIN: usize = 3;
 
 fn run_legacy<B: LegacyBlock>(
     w: &WeightMatrix<'_>,
@@ -140,6 +143,9 @@ fn run_legacy<B: LegacyBlock>(
     acts: &mut QuantActs,
 ) {
     acts.quantize(x, n_tokens, w.cols, B::ACTS, isa);
+    if isa == Isa::Avx2 && n_tokens >= WIDE_MIN {
+        acts.interleave8();
+    }
     let acts = &*acts;
     let (rb, data) = (row_bytes(w), w.data);
     let shape = Shape {
@@ -150,23 +156,24 @@ fn run_legacy<B: LegacyBlock>(
     let row = |r: usize| &data[r * rb..(r + 1) * rb];
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2 {
-        let tile = |r: &[usize; LMR], t0: usize, o: &mut [[f32; 4]; LMR]| {
+        let tile = |r: &[usize; LMR], t0: usize, o: &mut [[f32; 8]; LMR]| {
             // SAFETY: `isa` is available; each row holds `acts.blocks` whole
-            // blocks; the driver keeps t0 + 4 <= t_pad.
-            unsafe { legacy::tile_avx2::<B, LMR, 4>(r.map(|r| row(r).as_ptr()), acts, t0, 0, o) }
+            // blocks; the driver passes t0 multiple of 8 with t0 + 8 <= t_pad,
+            // and `qs8` is built whenever wide tiles run.
+            unsafe { legacy::tokens8_avx2::<B, LMR>(r.map(|r| row(r).as_ptr()), acts, t0, o) }
         };
         let single = |r: &[usize; 4], t: usize, o: &mut [[f32; 1]; 4]| {
             let pf = prefetch_ahead(4, rb);
             // SAFETY: as above, with t < n_tokens.
-            unsafe { legacy::tile_avx2::<B, 4, 1>(r.map(|r| row(r).as_ptr()), acts, t, pf, o) }
+            unsafe { legacy::rows4_avx2::<B>(r.map(|r| row(r).as_ptr()), acts, t, pf, o) }
         };
-        return gemm::drive(shape, y, &tile, &single);
+        return gemm::drive(shape, y, &tile, &single, WIDE_MIN);
     }
     let _ = isa;
     let dot = |r: &[usize; 1], t: usize, o: &mut [[f32; 1]; 1]| {
         o[0][0] = legacy::dot_scalar::<B>(row(r[0]), acts, t);
     };
-    gemm::drive(shape, y, &dot, &dot)
+    gemm::drive(shape, y, &dot, &dot, 2)
 }
 
 fn run_kquant<K: SuperBlock>(
@@ -205,11 +212,11 @@ fn run_kquant<K: SuperBlock>(
                 )
             }
         };
-        return gemm::drive(shape, y, &tile, &single);
+        return gemm::drive(shape, y, &tile, &single, 2);
     }
     let _ = isa;
     let dot = |r: &[usize; 1], t: usize, o: &mut [[f32; 1]; 1]| {
         o[0][0] = kquant::dot_scalar::<K>(row(r[0]), acts, t);
     };
-    gemm::drive(shape, y, &dot, &dot)
+    gemm::drive(shape, y, &dot, &dot, 2)
 }

@@ -13,31 +13,6 @@ pub(super) fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
-/// The f16 at `p` as f32 (F16C).
-///
-/// # Safety
-/// `p` must be valid for reading 2 bytes.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn load_f16(p: *const u8) -> f32 {
-    // SAFETY: the caller guarantees 2 readable bytes.
-    let h = unsafe { (p as *const u16).read_unaligned() };
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
-}
-
-/// The two f16 at `p` (scale and min of a block) as f32 (F16C).
-///
-/// # Safety
-/// `p` must be valid for reading 4 bytes.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn load_f16x2(p: *const u8) -> (f32, f32) {
-    // SAFETY: the caller guarantees 4 readable bytes.
-    let h = unsafe { (p as *const u32).read_unaligned() };
-    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(h as i32));
-    (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
-}
-
 /// 16 bytes at `p` as 32 nibbles: low nibbles in bytes 0..16, high in 16..32.
 ///
 /// # Safety
