@@ -73,6 +73,10 @@ pub(crate) struct QuantActs {
     pub s: Vec<f32>,
     /// Sums of 16 values (Q8_K), `[t_pad][blocks]`.
     pub bsums: Vec<[i16; 16]>,
+    /// The sums interleaved by groups of 8 tokens (Q8_K, see
+    /// [`QuantActs::interleave8`]): `[t_pad / 8][blocks][8]`, vector `p` holding
+    /// sums `2p, 2p + 1` of the 8 tokens in turn.
+    pub bsums8: Vec<[i16; 16]>,
     /// Token-major staging of `d` and `s`, written in parallel then transposed.
     tok_d: Vec<f32>,
     tok_s: Vec<f32>,
@@ -154,10 +158,10 @@ impl QuantActs {
 }
 
 impl QuantActs {
-    /// Builds [`QuantActs::qs8`]: for each group of 8 tokens and each
-    /// 32-value block, 8 vectors; vector `v` holds values `4v..4v + 4` of
-    /// the 8 tokens in turn, so that a kernel can multiply 4 weights
-    /// (broadcast) with 8 tokens at once.
+    /// Builds [`QuantActs::qs8`] (and for Q8_K [`QuantActs::bsums8`]): for
+    /// each group of 8 tokens and each 32-value block, 8 vectors; vector `v`
+    /// holds values `4v..4v + 4` of the 8 tokens in turn, so that a kernel
+    /// can multiply 4 weights (broadcast) with 8 tokens at once.
     pub(crate) fn interleave8(&mut self) {
         let qb = self.qblocks;
         self.qs8.clear();
@@ -169,6 +173,21 @@ impl QuantActs {
                     for t in 0..8 {
                         let q = &src[t * qb + b].0[4 * v..4 * v + 4];
                         dst[8 * b + v].0[4 * t..4 * t + 4].copy_from_slice(q);
+                    }
+                }
+            }
+        }
+        let nb = self.blocks;
+        self.bsums8.clear();
+        if self.format == Some(ActFormat::Q8K) {
+            self.bsums8.resize(self.bsums.len(), [0; 16]);
+            for (g, dst) in self.bsums8.chunks_exact_mut(8 * nb.max(1)).enumerate() {
+                for b in 0..nb {
+                    for p in 0..8 {
+                        for t in 0..8 {
+                            let s = &self.bsums[(8 * g + t) * nb + b];
+                            dst[8 * b + p][2 * t..2 * t + 2].copy_from_slice(&s[2 * p..2 * p + 2]);
+                        }
                     }
                 }
             }

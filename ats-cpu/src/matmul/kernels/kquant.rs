@@ -80,6 +80,10 @@ impl Canon {
 pub(super) trait SuperBlock {
     /// Bytes per super-block.
     const BYTES: usize;
+    /// How many `maddubs` results (over 4 values each) of one group may be
+    /// summed in int16: `2 * 4 * max_q * 127 < 2^15` gives 4 up to 5-bit
+    /// values, 2 for 6-bit (Q6_K).
+    const I16_SUMS: usize;
 
     /// Unpacks one super-block into `c`.
     fn unpack(block: &[u8], c: &mut Canon);
@@ -187,7 +191,7 @@ pub(super) fn f16_at(b: &[u8], at: usize) -> f32 {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(super) use avx2::{set_scales as set_scales_avx2, tile as tile_avx2};
+pub(super) use avx2::{set_scales as set_scales_avx2, tile as tile_avx2, tokens8 as tokens8_avx2};
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
@@ -305,5 +309,89 @@ mod avx2 {
             }
         }
         *out = acc;
+    }
+
+    /// Dot products of `MR` weight rows with tokens `t0..t0 + 8` (lanes =
+    /// tokens), from the token-interleaved activations and block sums: each
+    /// 4 canonical values of a row are broadcast against the same 4 values
+    /// of 8 tokens; group scales apply through `madd`.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2/FMA/F16C; each `rows[i]` must point to
+    /// `acts.blocks` whole super-blocks; `t0` is a multiple of 8 with
+    /// `t0 + 8 <= acts.t_pad`, and `acts.qs8` / `acts.bsums8` are built.
+    // `g`, `u` and `i` index several arrays and pointer offsets at once.
+    #[allow(clippy::needless_range_loop)]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in crate::matmul::kernels) unsafe fn tokens8<K: SuperBlock, const MR: usize>(
+        rows: [*const u8; MR],
+        acts: &QuantActs,
+        t0: usize,
+        out: &mut [[f32; 8]; MR],
+    ) {
+        let (nb, tp) = (acts.blocks, acts.t_pad);
+        debug_assert!(t0.is_multiple_of(8) && t0 + 8 <= tp);
+        debug_assert!(acts.qs8.len() == tp * nb * 8 && acts.bsums8.len() == tp * nb);
+        let x8 = acts.qs8[t0 * nb * 8..(t0 + 8) * nb * 8].as_ptr() as *const __m256i;
+        let s8 = acts.bsums8[t0 * nb..(t0 + 8) * nb].as_ptr() as *const __m256i;
+        let mut acc = [_mm256_setzero_ps(); MR];
+        let mut canon: [Canon; MR] = std::array::from_fn(|_| Canon::default());
+        for b in 0..nb {
+            for i in 0..MR {
+                // SAFETY: super-block b of row i is inside the row (caller).
+                unsafe { K::unpack_avx2(rows[i].add(b * K::BYTES), &mut canon[i]) };
+            }
+            // Broadcasts read the canonical values from memory (load unit);
+            // `black_box` keeps LLVM from turning them into shuffles.
+            let cn = std::hint::black_box(&canon);
+            let q: [&[u32; 64]; MR] = std::array::from_fn(|i| {
+                // SAFETY: 256 bytes, 4-aligned (Canon is 32-aligned).
+                unsafe { &*(cn[i].q.as_ptr() as *const [u32; 64]) }
+            });
+            let mut isum = [_mm256_setzero_si256(); MR];
+            for g in 0..16 {
+                let mut s16 = [_mm256_setzero_si256(); MR];
+                for u in 4 * g..4 * g + 4 {
+                    // SAFETY: vector u of super-block b of this token group; aligned.
+                    let x = unsafe { _mm256_load_si256(x8.add(64 * b + u)) };
+                    for i in 0..MR {
+                        let p = _mm256_maddubs_epi16(_mm256_set1_epi32(q[i][u] as i32), x);
+                        s16[i] = _mm256_add_epi16(s16[i], p);
+                    }
+                    if (u + 1) % K::I16_SUMS == 0 {
+                        for i in 0..MR {
+                            let sc = _mm256_set1_epi16(cn[i].sc(g));
+                            isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(s16[i], sc));
+                            s16[i] = _mm256_setzero_si256();
+                        }
+                    }
+                }
+            }
+            let mut msum = [_mm256_setzero_si256(); MR];
+            for p in 0..8 {
+                // SAFETY: sums 2p, 2p + 1 of the 8 tokens; 32 bytes.
+                let s = unsafe { _mm256_loadu_si256(s8.add(8 * b + p)) };
+                for i in 0..MR {
+                    let pair = (cn[i].mn[2 * p] as u16 as u32)
+                        | ((cn[i].mn[2 * p + 1] as u16 as u32) << 16);
+                    msum[i] = _mm256_add_epi32(
+                        msum[i],
+                        _mm256_madd_epi16(s, _mm256_set1_epi32(pair as i32)),
+                    );
+                }
+            }
+            // SAFETY: 8 floats of the scales of super-block b.
+            let xd = unsafe { _mm256_loadu_ps(acts.d[b * tp + t0..][..8].as_ptr()) };
+            for i in 0..MR {
+                let d = _mm256_mul_ps(_mm256_set1_ps(cn[i].d), xd);
+                let dmin = _mm256_mul_ps(_mm256_set1_ps(-cn[i].dmin), xd);
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), d, acc[i]);
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum[i]), dmin, acc[i]);
+            }
+        }
+        for (out, acc) in out.iter_mut().zip(acc) {
+            // SAFETY: 8 floats.
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+        }
     }
 }

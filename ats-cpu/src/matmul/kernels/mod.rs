@@ -185,6 +185,9 @@ fn run_kquant<K: SuperBlock>(
     acts: &mut QuantActs,
 ) {
     acts.quantize(x, n_tokens, w.cols, ActFormat::Q8K, isa);
+    if isa == Isa::Avx2 && n_tokens >= WIDE_MIN {
+        acts.interleave8();
+    }
     let acts = &*acts;
     let (rb, data) = (row_bytes(w), w.data);
     let shape = Shape {
@@ -195,24 +198,19 @@ fn run_kquant<K: SuperBlock>(
     let row = |r: usize| &data[r * rb..(r + 1) * rb];
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2 {
-        let tile = |r: &[usize; 2], t0: usize, o: &mut [[f32; 4]; 2]| {
+        let tile = |r: &[usize; LMR], t0: usize, o: &mut [[f32; 8]; LMR]| {
             // SAFETY: `isa` is available; each row holds `acts.blocks` whole
-            // super-blocks; the driver keeps t0 + 4 <= t_pad.
-            unsafe { kquant::tile_avx2::<K, 2, 4>(r.map(|r| row(r).as_ptr()), acts, t0, 0, o) }
+            // super-blocks; the driver passes t0 multiple of 8 with
+            // t0 + 8 <= t_pad, and the interleaved activations are built
+            // whenever wide tiles run.
+            unsafe { kquant::tokens8_avx2::<K, LMR>(r.map(|r| row(r).as_ptr()), acts, t0, o) }
         };
         let single = |r: &[usize; 2], t: usize, o: &mut [[f32; 1]; 2]| {
+            let pf = prefetch_ahead(2, rb);
             // SAFETY: as above, with t < n_tokens.
-            unsafe {
-                kquant::tile_avx2::<K, 2, 1>(
-                    r.map(|r| row(r).as_ptr()),
-                    acts,
-                    t,
-                    prefetch_ahead(2, rb),
-                    o,
-                )
-            }
+            unsafe { kquant::tile_avx2::<K, 2, 1>(r.map(|r| row(r).as_ptr()), acts, t, pf, o) }
         };
-        return gemm::drive(shape, y, &tile, &single, 2);
+        return gemm::drive(shape, y, &tile, &single, WIDE_MIN);
     }
     let _ = isa;
     let dot = |r: &[usize; 1], t: usize, o: &mut [[f32; 1]; 1]| {

@@ -19,6 +19,7 @@ fn scales(b: &[u8], c: &mut Canon) {
 
 impl SuperBlock for Q2K {
     const BYTES: usize = 84;
+    const I16_SUMS: usize = 4;
 
     fn unpack(b: &[u8], c: &mut Canon) {
         scales(b, c);

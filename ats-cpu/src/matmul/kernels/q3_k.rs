@@ -26,6 +26,7 @@ fn scales(b: &[u8], c: &mut Canon) {
 
 impl SuperBlock for Q3K {
     const BYTES: usize = 110;
+    const I16_SUMS: usize = 4;
 
     fn unpack(b: &[u8], c: &mut Canon) {
         scales(b, c);

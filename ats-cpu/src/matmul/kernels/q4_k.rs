@@ -11,6 +11,7 @@ pub(super) struct Q4K;
 
 impl SuperBlock for Q4K {
     const BYTES: usize = 144;
+    const I16_SUMS: usize = 4;
 
     fn unpack(b: &[u8], c: &mut Canon) {
         set_k4_scales(b, c);

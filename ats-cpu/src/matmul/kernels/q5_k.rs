@@ -12,6 +12,7 @@ pub(super) struct Q5K;
 
 impl SuperBlock for Q5K {
     const BYTES: usize = 176;
+    const I16_SUMS: usize = 4;
 
     fn unpack(b: &[u8], c: &mut Canon) {
         set_k4_scales(b, c);

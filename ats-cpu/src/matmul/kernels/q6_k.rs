@@ -21,6 +21,7 @@ fn scales(b: &[u8], c: &mut Canon) {
 
 impl SuperBlock for Q6K {
     const BYTES: usize = 210;
+    const I16_SUMS: usize = 2;
 
     fn unpack(b: &[u8], c: &mut Canon) {
         scales(b, c);
