@@ -312,9 +312,15 @@ pub(crate) fn q8k_row_scalar(
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use half::f16;
+    use super::{ActFormat, Q8Block, QK8, QKK};
 
-    use super::{ActFormat, Q8Block, QK8, QKK, block_sum};
+    /// `v` rounded to f16 (nearest even, like `half` and ggml) and back (F16C).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn round_f16(v: f32) -> f32 {
+        let h = _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(v));
+        _mm_cvtss_f32(_mm_cvtph_ps(h))
+    }
 
     /// Largest lane of `v`.
     #[inline]
@@ -388,9 +394,13 @@ mod avx2 {
             ));
             // SAFETY: `Q8Block` is 32 bytes, aligned to 32.
             unsafe { _mm256_store_si256(qb.0.as_mut_ptr() as *mut __m256i, pack32(q)) };
-            let d16 = f16::from_f32(dd).to_f32();
+            let d16 = round_f16(dd);
             *db = d16;
-            *sb = block_sum(sum, dd, d16, format);
+            // As `super::block_sum`, with F16C.
+            *sb = match format {
+                ActFormat::Q8_1 => round_f16(sum as f32 * dd),
+                _ => sum as f32 * d16,
+            };
         }
     }
 

@@ -22,9 +22,10 @@ pub(super) struct Shape {
     pub row_bytes: usize,
 }
 
-/// A micro-tile: dot products of rows `r` with tokens `t0..t0 + NR`.
+/// A micro-tile: dot products of rows `r` with tokens `t0..t0 + NR`, into
+/// `out[token][row]`.
 pub(super) type TileFn<'a, const MR: usize, const NR: usize> =
-    &'a (dyn Fn(&[usize; MR], usize, &mut [[f32; NR]; MR]) + Sync);
+    &'a (dyn Fn(&[usize; MR], usize, &mut [[f32; MR]; NR]) + Sync);
 
 /// Weight bytes (times token tiles) below which a task is not worth a fork:
 /// about a microsecond of streaming.
@@ -136,27 +137,34 @@ fn run_task<const MR: usize, const NR: usize, const MRD: usize>(
                 for r in (r0..r1).step_by(MRD) {
                     // Past the end, repeat the last row; its results are dropped.
                     let rows = std::array::from_fn(|i| (r + i).min(r1 - 1));
-                    let mut o = [[0f32; 1]; MRD];
+                    let mut o = [[0f32; MRD]; 1];
                     single(&rows, t, &mut o);
-                    let out = &mut task.out[t - t_first][r - r0..];
-                    for (y, o) in out.iter_mut().zip(&o) {
-                        *y = o[0];
-                    }
+                    store(&mut task.out[t - t_first][r - r0..], &o[0]);
                 }
             }
         } else {
             for r in (r0..r1).step_by(MR) {
                 let rows = std::array::from_fn(|i| (r + i).min(r1 - 1));
-                let mut o = [[0f32; NR]; MR];
+                let mut o = [[0f32; MR]; NR];
                 tile(&rows, t0, &mut o);
-                for j in 0..width {
-                    let out = &mut task.out[t0 + j - t_first][r - r0..];
-                    for (y, o) in out.iter_mut().zip(&o) {
-                        *y = o[j];
-                    }
+                let outs = &mut task.out[t0 - t_first..t0 - t_first + width];
+                for (out, o) in outs.iter_mut().zip(&o) {
+                    store(&mut out[r - r0..], o);
                 }
             }
         }
+    }
+}
+
+/// Copies the leading results of `o` into `out` (all of them, with a length
+/// known at compile time, unless `out` ends first).
+#[inline(always)]
+fn store<const N: usize>(out: &mut [f32], o: &[f32; N]) {
+    if out.len() >= N {
+        out[..N].copy_from_slice(o);
+    } else {
+        let n = out.len();
+        out.copy_from_slice(&o[..n]);
     }
 }
 

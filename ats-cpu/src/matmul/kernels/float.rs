@@ -64,7 +64,7 @@ mod avx2 {
         xs: [*const f32; NR],
         cols: usize,
         prefetch: usize,
-        out: &mut [[f32; NR]; MR],
+        out: &mut [[f32; MR]; NR],
     ) {
         let main = cols / 8 * 8;
         let mut acc = [[_mm256_setzero_ps(); NR]; MR];
@@ -97,7 +97,7 @@ mod avx2 {
                     // SAFETY: k < cols.
                     s = E::get(row, k).mul_add(unsafe { *xs[j].add(k) }, s);
                 }
-                out[i][j] = s;
+                out[j][i] = s;
             }
         }
     }

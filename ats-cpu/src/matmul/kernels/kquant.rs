@@ -252,7 +252,7 @@ mod avx2 {
         acts: &QuantActs,
         t0: usize,
         prefetch: usize,
-        out: &mut [[f32; NR]; MR],
+        out: &mut [[f32; MR]; NR],
     ) {
         let (nb, tp) = (acts.blocks, acts.t_pad);
         debug_assert!(t0 + NR <= tp && acts.qs.len() == tp * nb * 8);
@@ -308,7 +308,11 @@ mod avx2 {
                 }
             }
         }
-        *out = acc;
+        for (i, acc) in acc.iter().enumerate() {
+            for (j, &a) in acc.iter().enumerate() {
+                out[j][i] = a;
+            }
+        }
     }
 
     /// Dot products of `MR` weight rows with tokens `t0..t0 + 8` (lanes =
@@ -327,7 +331,7 @@ mod avx2 {
         rows: [*const u8; MR],
         acts: &QuantActs,
         t0: usize,
-        out: &mut [[f32; 8]; MR],
+        out: &mut [[f32; MR]; 8],
     ) {
         let (nb, tp) = (acts.blocks, acts.t_pad);
         debug_assert!(t0.is_multiple_of(8) && t0 + 8 <= tp);
@@ -389,9 +393,6 @@ mod avx2 {
                 acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum[i]), dmin, acc[i]);
             }
         }
-        for (out, acc) in out.iter_mut().zip(acc) {
-            // SAFETY: 8 floats.
-            unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
-        }
+        crate::matmul::kernels::simd::store_tokens8(acc, out);
     }
 }

@@ -161,7 +161,7 @@ mod avx2 {
         acts: &QuantActs,
         t: usize,
         prefetch: usize,
-        out: &mut [[f32; 1]; 4],
+        out: &mut [[f32; 4]; 1],
     ) {
         let (nb, tp) = (acts.blocks, acts.t_pad);
         debug_assert!(t < tp && acts.qs.len() == tp * nb);
@@ -198,12 +198,8 @@ mod avx2 {
                 acc = _mm_fmadd_ps(c, _mm_set1_ps(acts.s[b * tp + t]), acc);
             }
         }
-        let mut o = [0f32; 4];
-        // SAFETY: `o` holds 4 floats.
-        unsafe { _mm_storeu_ps(o.as_mut_ptr(), acc) };
-        for (out, o) in out.iter_mut().zip(o) {
-            out[0] = o;
-        }
+        // SAFETY: `out` holds 4 floats.
+        unsafe { _mm_storeu_ps(out[0].as_mut_ptr(), acc) };
     }
 
     /// Dot products of `MR` weight rows with tokens `t0..t0 + 8` (lanes =
@@ -221,7 +217,7 @@ mod avx2 {
         rows: [*const u8; MR],
         acts: &QuantActs,
         t0: usize,
-        out: &mut [[f32; 8]; MR],
+        out: &mut [[f32; MR]; 8],
     ) {
         let (nb, tp) = (acts.blocks, acts.t_pad);
         debug_assert!(t0.is_multiple_of(8) && t0 + 8 <= tp && acts.qs8.len() == tp * nb);
@@ -289,9 +285,6 @@ mod avx2 {
                 }
             }
         }
-        for (out, acc) in out.iter_mut().zip(acc) {
-            // SAFETY: 8 floats.
-            unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
-        }
+        crate::matmul::kernels::simd::store_tokens8(acc, out);
     }
 }

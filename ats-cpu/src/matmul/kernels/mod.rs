@@ -93,7 +93,7 @@ fn run_float<E: FloatElem>(
     let xrow = |t: usize| &x[t.min(n_tokens - 1) * cols..][..cols];
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2 {
-        let tile = |r: &[usize; 3], t0: usize, o: &mut [[f32; 4]; 3]| {
+        let tile = |r: &[usize; 3], t0: usize, o: &mut [[f32; 3]; 4]| {
             // SAFETY: `isa` is available (AVX2/FMA/F16C); rows and activation
             // rows are whole slices of `cols` elements.
             unsafe {
@@ -106,7 +106,7 @@ fn run_float<E: FloatElem>(
                 )
             }
         };
-        let single = |r: &[usize; 4], t: usize, o: &mut [[f32; 1]; 4]| {
+        let single = |r: &[usize; 4], t: usize, o: &mut [[f32; 4]; 1]| {
             // SAFETY: as above.
             unsafe {
                 float::tile_avx2::<E, 4, 1>(
@@ -156,13 +156,13 @@ fn run_legacy<B: LegacyBlock>(
     let row = |r: usize| &data[r * rb..(r + 1) * rb];
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2 {
-        let tile = |r: &[usize; LMR], t0: usize, o: &mut [[f32; 8]; LMR]| {
+        let tile = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]; 8]| {
             // SAFETY: `isa` is available; each row holds `acts.blocks` whole
             // blocks; the driver passes t0 multiple of 8 with t0 + 8 <= t_pad,
             // and `qs8` is built whenever wide tiles run.
             unsafe { legacy::tokens8_avx2::<B, LMR>(r.map(|r| row(r).as_ptr()), acts, t0, o) }
         };
-        let single = |r: &[usize; 4], t: usize, o: &mut [[f32; 1]; 4]| {
+        let single = |r: &[usize; 4], t: usize, o: &mut [[f32; 4]; 1]| {
             let pf = prefetch_ahead(4, rb);
             // SAFETY: as above, with t < n_tokens.
             unsafe { legacy::rows4_avx2::<B>(r.map(|r| row(r).as_ptr()), acts, t, pf, o) }
@@ -198,14 +198,14 @@ fn run_kquant<K: SuperBlock>(
     let row = |r: usize| &data[r * rb..(r + 1) * rb];
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2 {
-        let tile = |r: &[usize; LMR], t0: usize, o: &mut [[f32; 8]; LMR]| {
+        let tile = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]; 8]| {
             // SAFETY: `isa` is available; each row holds `acts.blocks` whole
             // super-blocks; the driver passes t0 multiple of 8 with
             // t0 + 8 <= t_pad, and the interleaved activations are built
             // whenever wide tiles run.
             unsafe { kquant::tokens8_avx2::<K, LMR>(r.map(|r| row(r).as_ptr()), acts, t0, o) }
         };
-        let single = |r: &[usize; 2], t: usize, o: &mut [[f32; 1]; 2]| {
+        let single = |r: &[usize; 2], t: usize, o: &mut [[f32; 2]; 1]| {
             let pf = prefetch_ahead(2, rb);
             // SAFETY: as above, with t < n_tokens.
             unsafe { kquant::tile_avx2::<K, 2, 1>(r.map(|r| row(r).as_ptr()), acts, t, pf, o) }
