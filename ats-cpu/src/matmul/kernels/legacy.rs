@@ -148,9 +148,16 @@ mod avx2 {
         _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1))
     }
 
+    /// Blocks per chunk of the one-token kernel: 4 rows x 32 blocks of int32
+    /// sums (4 KiB) stay in L1 between its two passes.
+    const CHUNK: usize = 32;
+
     /// Dot products of 4 weight rows with token `t` (lanes = rows): the
-    /// one-token (decode) kernel, memory-bound, so it also prefetches
-    /// `prefetch` bytes ahead of each row (0: none).
+    /// one-token (decode) kernel, memory-bound. It reads each row linearly
+    /// through a chunk of blocks (4 interleaved row streams measured ~25%
+    /// slower from DRAM here), parking the integer block sums, then reduces
+    /// them across the rows and runs the 4 FMA chains. It also prefetches
+    /// `prefetch` bytes ahead (0: none).
     ///
     /// # Safety
     /// The CPU must support AVX2/FMA/F16C; each `rows[i]` must point to
@@ -168,34 +175,43 @@ mod avx2 {
         let ones = _mm256_set1_epi16(1);
         let mut acc = _mm_setzero_ps();
         let xq = acts.qs[t * nb..(t + 1) * nb].as_ptr() as *const __m256i;
-        for b in 0..nb {
-            // SAFETY: b < nb blocks of this token; `Q8Block` is 32-byte aligned.
-            let x = unsafe { _mm256_load_si256(xq.add(b)) };
-            let blk: [*const u8; 4] = std::array::from_fn(|i| {
-                // SAFETY: block `b` of row `i` lies inside the row (caller).
-                unsafe { rows[i].add(b * B::BYTES) }
-            });
-            let p: [__m256i; 4] = std::array::from_fn(|i| {
-                if prefetch != 0 {
-                    // A hint only: the address may lie past the matrix (never read).
-                    _mm_prefetch::<_MM_HINT_T0>(blk[i].wrapping_add(prefetch) as *const i8);
+        let mut p = [[_mm256_setzero_si256(); CHUNK]; 4];
+        for c0 in (0..nb).step_by(CHUNK) {
+            let cn = CHUNK.min(nb - c0);
+            for (i, p) in p.iter_mut().enumerate() {
+                for (k, p) in p[..cn].iter_mut().enumerate() {
+                    let b = c0 + k;
+                    // SAFETY: block `b` of row `i` lies inside the row (caller).
+                    let blk = unsafe { rows[i].add(b * B::BYTES) };
+                    if prefetch != 0 {
+                        // A hint only: the address may lie past the matrix (never read).
+                        _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(prefetch) as *const i8);
+                    }
+                    // SAFETY: a whole block; b < nb blocks of this token
+                    // (`Q8Block` is 32-byte aligned); CPU features enabled here.
+                    let (w, x) = unsafe { (B::unpack_avx2(blk), _mm256_load_si256(xq.add(b))) };
+                    let (wa, xs) = if B::SIGNED {
+                        (_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
+                    } else {
+                        (w, x)
+                    };
+                    *p = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, xs), ones);
                 }
-                // SAFETY: a whole block (caller); the CPU features are enabled here.
-                let w = unsafe { B::unpack_avx2(blk[i]) };
-                let (wa, xs) = if B::SIGNED {
-                    (_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
-                } else {
-                    (w, x)
-                };
-                _mm256_madd_epi16(_mm256_maddubs_epi16(wa, xs), ones)
-            });
-            // SAFETY: whole blocks (caller).
-            let (d, c) = unsafe { scales4::<B>(blk) };
-            let isum = _mm_cvtepi32_ps(reduce4(p));
-            let scale = _mm_mul_ps(d, _mm_set1_ps(acts.d[b * tp + t]));
-            acc = _mm_fmadd_ps(isum, scale, acc);
-            if has_c::<B>() {
-                acc = _mm_fmadd_ps(c, _mm_set1_ps(acts.s[b * tp + t]), acc);
+            }
+            for k in 0..cn {
+                let b = c0 + k;
+                let blk: [*const u8; 4] = std::array::from_fn(|i| {
+                    // SAFETY: block `b` of row `i` lies inside the row (caller).
+                    unsafe { rows[i].add(b * B::BYTES) }
+                });
+                // SAFETY: whole blocks (caller).
+                let (d, c) = unsafe { scales4::<B>(blk) };
+                let isum = _mm_cvtepi32_ps(reduce4([p[0][k], p[1][k], p[2][k], p[3][k]]));
+                let scale = _mm_mul_ps(d, _mm_set1_ps(acts.d[b * tp + t]));
+                acc = _mm_fmadd_ps(isum, scale, acc);
+                if has_c::<B>() {
+                    acc = _mm_fmadd_ps(c, _mm_set1_ps(acts.s[b * tp + t]), acc);
+                }
             }
         }
         // SAFETY: `out` holds 4 floats.
