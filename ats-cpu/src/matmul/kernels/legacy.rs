@@ -162,6 +162,8 @@ mod avx2 {
     /// # Safety
     /// The CPU must support AVX2/FMA/F16C; each `rows[i]` must point to
     /// `acts.blocks` whole blocks; `t < acts.t_pad`.
+    // `k` indexes the 4 rows' sums and the block offsets at once.
+    #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(in crate::matmul::kernels) unsafe fn rows4<B: LegacyBlock>(
         rows: [*const u8; 4],
