@@ -65,6 +65,7 @@ pub(super) fn run(
 /// How far ahead of its reads a one-token kernel asks for cache lines: about
 /// 2 KiB, which measured best for streaming reads here (the hardware
 /// prefetcher alone reaches about 85% of that bandwidth).
+#[cfg(target_arch = "x86_64")]
 const PREFETCH: usize = 2048;
 
 /// Bytes per weight row; `w` is validated, so this cannot fail.
@@ -131,6 +132,7 @@ fn run_float<E: FloatElem>(
 
 /// Rows per prefill tile of the block formats (x 8 tokens): the 8
 /// activation vectors of a block and 4 accumulators fill the registers.
+#[cfg(target_arch = "x86_64")]
 const LMR: usize = 4;
 /// Fewest tokens in a tile worth the 8-token kernel (below, the one-token
 /// kernel runs per token: a padded tile costs about 3 one-token passes).
