@@ -3,7 +3,7 @@
 //! The output (`n_tokens x rows`) is cut into rectangular tasks (a range of
 //! rows x a range of token tiles) that rayon runs in the current pool; each
 //! task walks its rectangle in micro-tiles of `MR` rows x `NR` tokens (or
-//! `MRD` rows x 1 token for a lone token). Every output element is computed
+//! `MRD` rows x 1 token, per token, where a token tile holds too few tokens). Every output element is computed
 //! by one tile call whose arithmetic does not depend on the tile shape, so
 //! the result is bit-identical whatever the split and the thread count.
 
@@ -27,8 +27,8 @@ pub(super) struct Shape {
 pub(super) type TileFn<'a, const MR: usize, const NR: usize> =
     &'a (dyn Fn(&[usize; MR], usize, &mut [[f32; MR]; NR]) + Sync);
 
-/// Weight bytes (times token tiles) below which a task is not worth a fork:
-/// about a microsecond of streaming.
+/// Weight bytes (times token tiles) below which a task is not worth a fork
+/// (a few microseconds of streaming; a rayon fork costs about one).
 const MIN_TASK_BYTES: usize = 24 << 10;
 /// Tasks per thread, for balance when a core is busy with something else.
 const TASKS_PER_THREAD: usize = 4;
