@@ -14,7 +14,7 @@ use rayon::prelude::*;
 use super::isa::Isa;
 
 /// Tokens are padded to a multiple of this (the widest token tile).
-pub(crate) const TOKEN_PAD: usize = 4;
+pub(crate) const TOKEN_PAD: usize = 8;
 /// Elements per Q8_0 / Q8_1 block.
 pub(crate) const QK8: usize = 32;
 /// Elements per Q8_K super-block.
@@ -64,12 +64,19 @@ pub(crate) struct QuantActs {
     pub qblocks: usize,
     /// Values, `[t_pad][qblocks]`.
     pub qs: Vec<Q8Block>,
+    /// The values interleaved by groups of 8 tokens (see [`QuantActs::interleave8`]),
+    /// `[t_pad / 8][qblocks][8]`; empty unless built.
+    pub qs8: Vec<Q8Block>,
     /// Scales, `[blocks][t_pad]`.
     pub d: Vec<f32>,
     /// Block sums times the scale (Q8_0 / Q8_1), `[blocks][t_pad]`.
     pub s: Vec<f32>,
     /// Sums of 16 values (Q8_K), `[t_pad][blocks]`.
     pub bsums: Vec<[i16; 16]>,
+    /// The sums interleaved by groups of 8 tokens (Q8_K, see
+    /// [`QuantActs::interleave8`]): `[t_pad / 8][blocks][8]`, vector `p` holding
+    /// sums `2p, 2p + 1` of the 8 tokens in turn.
+    pub bsums8: Vec<[i16; 16]>,
     /// Token-major staging of `d` and `s`, written in parallel then transposed.
     tok_d: Vec<f32>,
     tok_s: Vec<f32>,
@@ -145,6 +152,44 @@ impl QuantActs {
             for b in 0..blocks {
                 self.d[b * t_pad + t] = self.tok_d[t * blocks + b];
                 self.s[b * t_pad + t] = self.tok_s[t * blocks + b];
+            }
+        }
+    }
+}
+
+impl QuantActs {
+    /// Builds [`QuantActs::qs8`] (and for Q8_K [`QuantActs::bsums8`]): for
+    /// each group of 8 tokens and each 32-value block, 8 vectors; vector `v`
+    /// holds values `4v..4v + 4` of the 8 tokens in turn, so that a kernel
+    /// can multiply 4 weights (broadcast) with 8 tokens at once.
+    pub(crate) fn interleave8(&mut self) {
+        let qb = self.qblocks;
+        self.qs8.clear();
+        self.qs8.resize(self.qs.len(), Q8Block::default());
+        for (g, dst) in self.qs8.chunks_exact_mut(8 * qb.max(1)).enumerate() {
+            let src = &self.qs[8 * g * qb..8 * (g + 1) * qb];
+            for b in 0..qb {
+                for v in 0..8 {
+                    for t in 0..8 {
+                        let q = &src[t * qb + b].0[4 * v..4 * v + 4];
+                        dst[8 * b + v].0[4 * t..4 * t + 4].copy_from_slice(q);
+                    }
+                }
+            }
+        }
+        let nb = self.blocks;
+        self.bsums8.clear();
+        if self.format == Some(ActFormat::Q8K) {
+            self.bsums8.resize(self.bsums.len(), [0; 16]);
+            for (g, dst) in self.bsums8.chunks_exact_mut(8 * nb.max(1)).enumerate() {
+                for b in 0..nb {
+                    for p in 0..8 {
+                        for t in 0..8 {
+                            let s = &self.bsums[(8 * g + t) * nb + b];
+                            dst[8 * b + p][2 * t..2 * t + 2].copy_from_slice(&s[2 * p..2 * p + 2]);
+                        }
+                    }
+                }
             }
         }
     }
@@ -267,9 +312,15 @@ pub(crate) fn q8k_row_scalar(
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use half::f16;
+    use super::{ActFormat, Q8Block, QK8, QKK};
 
-    use super::{ActFormat, Q8Block, QK8, QKK, block_sum};
+    /// `v` rounded to f16 (nearest even, like `half` and ggml) and back (F16C).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn round_f16(v: f32) -> f32 {
+        let h = _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(v));
+        _mm_cvtss_f32(_mm_cvtph_ps(h))
+    }
 
     /// Largest lane of `v`.
     #[inline]
@@ -343,9 +394,13 @@ mod avx2 {
             ));
             // SAFETY: `Q8Block` is 32 bytes, aligned to 32.
             unsafe { _mm256_store_si256(qb.0.as_mut_ptr() as *mut __m256i, pack32(q)) };
-            let d16 = f16::from_f32(dd).to_f32();
+            let d16 = round_f16(dd);
             *db = d16;
-            *sb = block_sum(sum, dd, d16, format);
+            // As `super::block_sum`, with F16C.
+            *sb = match format {
+                ActFormat::Q8_1 => round_f16(sum as f32 * dd),
+                _ => sum as f32 * d16,
+            };
         }
     }
 

@@ -3,7 +3,7 @@
 //! The output (`n_tokens x rows`) is cut into rectangular tasks (a range of
 //! rows x a range of token tiles) that rayon runs in the current pool; each
 //! task walks its rectangle in micro-tiles of `MR` rows x `NR` tokens (or
-//! `MRD` rows x 1 token for a lone token). Every output element is computed
+//! `MRD` rows x 1 token, per token, where a token tile holds too few tokens). Every output element is computed
 //! by one tile call whose arithmetic does not depend on the tile shape, so
 //! the result is bit-identical whatever the split and the thread count.
 
@@ -22,12 +22,13 @@ pub(super) struct Shape {
     pub row_bytes: usize,
 }
 
-/// A micro-tile: dot products of rows `r` with tokens `t0..t0 + NR`.
+/// A micro-tile: dot products of rows `r` with tokens `t0..t0 + NR`, into
+/// `out[token][row]`.
 pub(super) type TileFn<'a, const MR: usize, const NR: usize> =
-    &'a (dyn Fn(&[usize; MR], usize, &mut [[f32; NR]; MR]) + Sync);
+    &'a (dyn Fn(&[usize; MR], usize, &mut [[f32; MR]; NR]) + Sync);
 
-/// Weight bytes (times token tiles) below which a task is not worth a fork:
-/// about a microsecond of streaming.
+/// Weight bytes (times token tiles) below which a task is not worth a fork
+/// (a few microseconds of streaming; a rayon fork costs about one).
 const MIN_TASK_BYTES: usize = 24 << 10;
 /// Tasks per thread, for balance when a core is busy with something else.
 const TASKS_PER_THREAD: usize = 4;
@@ -46,13 +47,14 @@ struct Task<'y> {
 }
 
 /// Computes every output of `shape` into `y` (`y[t * rows + r]`) with the
-/// micro-tiles `tile` (`MR x NR`) and `single` (`MRD x 1`, for a token tile
-/// holding a single token).
+/// micro-tiles `tile` (`MR x NR`) and `single` (`MRD x 1`, for the tokens of
+/// a token tile holding fewer than `wide_min` of them).
 pub(super) fn drive<const MR: usize, const NR: usize, const MRD: usize>(
     shape: Shape,
     y: &mut [f32],
     tile: TileFn<'_, MR, NR>,
     single: TileFn<'_, MRD, 1>,
+    wide_min: usize,
 ) {
     let Shape {
         rows,
@@ -108,7 +110,7 @@ pub(super) fn drive<const MR: usize, const NR: usize, const MRD: usize>(
         }
     }
 
-    let run = |task: &mut Task<'_>| run_task(task, n_tokens, tile, single);
+    let run = |task: &mut Task<'_>| run_task(task, n_tokens, tile, single, wide_min);
     if tasks.len() == 1 {
         run(&mut tasks[0]);
     } else {
@@ -123,36 +125,46 @@ fn run_task<const MR: usize, const NR: usize, const MRD: usize>(
     n_tokens: usize,
     tile: TileFn<'_, MR, NR>,
     single: TileFn<'_, MRD, 1>,
+    wide_min: usize,
 ) {
     let (r0, r1) = (task.rows.start, task.rows.end);
     let t_first = task.tiles.start * NR;
     for ti in task.tiles.clone() {
         let t0 = ti * NR;
         let width = NR.min(n_tokens - t0);
-        if width == 1 {
-            for r in (r0..r1).step_by(MRD) {
-                // Past the end, repeat the last row; its results are dropped.
-                let rows = std::array::from_fn(|i| (r + i).min(r1 - 1));
-                let mut o = [[0f32; 1]; MRD];
-                single(&rows, t0, &mut o);
-                let out = &mut task.out[t0 - t_first][r - r0..];
-                for (y, o) in out.iter_mut().zip(&o) {
-                    *y = o[0];
+        if width < wide_min.max(2) {
+            for t in t0..t0 + width {
+                for r in (r0..r1).step_by(MRD) {
+                    // Past the end, repeat the last row; its results are dropped.
+                    let rows = std::array::from_fn(|i| (r + i).min(r1 - 1));
+                    let mut o = [[0f32; MRD]; 1];
+                    single(&rows, t, &mut o);
+                    store(&mut task.out[t - t_first][r - r0..], &o[0]);
                 }
             }
         } else {
             for r in (r0..r1).step_by(MR) {
                 let rows = std::array::from_fn(|i| (r + i).min(r1 - 1));
-                let mut o = [[0f32; NR]; MR];
+                let mut o = [[0f32; MR]; NR];
                 tile(&rows, t0, &mut o);
-                for j in 0..width {
-                    let out = &mut task.out[t0 + j - t_first][r - r0..];
-                    for (y, o) in out.iter_mut().zip(&o) {
-                        *y = o[j];
-                    }
+                let outs = &mut task.out[t0 - t_first..t0 - t_first + width];
+                for (out, o) in outs.iter_mut().zip(&o) {
+                    store(&mut out[r - r0..], o);
                 }
             }
         }
+    }
+}
+
+/// Copies the leading results of `o` into `out` (all of them, with a length
+/// known at compile time, unless `out` ends first).
+#[inline(always)]
+fn store<const N: usize>(out: &mut [f32], o: &[f32; N]) {
+    if out.len() >= N {
+        out[..N].copy_from_slice(o);
+    } else {
+        let n = out.len();
+        out.copy_from_slice(&o[..n]);
     }
 }
 

@@ -11,9 +11,20 @@
 //! - Q4_1, Q5_1: Q8_1 activations (with ggml's f16 block sums for the mins).
 //! - K-quants: Q8_K activations (f32 scale, 16 block sums per 256 values).
 //!
-//! Work is split over output rows (and tokens, for prefill) with rayon in the
-//! *current* pool; results are bit-identical for every thread count. Kernels
-//! are chosen by [`Isa`], detected at run time; [`Isa::Scalar`] runs anywhere.
+//! Every kernel evaluates the same operations in the same order for each
+//! output: for quantised weights an exact integer dot product per block, then
+//! one f32 FMA chain over the blocks; for float weights eight FMA lanes and a
+//! fixed lane sum. So results are bit-identical whatever the instruction set,
+//! the tile, the batch (a token computed alone or inside a prefill) and the
+//! thread count.
+//!
+//! Decode (one token) is bound by memory bandwidth: its kernels put 4 rows in
+//! the vector lanes, read the weights as one linear stream and prefetch
+//! ahead. Prefill is bound by compute: its kernels put 8 tokens in the lanes
+//! (token-interleaved activations, quantised once per call) and reuse each
+//! unpacked weight block for all of them. Work is split over output rows
+//! and tokens with rayon in the *current* pool. Kernels are chosen by
+//! [`Isa`], detected at run time; [`Isa::Scalar`] runs anywhere.
 
 mod acts;
 mod gemm;

@@ -17,19 +17,22 @@ pub(super) trait FloatElem {
     unsafe fn load8_avx2(p: *const u8) -> std::arch::x86_64::__m256;
 }
 
-/// Portable dot product of one weight row with one activation row.
+/// Portable dot product of one weight row with one activation row, in
+/// exactly the SIMD kernels' order: eight FMA chains over `k mod 8`, summed
+/// `((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))`, then an FMA chain over
+/// the tail, so that every instruction set gives the same bits.
 pub(super) fn dot_scalar<E: FloatElem>(row: &[u8], x: &[f32]) -> f32 {
-    // Eight partial sums, like the SIMD path, so long rows lose less precision.
-    let mut acc = [0f32; 8];
+    let mut a = [0f32; 8];
     let main = x.len() / 8 * 8;
     for k in (0..main).step_by(8) {
-        for (l, a) in acc.iter_mut().enumerate() {
-            *a += E::get(row, k + l) * x[k + l];
+        for (l, a) in a.iter_mut().enumerate() {
+            *a = E::get(row, k + l).mul_add(x[k + l], *a);
         }
     }
-    let mut s = acc.iter().sum::<f32>();
-    for (k, xk) in x.iter().enumerate().skip(main) {
-        s += E::get(row, k) * xk;
+    let h = [a[0] + a[4], a[1] + a[5], a[2] + a[6], a[3] + a[7]];
+    let mut s = (h[0] + h[2]) + (h[1] + h[3]);
+    for (k, &xk) in x.iter().enumerate().skip(main) {
+        s = E::get(row, k).mul_add(xk, s);
     }
     s
 }
@@ -50,7 +53,7 @@ mod avx2 {
     ///
     /// # Safety
     /// The CPU must support AVX2/FMA/F16C; every `rows[i]` must hold `cols`
-    /// elements and every `xs[j]` `cols` floats.
+    /// elements and every `xs[j]` `cols` floats. `prefetch` as in the legacy tile.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(in crate::matmul::kernels) unsafe fn tile<
         E: FloatElem,
@@ -60,7 +63,8 @@ mod avx2 {
         rows: [*const u8; MR],
         xs: [*const f32; NR],
         cols: usize,
-        out: &mut [[f32; NR]; MR],
+        prefetch: usize,
+        out: &mut [[f32; MR]; NR],
     ) {
         let main = cols / 8 * 8;
         let mut acc = [[_mm256_setzero_ps(); NR]; MR];
@@ -68,6 +72,14 @@ mod avx2 {
             // SAFETY: k + 8 <= cols: inside every row (caller).
             let w: [__m256; MR] =
                 std::array::from_fn(|i| unsafe { E::load8_avx2(rows[i].add(k * E::BYTES)) });
+            if prefetch != 0 && (k * E::BYTES) % 64 < 8 * E::BYTES {
+                for r in rows {
+                    // A hint only: the address may lie past the matrix (never read).
+                    _mm_prefetch::<_MM_HINT_T0>(
+                        r.wrapping_add(k * E::BYTES + prefetch) as *const i8
+                    );
+                }
+            }
             for j in 0..NR {
                 // SAFETY: as above, for the activation rows.
                 let x = unsafe { _mm256_loadu_ps(xs[j].add(k)) };
@@ -85,7 +97,7 @@ mod avx2 {
                     // SAFETY: k < cols.
                     s = E::get(row, k).mul_add(unsafe { *xs[j].add(k) }, s);
                 }
-                out[i][j] = s;
+                out[j][i] = s;
             }
         }
     }

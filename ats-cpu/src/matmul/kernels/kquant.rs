@@ -9,7 +9,10 @@
 //! `d * sc * q - d * (32 sc)`. Against Q8_K activations `x = dx * qx` with
 //! group sums `bsum`:
 //! `dot = dx * (d * sum_g sc_g * sum(q qx) - dmin * sum_g mn_g * bsum_g)`,
-//! two exact integer sums per super-block.
+//! two exact integer sums per super-block. Every kernel then evaluates, per
+//! (row, token) and super-blocks in order, `acc = fma(isum, d * dx, acc)` and
+//! `acc = fma(msum, -dmin * dx, acc)` in f32, so results are bit-identical
+//! across instruction sets, tile shapes, batch sizes and threads.
 
 use crate::matmul::acts::QuantActs;
 
@@ -77,6 +80,10 @@ impl Canon {
 pub(super) trait SuperBlock {
     /// Bytes per super-block.
     const BYTES: usize;
+    /// How many `maddubs` results (over 4 values each) of one group may be
+    /// summed in int16: `2 * 4 * max_q * 127 < 2^15` gives 4 up to 5-bit
+    /// values, 2 for 6-bit (Q6_K).
+    const I16_SUMS: usize;
 
     /// Unpacks one super-block into `c`.
     fn unpack(block: &[u8], c: &mut Canon);
@@ -107,7 +114,8 @@ pub(super) fn dot_scalar<K: SuperBlock>(row: &[u8], acts: &QuantActs, t: usize) 
             msum += c.mn[g] as i32 * bsums[g] as i32;
         }
         let dx = acts.d[b * tp + t];
-        acc += dx * (c.d * isum as f32 - c.dmin * msum as f32);
+        acc = (isum as f32).mul_add(c.d * dx, acc);
+        acc = (msum as f32).mul_add(-c.dmin * dx, acc);
     }
     acc
 }
@@ -142,13 +150,48 @@ pub(super) fn set_k4_scales(block: &[u8], c: &mut Canon) {
     c.dmin = f16_at(block, 2);
 }
 
+/// [`set_k4_scales`] with AVX2: the 6-bit fields decoded on three 32-bit
+/// words at once, then widened.
+///
+/// # Safety
+/// The CPU must support AVX2/FMA/F16C; `block` is a whole Q4_K / Q5_K block.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn set_k4_scales_avx2(block: &[u8], c: &mut Canon) {
+    use std::arch::x86_64::*;
+    let w = |i: usize| {
+        u32::from_le_bytes([
+            block[4 + 4 * i],
+            block[5 + 4 * i],
+            block[6 + 4 * i],
+            block[7 + 4 * i],
+        ])
+    };
+    let (a0, a1, a2) = (w(0), w(1), w(2));
+    let (m6, m4, m2) = (0x3f3f_3f3fu32, 0x0f0f_0f0fu32, 0x0303_0303u32);
+    let sc_lo = a0 & m6;
+    let mn_lo = a1 & m6;
+    let sc_hi = (a2 & m4) | (((a0 >> 6) & m2) << 4);
+    let mn_hi = ((a2 >> 4) & m4) | (((a1 >> 6) & m2) << 4);
+    // Bytes: 8 scales then 8 mins, one per 32-value sub-block.
+    let v = _mm_set_epi32(mn_hi as i32, mn_lo as i32, sc_hi as i32, sc_lo as i32);
+    // Each sub-block covers two groups of 16: duplicate every byte.
+    let dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    let sc = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(v, dup));
+    let mn = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_srli_si128(v, 8), dup));
+    set_scales_avx2(c, sc, mn);
+    c.d = f16_at(block, 0);
+    c.dmin = f16_at(block, 2);
+}
+
 /// The little-endian f16 at byte `at` of `b`, as f32.
 pub(super) fn f16_at(b: &[u8], at: usize) -> f32 {
     half::f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(super) use avx2::tile as tile_avx2;
+pub(super) use avx2::{set_scales as set_scales_avx2, tile as tile_avx2, tokens8 as tokens8_avx2};
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
@@ -156,10 +199,45 @@ mod avx2 {
 
     use super::{Canon, SuperBlock};
     use crate::matmul::acts::QuantActs;
-    use crate::matmul::kernels::simd::hsum;
+
+    /// Sum of the eight int32 lanes of `v` (exact).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn hsum_i32(v: __m256i) -> i32 {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01));
+        _mm_cvtsi128_si32(s)
+    }
+
+    /// Stores 16 group scales and mins (i16, group order) into `c`, expanding
+    /// the scales to the per-32 vectors the kernels multiply with.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in crate::matmul::kernels) fn set_scales(c: &mut Canon, sc: __m256i, mn: __m256i) {
+        // Even groups to the low 128-bit lane, odd groups to the high one...
+        let eo = _mm256_shuffle_epi8(
+            sc,
+            _mm256_setr_epi8(
+                0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12, 13, 2,
+                3, 6, 7, 10, 11, 14, 15,
+            ),
+        );
+        let eo = _mm256_permute4x64_epi64(eo, 0b11_01_10_00);
+        // ...so that one in-lane shuffle puts group 2v in lanes 0..8 and 2v + 1 in 8..16.
+        let out = c.scx.as_mut_ptr() as *mut __m256i;
+        for v in 0..8 {
+            let idx = _mm256_set1_epi16((2 * v as i16) | ((2 * v as i16 + 1) << 8));
+            // SAFETY: v < 8 slots of 32 bytes in `c.scx` (32-byte aligned).
+            unsafe { _mm256_store_si256(out.add(v), _mm256_shuffle_epi8(eo, idx)) };
+        }
+        // SAFETY: `c.mn` is 16 i16 (32 bytes).
+        unsafe { _mm256_storeu_si256(c.mn.as_mut_ptr() as *mut __m256i, mn) };
+    }
 
     /// Dot products of `MR` weight rows with tokens `t0..t0 + NR`; every pair
-    /// runs the same sequence whatever the tile shape.
+    /// runs the same sequence whatever the tile shape. `prefetch` as in the
+    /// legacy tile.
     ///
     /// # Safety
     /// The CPU must support AVX2/FMA/F16C; each `rows[i]` must point to
@@ -173,17 +251,26 @@ mod avx2 {
         rows: [*const u8; MR],
         acts: &QuantActs,
         t0: usize,
-        out: &mut [[f32; NR]; MR],
+        prefetch: usize,
+        out: &mut [[f32; MR]; NR],
     ) {
         let (nb, tp) = (acts.blocks, acts.t_pad);
         debug_assert!(t0 + NR <= tp && acts.qs.len() == tp * nb * 8);
-        let mut acc = [[_mm256_setzero_ps(); NR]; MR];
+        let mut acc = [[0f32; NR]; MR];
         let mut canon: [Canon; MR] = std::array::from_fn(|_| Canon::default());
         let xq = acts.qs.as_ptr();
         for b in 0..nb {
             for i in 0..MR {
                 // SAFETY: super-block b of row i is inside the row (caller).
-                unsafe { K::unpack_avx2(rows[i].add(b * K::BYTES), &mut canon[i]) };
+                let p = unsafe { rows[i].add(b * K::BYTES) };
+                if prefetch != 0 {
+                    // Hints only: the addresses may lie past the matrix (never read).
+                    for l in (0..K::BYTES).step_by(64) {
+                        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(prefetch + l) as *const i8);
+                    }
+                }
+                // SAFETY: as above.
+                unsafe { K::unpack_avx2(p, &mut canon[i]) };
             }
             for (c, acc) in canon.iter().zip(acc.iter_mut()) {
                 let cq = c.q.as_ptr() as *const __m256i;
@@ -216,17 +303,96 @@ mod avx2 {
                         )
                     };
                     let dx = acts.d[b * tp + t];
-                    let a =
-                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(c.d * dx), *acc);
-                    *acc =
-                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(-c.dmin * dx), a);
+                    *acc = (hsum_i32(isum) as f32).mul_add(c.d * dx, *acc);
+                    *acc = (hsum_i32(msum) as f32).mul_add(-c.dmin * dx, *acc);
                 }
             }
         }
-        for i in 0..MR {
-            for j in 0..NR {
-                out[i][j] = hsum(acc[i][j]);
+        for (i, acc) in acc.iter().enumerate() {
+            for (j, &a) in acc.iter().enumerate() {
+                out[j][i] = a;
             }
         }
+    }
+
+    /// Dot products of `MR` weight rows with tokens `t0..t0 + 8` (lanes =
+    /// tokens), from the token-interleaved activations and block sums: each
+    /// 4 canonical values of a row are broadcast against the same 4 values
+    /// of 8 tokens; group scales apply through `madd`.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2/FMA/F16C; each `rows[i]` must point to
+    /// `acts.blocks` whole super-blocks; `t0` is a multiple of 8 with
+    /// `t0 + 8 <= acts.t_pad`, and `acts.qs8` / `acts.bsums8` are built.
+    // `g`, `u` and `i` index several arrays and pointer offsets at once.
+    #[allow(clippy::needless_range_loop)]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in crate::matmul::kernels) unsafe fn tokens8<K: SuperBlock, const MR: usize>(
+        rows: [*const u8; MR],
+        acts: &QuantActs,
+        t0: usize,
+        out: &mut [[f32; MR]; 8],
+    ) {
+        let (nb, tp) = (acts.blocks, acts.t_pad);
+        debug_assert!(t0.is_multiple_of(8) && t0 + 8 <= tp);
+        debug_assert!(acts.qs8.len() == tp * nb * 8 && acts.bsums8.len() == tp * nb);
+        let x8 = acts.qs8[t0 * nb * 8..(t0 + 8) * nb * 8].as_ptr() as *const __m256i;
+        let s8 = acts.bsums8[t0 * nb..(t0 + 8) * nb].as_ptr() as *const __m256i;
+        let mut acc = [_mm256_setzero_ps(); MR];
+        let mut canon: [Canon; MR] = std::array::from_fn(|_| Canon::default());
+        for b in 0..nb {
+            for i in 0..MR {
+                // SAFETY: super-block b of row i is inside the row (caller).
+                unsafe { K::unpack_avx2(rows[i].add(b * K::BYTES), &mut canon[i]) };
+            }
+            // Broadcasts read the canonical values from memory (load unit);
+            // `black_box` keeps LLVM from turning them into shuffles.
+            let cn = std::hint::black_box(&canon);
+            let q: [&[u32; 64]; MR] = std::array::from_fn(|i| {
+                // SAFETY: 256 bytes, 4-aligned (Canon is 32-aligned).
+                unsafe { &*(cn[i].q.as_ptr() as *const [u32; 64]) }
+            });
+            let mut isum = [_mm256_setzero_si256(); MR];
+            for g in 0..16 {
+                let mut s16 = [_mm256_setzero_si256(); MR];
+                for u in 4 * g..4 * g + 4 {
+                    // SAFETY: vector u of super-block b of this token group; aligned.
+                    let x = unsafe { _mm256_load_si256(x8.add(64 * b + u)) };
+                    for i in 0..MR {
+                        let p = _mm256_maddubs_epi16(_mm256_set1_epi32(q[i][u] as i32), x);
+                        s16[i] = _mm256_add_epi16(s16[i], p);
+                    }
+                    if (u + 1) % K::I16_SUMS == 0 {
+                        for i in 0..MR {
+                            let sc = _mm256_set1_epi16(cn[i].sc(g));
+                            isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(s16[i], sc));
+                            s16[i] = _mm256_setzero_si256();
+                        }
+                    }
+                }
+            }
+            let mut msum = [_mm256_setzero_si256(); MR];
+            for p in 0..8 {
+                // SAFETY: sums 2p, 2p + 1 of the 8 tokens; 32 bytes.
+                let s = unsafe { _mm256_loadu_si256(s8.add(8 * b + p)) };
+                for i in 0..MR {
+                    let pair = (cn[i].mn[2 * p] as u16 as u32)
+                        | ((cn[i].mn[2 * p + 1] as u16 as u32) << 16);
+                    msum[i] = _mm256_add_epi32(
+                        msum[i],
+                        _mm256_madd_epi16(s, _mm256_set1_epi32(pair as i32)),
+                    );
+                }
+            }
+            // SAFETY: 8 floats of the scales of super-block b.
+            let xd = unsafe { _mm256_loadu_ps(acts.d[b * tp + t0..][..8].as_ptr()) };
+            for i in 0..MR {
+                let d = _mm256_mul_ps(_mm256_set1_ps(cn[i].d), xd);
+                let dmin = _mm256_mul_ps(_mm256_set1_ps(-cn[i].dmin), xd);
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), d, acc[i]);
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum[i]), dmin, acc[i]);
+            }
+        }
+        crate::matmul::kernels::simd::store_tokens8(acc, out);
     }
 }

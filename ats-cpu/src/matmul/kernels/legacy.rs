@@ -4,13 +4,29 @@
 //! A weight block decodes to `w_k = d * q_k + c`: integer `q_k` (0..=31, or
 //! -128..=127 for Q8_0) and a per-block constant `c` (`-8d`, `-16d`, the min
 //! `m`, or none). An activation block is `x_k = dx * qx_k` with
-//! `s = dx * sum(qx)`, so `sum_k w_k x_k = d * dx * sum(q_k qx_k) + c * s`:
-//! an exact integer dot product, one scale and one correction per block, as
-//! ggml computes it.
+//! `s = dx * sum(qx)`, so `sum_k w_k x_k = d * dx * sum(q_k qx_k) + c * s`,
+//! as ggml computes it.
+//!
+//! Every kernel here evaluates exactly, for each (row, token) and blocks in
+//! order: `isum = sum(q_k qx_k)` (exact integer), then
+//! `acc = fma(isum, d * dx, acc)` and `acc = fma(c, s, acc)` in f32. Only the
+//! lanes differ (rows, tokens), so results are bit-identical across
+//! instruction sets, tile shapes, batch sizes and threads.
 
+use super::kquant::f16_at;
 use crate::matmul::acts::{ActFormat, QuantActs};
 
-/// A 32-element block format.
+/// The per-block constant `c` of a format.
+pub(super) enum BlockC {
+    /// None (Q8_0).
+    None,
+    /// `k * d` (Q4_0: -8, Q5_0: -16).
+    Offset(f32),
+    /// The f16 min stored after the scale (Q4_1, Q5_1).
+    Min,
+}
+
+/// A 32-element block format; every block starts with its f16 scale `d`.
 pub(super) trait LegacyBlock {
     /// Bytes per block.
     const BYTES: usize;
@@ -18,11 +34,13 @@ pub(super) trait LegacyBlock {
     const ACTS: ActFormat;
     /// Whether the integer values are signed (Q8_0) rather than unsigned.
     const SIGNED: bool;
-    /// Whether blocks carry a correction `c` (all but Q8_0).
-    const HAS_C: bool;
+    /// The block constant.
+    const C: BlockC;
+    /// How many `maddubs` results (pairs of products) may be summed in int16
+    /// without overflow: 8 for 4-bit values (8 x 2 x 15 x 127 < 2^15), 4 for
+    /// 5-bit, 1 for 8-bit.
+    const I16_SUMS: usize;
 
-    /// Scale `d` and correction `c` of `block`.
-    fn scales(block: &[u8]) -> (f32, f32);
     /// The 32 integer values of `block`.
     fn values(block: &[u8]) -> [i32; 32];
 
@@ -32,99 +50,259 @@ pub(super) trait LegacyBlock {
     /// The CPU must support AVX2/FMA/F16C and `p` must point to a whole block.
     #[cfg(target_arch = "x86_64")]
     unsafe fn unpack_avx2(p: *const u8) -> std::arch::x86_64::__m256i;
+}
 
-    /// [`Self::scales`] with F16C.
-    ///
-    /// # Safety
-    /// As [`Self::unpack_avx2`].
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn scales_avx2(p: *const u8) -> (f32, f32);
+/// Whether blocks of `B` carry a constant.
+pub(super) const fn has_c<B: LegacyBlock>() -> bool {
+    !matches!(B::C, BlockC::None)
+}
+
+/// Scale `d` and constant `c` of `block`.
+pub(super) fn scales<B: LegacyBlock>(block: &[u8]) -> (f32, f32) {
+    let d = f16_at(block, 0);
+    let c = match B::C {
+        BlockC::None => 0.0,
+        BlockC::Offset(k) => k * d,
+        BlockC::Min => f16_at(block, 2),
+    };
+    (d, c)
 }
 
 /// Portable dot product of one weight row with token `t`.
 pub(super) fn dot_scalar<B: LegacyBlock>(row: &[u8], acts: &QuantActs, t: usize) -> f32 {
     let (tp, nb) = (acts.t_pad, acts.blocks);
     let xq = &acts.qs[t * nb..(t + 1) * nb];
-    let (mut acc, mut corr) = (0f32, 0f32);
+    let mut acc = 0f32;
     for (b, (blk, xb)) in row.chunks_exact(B::BYTES).zip(xq).enumerate() {
-        let (d, c) = B::scales(blk);
+        let (d, c) = scales::<B>(blk);
         let isum: i32 = B::values(blk)
             .iter()
             .zip(&xb.0)
             .map(|(&w, &x)| w * x as i32)
             .sum();
-        acc += d * acts.d[b * tp + t] * isum as f32;
-        if B::HAS_C {
-            corr += c * acts.s[b * tp + t];
+        acc = (isum as f32).mul_add(d * acts.d[b * tp + t], acc);
+        if has_c::<B>() {
+            acc = c.mul_add(acts.s[b * tp + t], acc);
         }
     }
-    acc + corr
+    acc
 }
 
+#[cfg(all(test, target_arch = "x86_64"))]
+pub(super) use avx2::scales4 as scales4_avx2;
 #[cfg(target_arch = "x86_64")]
-pub(super) use avx2::tile as tile_avx2;
+pub(super) use avx2::{rows4 as rows4_avx2, tokens8 as tokens8_avx2};
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::LegacyBlock;
+    use super::{BlockC, LegacyBlock, has_c};
     use crate::matmul::acts::QuantActs;
-    use crate::matmul::kernels::simd::hsum;
 
-    /// Dot products of `MR` weight rows with tokens `t0..t0 + NR`.
+    /// The f16 at byte `at` of each of 4 blocks, as 4 f32 lanes.
     ///
-    /// Every (row, token) pair runs the same instruction sequence whatever
-    /// `MR` and `NR` are, so results do not depend on the tiling.
+    /// # Safety
+    /// Each `p[i] + at` must be valid for reading 2 bytes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn f16x4(p: [*const u8; 4], at: usize) -> __m128 {
+        // SAFETY: 2 readable bytes each (caller).
+        let h = p.map(|p| unsafe { (p.add(at) as *const u16).read_unaligned() } as i32);
+        // Built from zero: inserting into a live register would chain the
+        // iterations of the caller's loop.
+        let v = _mm_insert_epi16(_mm_setzero_si128(), h[0], 0);
+        let v = _mm_insert_epi16(v, h[1], 1);
+        let v = _mm_insert_epi16(v, h[2], 2);
+        _mm_cvtph_ps(_mm_insert_epi16(v, h[3], 3))
+    }
+
+    /// Scales `d` and constants `c` of 4 blocks, as lanes.
+    ///
+    /// # Safety
+    /// Each `p[i]` must point to a whole block.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in crate::matmul::kernels) unsafe fn scales4<B: LegacyBlock>(
+        p: [*const u8; 4],
+    ) -> (__m128, __m128) {
+        // SAFETY: blocks start with d, and with the min after it (caller).
+        unsafe {
+            let d = f16x4(p, 0);
+            let c = match B::C {
+                BlockC::None => _mm_setzero_ps(),
+                BlockC::Offset(k) => _mm_mul_ps(_mm_set1_ps(k), d),
+                BlockC::Min => f16x4(p, 2),
+            };
+            (d, c)
+        }
+    }
+
+    /// The four int32 lane sums of `p`, in order (exact, so in any order).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn reduce4(p: [__m256i; 4]) -> __m128i {
+        let a = _mm256_hadd_epi32(p[0], p[1]);
+        let b = _mm256_hadd_epi32(p[2], p[3]);
+        let c = _mm256_hadd_epi32(a, b);
+        _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1))
+    }
+
+    /// Blocks per chunk of the one-token kernel: 4 rows x 32 blocks of int32
+    /// sums (4 KiB) stay in L1 between its two passes.
+    const CHUNK: usize = 32;
+
+    /// Dot products of 4 weight rows with token `t` (lanes = rows): the
+    /// one-token (decode) kernel, memory-bound. It reads each row linearly
+    /// through a chunk of blocks (4 interleaved row streams measured ~25%
+    /// slower from DRAM here), parking the integer block sums, then reduces
+    /// them across the rows and runs the 4 FMA chains. It also prefetches
+    /// `prefetch` bytes ahead (0: none).
     ///
     /// # Safety
     /// The CPU must support AVX2/FMA/F16C; each `rows[i]` must point to
-    /// `acts.blocks` whole blocks; `t0 + NR <= acts.t_pad`.
+    /// `acts.blocks` whole blocks; `t < acts.t_pad`.
+    // `k` indexes the 4 rows' sums and the block offsets at once.
+    #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(in crate::matmul::kernels) unsafe fn tile<
-        B: LegacyBlock,
-        const MR: usize,
-        const NR: usize,
-    >(
+    pub(in crate::matmul::kernels) unsafe fn rows4<B: LegacyBlock>(
+        rows: [*const u8; 4],
+        acts: &QuantActs,
+        t: usize,
+        prefetch: usize,
+        out: &mut [[f32; 4]; 1],
+    ) {
+        let (nb, tp) = (acts.blocks, acts.t_pad);
+        debug_assert!(t < tp && acts.qs.len() == tp * nb);
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = _mm_setzero_ps();
+        let xq = acts.qs[t * nb..(t + 1) * nb].as_ptr() as *const __m256i;
+        let mut p = [[_mm256_setzero_si256(); CHUNK]; 4];
+        for c0 in (0..nb).step_by(CHUNK) {
+            let cn = CHUNK.min(nb - c0);
+            for (i, p) in p.iter_mut().enumerate() {
+                for (k, p) in p[..cn].iter_mut().enumerate() {
+                    let b = c0 + k;
+                    // SAFETY: block `b` of row `i` lies inside the row (caller).
+                    let blk = unsafe { rows[i].add(b * B::BYTES) };
+                    if prefetch != 0 {
+                        // A hint only: the address may lie past the matrix (never read).
+                        _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(prefetch) as *const i8);
+                    }
+                    // SAFETY: a whole block; b < nb blocks of this token
+                    // (`Q8Block` is 32-byte aligned); CPU features enabled here.
+                    let (w, x) = unsafe { (B::unpack_avx2(blk), _mm256_load_si256(xq.add(b))) };
+                    let (wa, xs) = if B::SIGNED {
+                        (_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
+                    } else {
+                        (w, x)
+                    };
+                    *p = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, xs), ones);
+                }
+            }
+            for k in 0..cn {
+                let b = c0 + k;
+                let blk: [*const u8; 4] = std::array::from_fn(|i| {
+                    // SAFETY: block `b` of row `i` lies inside the row (caller).
+                    unsafe { rows[i].add(b * B::BYTES) }
+                });
+                // SAFETY: whole blocks (caller).
+                let (d, c) = unsafe { scales4::<B>(blk) };
+                let isum = _mm_cvtepi32_ps(reduce4([p[0][k], p[1][k], p[2][k], p[3][k]]));
+                let scale = _mm_mul_ps(d, _mm_set1_ps(acts.d[b * tp + t]));
+                acc = _mm_fmadd_ps(isum, scale, acc);
+                if has_c::<B>() {
+                    acc = _mm_fmadd_ps(c, _mm_set1_ps(acts.s[b * tp + t]), acc);
+                }
+            }
+        }
+        // SAFETY: `out` holds 4 floats.
+        unsafe { _mm_storeu_ps(out[0].as_mut_ptr(), acc) };
+    }
+
+    /// Dot products of `MR` weight rows with tokens `t0..t0 + 8` (lanes =
+    /// tokens), from the token-interleaved activations: each 4-byte group
+    /// of a weight block is broadcast against the same group of 8 tokens.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2/FMA/F16C; each `rows[i]` must point to
+    /// `acts.blocks` whole blocks; `t0` is a multiple of 8 with
+    /// `t0 + 8 <= acts.t_pad`, and `acts.qs8` is built.
+    // `v` and `i` index several arrays and pointer offsets at once.
+    #[allow(clippy::needless_range_loop)]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in crate::matmul::kernels) unsafe fn tokens8<B: LegacyBlock, const MR: usize>(
         rows: [*const u8; MR],
         acts: &QuantActs,
         t0: usize,
-        out: &mut [[f32; NR]; MR],
+        out: &mut [[f32; MR]; 8],
     ) {
         let (nb, tp) = (acts.blocks, acts.t_pad);
-        debug_assert!(t0 + NR <= tp && acts.qs.len() == tp * nb);
+        debug_assert!(t0.is_multiple_of(8) && t0 + 8 <= tp && acts.qs8.len() == tp * nb);
         let ones = _mm256_set1_epi16(1);
-        let mut acc = [[_mm256_setzero_ps(); NR]; MR];
-        let mut corr = [[0f32; NR]; MR];
-        let xq = acts.qs.as_ptr();
+        let mut acc = [_mm256_setzero_ps(); MR];
+        let x8 = acts.qs8[t0 * nb..(t0 + 8) * nb].as_ptr() as *const __m256i;
         for b in 0..nb {
-            let xd = &acts.d[b * tp + t0..b * tp + t0 + NR];
-            let xs = &acts.s[b * tp + t0..b * tp + t0 + NR];
-            for i in 0..MR {
+            let blk: [*const u8; MR] = std::array::from_fn(|i| {
                 // SAFETY: block `b` of row `i` lies inside the row (caller).
-                let p = unsafe { rows[i].add(b * B::BYTES) };
-                // SAFETY: as above; the CPU features are enabled here.
-                let ((d, c), w) = unsafe { (B::scales_avx2(p), B::unpack_avx2(p)) };
-                let wa = if B::SIGNED { _mm256_sign_epi8(w, w) } else { w };
-                for j in 0..NR {
-                    // SAFETY: token t0 + j < t_pad, so its block b is in `qs`;
-                    // `Q8Block` is 32-byte aligned.
-                    let x =
-                        unsafe { _mm256_load_si256(xq.add((t0 + j) * nb + b) as *const __m256i) };
-                    let x = if B::SIGNED { _mm256_sign_epi8(x, w) } else { x };
-                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, x), ones);
-                    let scale = _mm256_set1_ps(d * xd[j]);
-                    acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[i][j]);
-                    if B::HAS_C {
-                        corr[i][j] = c.mul_add(xs[j], corr[i][j]);
+                unsafe { rows[i].add(b * B::BYTES) }
+            });
+            // SAFETY: whole blocks (caller); the CPU features are enabled here.
+            // The unpacked weights go through memory, to be broadcast 4 bytes at
+            // a time by the load unit. `black_box` keeps LLVM from turning the
+            // broadcasts back into register shuffles (2 ALU ops each, and
+            // about 1.4x slower here); it only affects code generation.
+            let mut wm = [[0u32; 8]; MR];
+            for (i, wm) in wm.iter_mut().enumerate() {
+                // SAFETY: a whole block (caller); a 32-byte store into 8 u32.
+                unsafe {
+                    _mm256_storeu_si256(wm.as_mut_ptr() as *mut __m256i, B::unpack_avx2(blk[i]))
+                };
+            }
+            let wm = std::hint::black_box(&wm);
+            let mut isum = [_mm256_setzero_si256(); MR];
+            let mut s16 = [_mm256_setzero_si256(); MR];
+            for v in 0..8 {
+                // SAFETY: vector v of block b of this token group; aligned.
+                let x = unsafe { _mm256_load_si256(x8.add(8 * b + v)) };
+                for i in 0..MR {
+                    // Weights 4v..4v + 4 of row i, against the same 4 values of 8 tokens.
+                    let bw = _mm256_set1_epi32(wm[i][v] as i32);
+                    let p = if B::SIGNED {
+                        _mm256_maddubs_epi16(_mm256_sign_epi8(bw, bw), _mm256_sign_epi8(x, bw))
+                    } else {
+                        _mm256_maddubs_epi16(bw, x)
+                    };
+                    s16[i] = _mm256_add_epi16(s16[i], p);
+                }
+                if (v + 1) % B::I16_SUMS == 0 {
+                    for i in 0..MR {
+                        isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(s16[i], ones));
+                        s16[i] = _mm256_setzero_si256();
+                    }
+                }
+            }
+            // Scales 4 rows at a time (the last group repeats its last row).
+            let (xd, xs) = (&acts.d[b * tp + t0..][..8], &acts.s[b * tp + t0..][..8]);
+            // SAFETY: two slices of 8 floats.
+            let (xd, xs) = unsafe { (_mm256_loadu_ps(xd.as_ptr()), _mm256_loadu_ps(xs.as_ptr())) };
+            for i0 in (0..MR).step_by(4) {
+                let p = std::array::from_fn(|k| blk[(i0 + k).min(MR - 1)]);
+                // SAFETY: whole blocks (caller).
+                let (dv, cv) = unsafe { scales4::<B>(p) };
+                for k in 0..4.min(MR - i0) {
+                    let lane = _mm256_set1_epi32(k as i32);
+                    let d = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(dv), lane);
+                    let i = i0 + k;
+                    let f = _mm256_cvtepi32_ps(isum[i]);
+                    acc[i] = _mm256_fmadd_ps(f, _mm256_mul_ps(d, xd), acc[i]);
+                    if has_c::<B>() {
+                        let c = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(cv), lane);
+                        acc[i] = _mm256_fmadd_ps(c, xs, acc[i]);
                     }
                 }
             }
         }
-        for i in 0..MR {
-            for j in 0..NR {
-                out[i][j] = hsum(acc[i][j]) + corr[i][j];
-            }
-        }
+        crate::matmul::kernels::simd::store_tokens8(acc, out);
     }
 }

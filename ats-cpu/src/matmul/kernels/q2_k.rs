@@ -19,6 +19,7 @@ fn scales(b: &[u8], c: &mut Canon) {
 
 impl SuperBlock for Q2K {
     const BYTES: usize = 84;
+    const I16_SUMS: usize = 4;
 
     fn unpack(b: &[u8], c: &mut Canon) {
         scales(b, c);
@@ -37,8 +38,16 @@ impl SuperBlock for Q2K {
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn unpack_avx2(p: *const u8, c: &mut Canon) {
         use std::arch::x86_64::*;
-        // SAFETY: a whole 84-byte block at p (caller).
-        scales(unsafe { std::slice::from_raw_parts(p, Self::BYTES) }, c);
+        // SAFETY: a whole 84-byte block at p (caller): scales at 0..16.
+        let s = unsafe { _mm_loadu_si128(p as *const __m128i) };
+        let m4 = _mm_set1_epi8(0x0f);
+        let sc = _mm256_cvtepu8_epi16(_mm_and_si128(s, m4));
+        let mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), m4));
+        super::kquant::set_scales_avx2(c, sc, mn);
+        // SAFETY: as above.
+        let b = unsafe { std::slice::from_raw_parts(p, Self::BYTES) };
+        c.d = f16_at(b, 80);
+        c.dmin = f16_at(b, 82);
         let three = _mm256_set1_epi8(3);
         let out = c.q.as_mut_ptr() as *mut __m256i;
         for n in 0..2 {

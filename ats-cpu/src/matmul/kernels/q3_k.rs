@@ -26,6 +26,7 @@ fn scales(b: &[u8], c: &mut Canon) {
 
 impl SuperBlock for Q3K {
     const BYTES: usize = 110;
+    const I16_SUMS: usize = 4;
 
     fn unpack(b: &[u8], c: &mut Canon) {
         scales(b, c);
@@ -48,7 +49,28 @@ impl SuperBlock for Q3K {
     unsafe fn unpack_avx2(p: *const u8, c: &mut Canon) {
         use std::arch::x86_64::*;
         // SAFETY: a whole 110-byte block at p (caller).
-        scales(unsafe { std::slice::from_raw_parts(p, Self::BYTES) }, c);
+        let b = unsafe { std::slice::from_raw_parts(p, Self::BYTES) };
+        // The 6-bit scales on 32-bit words: low nibbles of bytes 0..8 and
+        // 2-bit fields of bytes 8..12, then minus 32.
+        let w = |i: usize| {
+            u32::from_le_bytes([b[96 + 4 * i], b[97 + 4 * i], b[98 + 4 * i], b[99 + 4 * i]])
+        };
+        let (a0, a1, a2) = (w(0), w(1), w(2));
+        let (m4, m2) = (0x0f0f_0f0fu32, 0x0303_0303u32);
+        let g = [
+            (a0 & m4) | ((a2 & m2) << 4),
+            (a1 & m4) | (((a2 >> 2) & m2) << 4),
+            ((a0 >> 4) & m4) | (((a2 >> 4) & m2) << 4),
+            ((a1 >> 4) & m4) | (((a2 >> 6) & m2) << 4),
+        ];
+        let v = _mm_sub_epi8(
+            _mm_set_epi32(g[3] as i32, g[2] as i32, g[1] as i32, g[0] as i32),
+            _mm_set1_epi8(32),
+        );
+        let sc = _mm256_cvtepi8_epi16(v);
+        super::kquant::set_scales_avx2(c, sc, _mm256_slli_epi16(sc, 2));
+        c.d = f16_at(b, 108);
+        c.dmin = c.d;
         let (three, one) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1));
         // SAFETY: the mask is bytes 0..32.
         let hm = unsafe { _mm256_loadu_si256(p as *const __m256i) };

@@ -1,8 +1,7 @@
 //! Q4_0 weights: 32 four-bit values `q` and an f16 scale `d` per block (18
 //! bytes), `w = d * (q - 8)`, against Q8_0 activations.
 
-use super::kquant::f16_at;
-use super::legacy::LegacyBlock;
+use super::legacy::{BlockC, LegacyBlock};
 use crate::matmul::acts::ActFormat;
 
 /// The Q4_0 block format.
@@ -12,12 +11,8 @@ impl LegacyBlock for Q4_0 {
     const BYTES: usize = 18;
     const ACTS: ActFormat = ActFormat::Q8_0;
     const SIGNED: bool = false;
-    const HAS_C: bool = true;
-
-    fn scales(b: &[u8]) -> (f32, f32) {
-        let d = f16_at(b, 0);
-        (d, -8.0 * d)
-    }
+    const C: BlockC = BlockC::Offset(-8.0);
+    const I16_SUMS: usize = 8;
 
     fn values(b: &[u8]) -> [i32; 32] {
         std::array::from_fn(|k| {
@@ -35,14 +30,5 @@ impl LegacyBlock for Q4_0 {
     unsafe fn unpack_avx2(p: *const u8) -> std::arch::x86_64::__m256i {
         // SAFETY: 16 bytes of nibbles follow the scale (caller).
         unsafe { super::simd::nibbles(p.add(2)) }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn scales_avx2(p: *const u8) -> (f32, f32) {
-        // SAFETY: the block starts with its f16 scale (caller).
-        let d = unsafe { super::simd::load_f16(p) };
-        (d, -8.0 * d)
     }
 }

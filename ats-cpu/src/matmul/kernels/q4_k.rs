@@ -2,6 +2,8 @@
 //! each with a 6-bit scale and a 6-bit min, and f16 factors `d` and `dmin`
 //! (144 bytes: d 0, dmin 2, packed scales 4..16, values 16..144).
 
+#[cfg(target_arch = "x86_64")]
+use super::kquant::set_k4_scales_avx2;
 use super::kquant::{Canon, SuperBlock, set_k4_scales};
 
 /// The Q4_K super-block format.
@@ -9,6 +11,7 @@ pub(super) struct Q4K;
 
 impl SuperBlock for Q4K {
     const BYTES: usize = 144;
+    const I16_SUMS: usize = 4;
 
     fn unpack(b: &[u8], c: &mut Canon) {
         set_k4_scales(b, c);
@@ -28,7 +31,7 @@ impl SuperBlock for Q4K {
     unsafe fn unpack_avx2(p: *const u8, c: &mut Canon) {
         use std::arch::x86_64::*;
         // SAFETY: a whole 144-byte block at p (caller).
-        set_k4_scales(unsafe { std::slice::from_raw_parts(p, Self::BYTES) }, c);
+        set_k4_scales_avx2(unsafe { std::slice::from_raw_parts(p, Self::BYTES) }, c);
         let m = _mm256_set1_epi8(0x0f);
         let out = c.q.as_mut_ptr() as *mut __m256i;
         for j in 0..4 {

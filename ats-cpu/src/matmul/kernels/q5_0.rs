@@ -2,8 +2,7 @@
 //! fifth bits) and an f16 scale `d` per block (22 bytes), `w = d * (q - 16)`,
 //! against Q8_0 activations.
 
-use super::kquant::f16_at;
-use super::legacy::LegacyBlock;
+use super::legacy::{BlockC, LegacyBlock};
 use crate::matmul::acts::ActFormat;
 
 /// The Q5_0 block format.
@@ -13,12 +12,8 @@ impl LegacyBlock for Q5_0 {
     const BYTES: usize = 22;
     const ACTS: ActFormat = ActFormat::Q8_0;
     const SIGNED: bool = false;
-    const HAS_C: bool = true;
-
-    fn scales(b: &[u8]) -> (f32, f32) {
-        let d = f16_at(b, 0);
-        (d, -16.0 * d)
-    }
+    const C: BlockC = BlockC::Offset(-16.0);
+    const I16_SUMS: usize = 4;
 
     fn values(b: &[u8]) -> [i32; 32] {
         let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
@@ -44,14 +39,5 @@ impl LegacyBlock for Q5_0 {
                 super::simd::high_bits(p.add(2)),
             )
         }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn scales_avx2(p: *const u8) -> (f32, f32) {
-        // SAFETY: the block starts with its f16 scale (caller).
-        let d = unsafe { super::simd::load_f16(p) };
-        (d, -16.0 * d)
     }
 }

@@ -1,8 +1,7 @@
 //! Q5_1 weights: 32 five-bit values `q`, an f16 scale `d` and an f16 min `m`
 //! per block (24 bytes), `w = d * q + m`, against Q8_1 activations.
 
-use super::kquant::f16_at;
-use super::legacy::LegacyBlock;
+use super::legacy::{BlockC, LegacyBlock};
 use crate::matmul::acts::ActFormat;
 
 /// The Q5_1 block format.
@@ -12,11 +11,8 @@ impl LegacyBlock for Q5_1 {
     const BYTES: usize = 24;
     const ACTS: ActFormat = ActFormat::Q8_1;
     const SIGNED: bool = false;
-    const HAS_C: bool = true;
-
-    fn scales(b: &[u8]) -> (f32, f32) {
-        (f16_at(b, 0), f16_at(b, 2))
-    }
+    const C: BlockC = BlockC::Min;
+    const I16_SUMS: usize = 4;
 
     fn values(b: &[u8]) -> [i32; 32] {
         let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
@@ -42,13 +38,5 @@ impl LegacyBlock for Q5_1 {
                 super::simd::high_bits(p.add(4)),
             )
         }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn scales_avx2(p: *const u8) -> (f32, f32) {
-        // SAFETY: the block starts with its f16 scale and min (caller).
-        unsafe { super::simd::load_f16x2(p) }
     }
 }

@@ -3,6 +3,8 @@
 //! `d` and `dmin` (176 bytes: d 0, dmin 2, scales 4..16, fifth bits 16..48,
 //! nibbles 48..176).
 
+#[cfg(target_arch = "x86_64")]
+use super::kquant::set_k4_scales_avx2;
 use super::kquant::{Canon, SuperBlock, set_k4_scales};
 
 /// The Q5_K super-block format.
@@ -10,6 +12,7 @@ pub(super) struct Q5K;
 
 impl SuperBlock for Q5K {
     const BYTES: usize = 176;
+    const I16_SUMS: usize = 4;
 
     fn unpack(b: &[u8], c: &mut Canon) {
         set_k4_scales(b, c);
@@ -30,7 +33,7 @@ impl SuperBlock for Q5K {
     unsafe fn unpack_avx2(p: *const u8, c: &mut Canon) {
         use std::arch::x86_64::*;
         // SAFETY: a whole 176-byte block at p (caller).
-        set_k4_scales(unsafe { std::slice::from_raw_parts(p, Self::BYTES) }, c);
+        set_k4_scales_avx2(unsafe { std::slice::from_raw_parts(p, Self::BYTES) }, c);
         let (m, one) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(1));
         // SAFETY: the fifth bits are bytes 16..48.
         let h = unsafe { _mm256_loadu_si256(p.add(16) as *const __m256i) };

@@ -21,6 +21,7 @@ fn scales(b: &[u8], c: &mut Canon) {
 
 impl SuperBlock for Q6K {
     const BYTES: usize = 210;
+    const I16_SUMS: usize = 2;
 
     fn unpack(b: &[u8], c: &mut Canon) {
         scales(b, c);
@@ -44,8 +45,12 @@ impl SuperBlock for Q6K {
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn unpack_avx2(p: *const u8, c: &mut Canon) {
         use std::arch::x86_64::*;
-        // SAFETY: a whole 210-byte block at p (caller).
-        scales(unsafe { std::slice::from_raw_parts(p, Self::BYTES) }, c);
+        // SAFETY: a whole 210-byte block at p (caller): scales at 192..208.
+        let sc = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(p.add(192) as *const __m128i) });
+        super::kquant::set_scales_avx2(c, sc, _mm256_slli_epi16(sc, 5));
+        // SAFETY: as above.
+        c.d = f16_at(unsafe { std::slice::from_raw_parts(p, Self::BYTES) }, 208);
+        c.dmin = c.d;
         let (m, three) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(3));
         let out = c.q.as_mut_ptr() as *mut __m256i;
         for n in 0..2 {

@@ -1,8 +1,7 @@
 //! Q8_0 weights: 32 int8 values and an f16 scale per block (34 bytes),
 //! against Q8_0 activations.
 
-use super::kquant::f16_at;
-use super::legacy::LegacyBlock;
+use super::legacy::{BlockC, LegacyBlock};
 use crate::matmul::acts::ActFormat;
 
 /// The Q8_0 block format.
@@ -12,11 +11,8 @@ impl LegacyBlock for Q8_0 {
     const BYTES: usize = 34;
     const ACTS: ActFormat = ActFormat::Q8_0;
     const SIGNED: bool = true;
-    const HAS_C: bool = false;
-
-    fn scales(b: &[u8]) -> (f32, f32) {
-        (f16_at(b, 0), 0.0)
-    }
+    const C: BlockC = BlockC::None;
+    const I16_SUMS: usize = 1;
 
     fn values(b: &[u8]) -> [i32; 32] {
         std::array::from_fn(|k| b[2 + k] as i8 as i32)
@@ -29,13 +25,5 @@ impl LegacyBlock for Q8_0 {
         use std::arch::x86_64::*;
         // SAFETY: the block's 32 values follow its 2-byte scale (caller).
         unsafe { _mm256_loadu_si256(p.add(2) as *const __m256i) }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn scales_avx2(p: *const u8) -> (f32, f32) {
-        // SAFETY: the block starts with its f16 scale (caller).
-        (unsafe { super::simd::load_f16(p) }, 0.0)
     }
 }

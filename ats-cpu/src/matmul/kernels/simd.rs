@@ -13,31 +13,6 @@ pub(super) fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
-/// The f16 at `p` as f32 (F16C).
-///
-/// # Safety
-/// `p` must be valid for reading 2 bytes.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn load_f16(p: *const u8) -> f32 {
-    // SAFETY: the caller guarantees 2 readable bytes.
-    let h = unsafe { (p as *const u16).read_unaligned() };
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
-}
-
-/// The two f16 at `p` (scale and min of a block) as f32 (F16C).
-///
-/// # Safety
-/// `p` must be valid for reading 4 bytes.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn load_f16x2(p: *const u8) -> (f32, f32) {
-    // SAFETY: the caller guarantees 4 readable bytes.
-    let h = unsafe { (p as *const u32).read_unaligned() };
-    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(h as i32));
-    (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
-}
-
 /// 16 bytes at `p` as 32 nibbles: low nibbles in bytes 0..16, high in 16..32.
 ///
 /// # Safety
@@ -73,4 +48,42 @@ pub(super) unsafe fn high_bits(p: *const u8) -> __m256i {
     let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
     let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
     _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+}
+
+/// Stores `MR` accumulators of 8 token lanes each (rows x tokens) into
+/// `out[token][row]`, transposing 4 rows at a time in registers.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn store_tokens8<const MR: usize>(acc: [__m256; MR], out: &mut [[f32; MR]; 8]) {
+    if MR == 4 {
+        let (a0, a1, a2, a3) = (acc[0], acc[1 % MR], acc[2 % MR], acc[3 % MR]);
+        let t0 = _mm256_unpacklo_ps(a0, a1);
+        let t1 = _mm256_unpackhi_ps(a0, a1);
+        let t2 = _mm256_unpacklo_ps(a2, a3);
+        let t3 = _mm256_unpackhi_ps(a2, a3);
+        // u[k]: token k in the low half, token k + 4 in the high half.
+        let u = [
+            _mm256_shuffle_ps(t0, t2, 0x44),
+            _mm256_shuffle_ps(t0, t2, 0xee),
+            _mm256_shuffle_ps(t1, t3, 0x44),
+            _mm256_shuffle_ps(t1, t3, 0xee),
+        ];
+        let p = out.as_mut_ptr() as *mut f32;
+        for (k, u) in u.into_iter().enumerate() {
+            // SAFETY: `out` is 8 x 4 contiguous floats; tokens k and k + 4.
+            unsafe {
+                _mm_storeu_ps(p.add(4 * k), _mm256_castps256_ps128(u));
+                _mm_storeu_ps(p.add(4 * (k + 4)), _mm256_extractf128_ps(u, 1));
+            }
+        }
+    } else {
+        for (i, a) in acc.into_iter().enumerate() {
+            let mut v = [0f32; 8];
+            // SAFETY: 8 floats.
+            unsafe { _mm256_storeu_ps(v.as_mut_ptr(), a) };
+            for (o, v) in out.iter_mut().zip(v) {
+                o[i] = v;
+            }
+        }
+    }
 }

@@ -58,14 +58,16 @@ fn legacy<B: LegacyBlock>(row: &[u8], isa: Isa) -> Vec<f32> {
                 let sc = unsafe {
                     let v = B::unpack_avx2(b.as_ptr());
                     std::arch::x86_64::_mm256_storeu_si256(bytes.as_mut_ptr() as *mut _, v);
-                    B::scales_avx2(b.as_ptr())
+                    let (d, c) = super::legacy::scales4_avx2::<B>([b.as_ptr(); 4]);
+                    use std::arch::x86_64::_mm_cvtss_f32;
+                    (_mm_cvtss_f32(d), _mm_cvtss_f32(c))
                 };
                 (
                     sc,
                     bytes.map(|v| if B::SIGNED { v as i8 as i32 } else { v as i32 }),
                 )
             }
-            _ => (B::scales(b), B::values(b)),
+            _ => (super::legacy::scales::<B>(b), B::values(b)),
         };
         out.extend(q.iter().map(|&q| d * q as f32 + c));
     }
