@@ -112,3 +112,74 @@ pub fn argmax(v: &[f32]) -> usize {
         .enumerate()
         .fold(0, |best, (i, &x)| if x > v[best] { i } else { best })
 }
+
+/// A CPU-only engine for a fixture or model file.
+pub fn cpu_engine(
+    path: &std::path::Path,
+    n_ctx: usize,
+    kv: ats_core::device::KvType,
+) -> ats_sched::engine::Engine {
+    use std::sync::Arc;
+    let spec = Arc::new(ats_core::spec::ModelSpec::open(path).unwrap_or_else(|e| panic!("{e}")));
+    let cpu: Arc<dyn ats_core::device::Device> = Arc::new(ats_cpu::CpuDevice::new(2).unwrap());
+    engine_on(
+        spec,
+        vec![cpu],
+        n_ctx,
+        kv,
+        ats_sched::engine::Policy::Ats,
+        true,
+    )
+}
+
+/// An engine for `spec` on `devices` with a default-roofline cost model.
+pub fn engine_on(
+    spec: std::sync::Arc<ats_core::spec::ModelSpec>,
+    devices: Vec<std::sync::Arc<dyn ats_core::device::Device>>,
+    n_ctx: usize,
+    kv: ats_core::device::KvType,
+    policy: ats_sched::engine::Policy,
+    all_logits: bool,
+) -> ats_sched::engine::Engine {
+    use ats_sched::engine::{Engine, EngineConfig};
+    use ats_sched::planner::{Planner, PlannerConfig};
+    use ats_sched::profile::{CostModel, DeviceProfile};
+    let cost = CostModel::new(
+        devices
+            .iter()
+            .map(|d| {
+                let kind = if d.info().kind == ats_core::device::DeviceKind::Cpu {
+                    "cpu"
+                } else {
+                    "gpu"
+                };
+                (
+                    DeviceProfile {
+                        device: d.info().name.clone(),
+                        kind: kind.into(),
+                        ..Default::default()
+                    },
+                    d.info().parallelism.unwrap_or(1),
+                )
+            })
+            .collect(),
+    );
+    let cfg = EngineConfig {
+        n_ctx: Some(n_ctx),
+        kv_type: kv,
+        policy,
+        ..EngineConfig::default()
+    };
+    let pcfg = PlannerConfig {
+        policy,
+        n_ctx,
+        kv_type: kv,
+        slots_per_role: 2,
+        all_logits,
+        max_tier: None,
+        resched: Default::default(),
+    };
+    let graph = std::sync::Arc::new(spec.graph().unwrap());
+    let planner = Planner::new(graph, &devices, cost, pcfg).unwrap_or_else(|e| panic!("{e}"));
+    Engine::new(spec, devices, planner, cfg).unwrap_or_else(|e| panic!("{e}"))
+}
