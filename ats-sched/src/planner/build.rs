@@ -304,7 +304,9 @@ fn resident_dp(
     let mut params = PlacementParams::new(avail);
     params.output_switch_cost =
         WORKLOAD_DECODE * (ctx.cost.d2h_secs(ctx.gpu, out_bytes) + ctx.cost.switch_secs(ctx.gpu));
-    // coarser units for huge budgets keep the table small
+    // MB granularity, finer for budgets small enough that rounding every item
+    // up to a MB would waste much of them, coarser for huge ones
+    params.unit_bytes = (avail / 8192).clamp(4096, 1 << 20).next_power_of_two();
     while (avail / params.unit_bytes) * ctx.items.len() as u64 > 400_000_000 {
         params.unit_bytes *= 2;
     }
@@ -605,6 +607,7 @@ fn finish(ctx: &Ctx<'_>, layout: Layout, budget: u64, notes: Vec<String>) -> Pla
             resident: layout.resident[i],
             on_gpu_tier1: tier1_gpu[i],
             est_decode_secs: if tier1_gpu[i] { dec[i].gpu } else { dec[i].cpu },
+            est_copy_secs: dec[i].copy,
         })
         .collect();
     let report = PlanReport {

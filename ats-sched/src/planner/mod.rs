@@ -144,8 +144,13 @@ impl Planner {
         let set = build::plan_set(&graph, &cost, &cfg, gpu, budget, devices)?;
         let resched = gpu.map(|_| {
             let snap = snapshot(&set);
-            Rescheduler::new(cfg.resched.clone(), snap, 0.0).expect("valid re-scheduler settings")
+            Rescheduler::new(cfg.resched.clone(), snap, 0.0)
         });
+        let resched = match resched {
+            Some(Ok(r)) => Some(r),
+            Some(Err(e)) => return Err(PlanError::Algorithm(format!("re-scheduler: {e}"))),
+            None => None,
+        };
         Ok(Planner {
             graph,
             cfg,
@@ -207,7 +212,15 @@ impl Planner {
             }
         }
         if copy_bytes > 0 {
-            let _ = rs.observe_copy(0, copy_secs / copy_bytes as f64 * 1e9);
+            // copies are logged in bulk: scale each streamed item's estimate
+            // by the observed over assumed seconds per byte
+            let factor =
+                (copy_secs / copy_bytes as f64 * 1e9) / self.set.report.copy_secs_per_gb.max(1e-12);
+            for (i, it) in self.set.report.items.iter().enumerate() {
+                if it.on_gpu_tier1 && !it.resident && it.est_copy_secs.is_finite() {
+                    let _ = rs.observe_copy(i, it.est_copy_secs * factor);
+                }
+            }
         }
     }
 
@@ -251,14 +264,20 @@ impl Planner {
 
 /// The re-scheduler's snapshot: per item, its estimated decode time where it runs.
 fn snapshot(set: &PlanSet) -> CostSnapshot {
+    let finite = |x: f64| if x.is_finite() { x.max(0.0) } else { 0.0 };
     CostSnapshot {
         op_times: set
             .report
             .items
             .iter()
-            .map(|i| i.est_decode_secs.max(1e-9))
+            .map(|i| finite(i.est_decode_secs))
             .collect(),
-        copy_times: vec![set.report.copy_secs_per_gb.max(1e-9)],
+        copy_times: set
+            .report
+            .items
+            .iter()
+            .map(|i| finite(i.est_copy_secs))
+            .collect(),
     }
 }
 

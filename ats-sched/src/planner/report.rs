@@ -34,6 +34,8 @@ pub struct ItemRow {
     pub on_gpu_tier1: bool,
     /// Estimated seconds of a decode round where it runs in the tier-1 plan.
     pub est_decode_secs: f64,
+    /// Estimated seconds to copy its weights to the GPU for a decode round.
+    pub est_copy_secs: f64,
 }
 
 /// The plan in numbers.
