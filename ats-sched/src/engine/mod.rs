@@ -215,6 +215,21 @@ impl Engine {
         }
     }
 
+    /// Re-plans now with the live costs (as the load-aware re-scheduler would)
+    /// and switches the executor to the new plans; the KV cache is kept.
+    /// Returns whether a re-plan happened (none without a GPU).
+    pub fn force_replan(&mut self) -> Result<bool, EngineError> {
+        let Some(set) = self.planner.replan_now() else {
+            return Ok(false);
+        };
+        let plans = set.plans.clone();
+        if let Err(e) = self.executor.set_plans(plans) {
+            self.planner.revert();
+            return Err(e.into());
+        }
+        Ok(true)
+    }
+
     /// Processes `tokens` in chunks (the tier choice) and returns the logits
     /// of the last one (`all`: of every one, `tokens.len() x vocab`).
     pub fn prefill(&mut self, tokens: &[u32], all: bool) -> Result<Vec<f32>, EngineError> {
