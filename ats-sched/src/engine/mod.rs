@@ -196,17 +196,18 @@ impl Engine {
         let (plan, _) = self.planner.choose(round.n_rows);
         let n = round.n_rows;
         let tokens = round.tokens.clone();
+        let shape = round.shape();
         let out = self.executor.run_with(&Arc::new(round), plan)?;
-        self.after_round(n);
+        self.after_round(shape);
         self.past += n;
         self.next_pos += advance_pos;
         self.history.extend(tokens);
         Ok(out)
     }
 
-    fn after_round(&mut self, n_tokens: usize) {
+    fn after_round(&mut self, shape: ats_core::graph::cost::RoundShape) {
         let stats = self.executor.last_stats().clone();
-        self.planner.observe(&self.executor, &stats, n_tokens);
+        self.planner.observe(&self.executor, &stats, shape);
         if let Some(new_set) = self.planner.maybe_replan() {
             // a re-plan keeps weight homes and KV devices: only node devices and streams change
             if self.executor.set_plans(new_set.plans.clone()).is_err() {
@@ -297,8 +298,9 @@ impl Engine {
                     n as i64
                 }
             };
+            let shape = round.shape();
             let logits = self.executor.run_with(&Arc::new(round), plan)?;
-            self.after_round(n);
+            self.after_round(shape);
             self.past += n;
             self.next_pos += advance;
             self.history.extend_from_slice(&tokens[start..end]);

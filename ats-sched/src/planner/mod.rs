@@ -29,6 +29,7 @@ use std::time::Instant;
 
 use ats_core::device::Device;
 use ats_core::graph::Graph;
+use ats_core::graph::cost::RoundShape;
 use serde::Serialize;
 
 use crate::exec::{ExecPlan, Executor, RoundStats};
@@ -180,23 +181,29 @@ impl Planner {
     }
 
     /// Takes a round's measurements into the cost model and the re-scheduler.
-    pub fn observe(&mut self, ex: &Executor, stats: &RoundStats, n_tokens: usize) {
+    pub fn observe(&mut self, ex: &Executor, stats: &RoundStats, shape: RoundShape) {
+        let n_tokens = shape.n_tokens;
+        let kv_f16 = self.cfg.kv_type == ats_core::device::KvType::F16;
+        let g = self.graph.clone();
         let mut this_round: std::collections::HashMap<usize, f64> =
             std::collections::HashMap::new();
         for &(node, d, secs) in &stats.node_secs {
-            self.cost.observe(d, node, n_tokens, secs);
+            self.cost.observe(&g, d, node, shape, kv_f16, secs);
             *this_round.entry(node).or_default() += secs;
         }
         let (mut copy_bytes, mut copy_secs) = (0u64, 0.0f64);
-        if let Some(g) = self.gpu {
-            let t = ex.devices()[g].drain_timings();
+        if let Some(gpu) = self.gpu {
+            let t = ex.devices()[gpu].drain_timings();
             for (node, secs) in t.nodes {
-                self.cost.observe(g, node, n_tokens, secs);
+                self.cost.observe(&g, gpu, node, shape, kv_f16, secs);
                 *this_round.entry(node).or_default() += secs;
             }
             for (b, s) in t.copies {
                 copy_bytes += b;
                 copy_secs += s;
+            }
+            if copy_bytes > 0 {
+                self.cost.observe_copy(gpu, copy_bytes as f64, copy_secs);
             }
         }
         let Some(rs) = &mut self.resched else { return };
