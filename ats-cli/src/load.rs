@@ -167,6 +167,7 @@ pub fn load(args: &ModelArgs, all_logits: bool, quiet: bool) -> Result<Loaded> {
         slots_per_role: cfg.slots_per_role,
         all_logits,
         max_tier: args.batch,
+        force_kind: None,
         resched: cfg.resched.clone(),
     };
     let planner = Planner::new(graph, &devices, cost, pcfg)?;

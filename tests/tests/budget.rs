@@ -60,6 +60,7 @@ fn try_engine(
         slots_per_role: 2,
         all_logits: false,
         max_tier: None,
+        force_kind: None,
         resched: Default::default(),
     };
     let planner = Planner::new(Arc::new(spec.graph().unwrap()), &devs, cost(&devs), cfg)?;

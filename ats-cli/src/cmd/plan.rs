@@ -55,6 +55,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
         slots_per_role: 2,
         all_logits: false,
         max_tier: margs.batch,
+        force_kind: None,
         resched: Default::default(),
     };
     let planner = Planner::new(Arc::new(spec.graph()?), &devices, cost, cfg)?;

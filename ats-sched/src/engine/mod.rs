@@ -231,6 +231,17 @@ impl Engine {
         Ok(true)
     }
 
+    /// Runs with the given plans (same layout) until the next re-plan: for
+    /// experiments that measure plans the planner did not choose.
+    pub fn set_plans_for_experiment(
+        &mut self,
+        set: crate::planner::PlanSet,
+    ) -> Result<(), EngineError> {
+        self.executor.set_plans(set.plans.clone())?;
+        self.planner.install(set);
+        Ok(())
+    }
+
     /// Processes `tokens` in chunks (the tier choice) and returns the logits
     /// of the last one (`all`: of every one, `tokens.len() x vocab`).
     pub fn prefill(&mut self, tokens: &[u32], all: bool) -> Result<Vec<f32>, EngineError> {

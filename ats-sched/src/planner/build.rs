@@ -33,6 +33,10 @@ pub struct PlannerConfig {
     pub all_logits: bool,
     /// Largest tier to plan for (`None`: chosen by the planner).
     pub max_tier: Option<usize>,
+    /// Use only this plan shape where the layout allows it (experiments
+    /// that measure each shape against the planner's choice).
+    #[serde(skip)]
+    pub force_kind: Option<PlanKind>,
     /// Re-scheduling thresholds.
     #[serde(skip)]
     pub resched: ReschedConfig,
@@ -248,7 +252,12 @@ fn tier_plan(
     );
     let none = vec![false; plain.len()];
     let static_t = round_time(&plain, &none, &params).map_err(alg)?.total;
-    let allowed = kinds(ctx.cfg.policy, tier, streaming);
+    let mut allowed = kinds(ctx.cfg.policy, tier, streaming);
+    if let Some(k) = ctx.cfg.force_kind {
+        if streaming || k == PlanKind::Static {
+            allowed = vec![k];
+        }
+    }
     let mut est: Vec<(PlanKind, Option<f64>, Vec<bool>)> =
         vec![(PlanKind::Static, Some(static_t), none.clone())];
     if streaming {

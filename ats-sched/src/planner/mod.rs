@@ -84,7 +84,7 @@ pub struct PlanSet {
 
 impl PlanSet {
     /// The plan and chunk size for `n` new tokens: the tier minimising
-    /// `ceil(n / tier) * est(tier)` (ties to the smaller tier).
+    /// `ceil(n / tier) * est(tier)` (ties to the larger tier).
     pub fn choose(&self, n: usize) -> (usize, usize) {
         let n = n.max(1);
         let best = self
@@ -93,7 +93,8 @@ impl PlanSet {
             .min_by(|a, b| {
                 let ca = n.div_ceil(a.tier) as f64 * a.est_secs;
                 let cb = n.div_ceil(b.tier) as f64 * b.est_secs;
-                ca.total_cmp(&cb).then(a.tier.cmp(&b.tier))
+                // ties go to the larger tier: fewer rounds, less fixed cost
+                ca.total_cmp(&cb).then(b.tier.cmp(&a.tier))
             })
             .expect("a plan set has at least one tier");
         (best.plan, best.tier.min(n))
@@ -254,6 +255,24 @@ impl Planner {
         }
         self.prev = Some(std::mem::replace(&mut self.set, new));
         Some(&self.set)
+    }
+
+    /// The current layout's per-tier plans with every tier forced to one
+    /// shape (`None` when the layout cannot run it, or without a GPU): for
+    /// experiments that measure each shape against the planner's choice.
+    pub fn plans_forced(&self, kind: PlanKind) -> Option<PlanSet> {
+        let gpu = self.gpu?;
+        if kind != PlanKind::Static && !self.set.report.streaming {
+            return None;
+        }
+        let mut cfg = self.cfg.clone();
+        cfg.force_kind = Some(kind);
+        build::replan(&self.graph, &self.cost, &cfg, gpu, &self.set).ok()
+    }
+
+    /// Makes `set` the current plans (the executor must run them).
+    pub fn install(&mut self, set: PlanSet) {
+        self.prev = Some(std::mem::replace(&mut self.set, set));
     }
 
     /// Goes back to the plans before the last re-plan (the executor refused the new ones).

@@ -86,6 +86,9 @@ struct DeviceCosts {
     profile: DeviceProfile,
     threads: usize,
     peaks: Peaks,
+    /// The least any node takes (dispatch or launch overhead): the fastest
+    /// sample measured, or a default.
+    floor: f64,
     exact: HashMap<(OpKey, usize, bool), f64>,
     contention: f64,
 }
@@ -161,8 +164,22 @@ impl CostModel {
                 if peaks.bytes <= 0.0 {
                     peaks.bytes = fallback.bytes;
                 }
+                let floor = profile
+                    .samples
+                    .iter()
+                    .filter(|s| !s.contended && s.threads == threads && s.secs > 0.0)
+                    .map(|s| s.secs)
+                    .fold(f64::INFINITY, f64::min);
+                let floor = if floor.is_finite() {
+                    floor
+                } else if profile.kind == "cpu" {
+                    2e-6
+                } else {
+                    5e-6
+                };
                 DeviceCosts {
                     threads,
+                    floor,
                     peaks,
                     exact,
                     contention: if u_sum > 0.0 {
@@ -313,14 +330,15 @@ impl CostModel {
                 let db = dist(&b.key, &key, b.threads, dc.threads);
                 da.total_cmp(&db)
             });
-        match best {
+        let est = match best {
             Some(s) => {
                 let thread_scale = s.threads as f64 / dc.threads.max(1) as f64;
                 let r_s = roof(s.flops, s.bytes, dc.peaks).max(1e-12);
                 s.secs * thread_scale.max(0.0) * roof(c.flops, bytes, dc.peaks) / r_s
             }
             None => roof(c.flops, bytes, dc.peaks),
-        }
+        };
+        est.max(dc.floor)
     }
 
     /// The estimate for node `node` on device `d`: live average if any, else the profile.
