@@ -270,7 +270,7 @@ mod tests {
                     );
                     continue;
                 };
-                assert_eq!(t.r % group, 0);
+                assert!(t.r.is_multiple_of(group));
                 assert!(t.r * d <= ATTN_THREADS * ATTN_MAX_ACC);
                 assert!(t.shared_bytes <= SHARED_LIMIT);
                 assert_eq!(t.shared_bytes, attn_shared_bytes(t.r, t.bk, d));
@@ -312,7 +312,7 @@ mod tests {
         // llama-8B down projection at 2048 tokens in 48 MiB
         let (rows, cols, n) = (4096, 14336, 2048);
         let c = gemm_cut(rows, cols, n, 2, 2, 48 << 20).unwrap();
-        assert!(c.rows % 32 == 0 && c.rows > 0 && c.tokens > 0);
+        assert!(c.rows.is_multiple_of(32) && c.rows > 0 && c.tokens > 0);
         assert!(c.rows * cols * 2 + c.tokens * cols * 2 <= 48 << 20);
         // f32 weights in place: only activations take scratch
         let c = gemm_cut(rows, cols, n, 0, 0, 1 << 20).unwrap();

@@ -27,7 +27,7 @@ pub(crate) fn attention(
     let (hd, nh, nkv) = (spec.head_dim, spec.n_heads, spec.n_kv_heads);
     let kv_w = nkv * hd;
     if nkv == 0
-        || nh % nkv != 0
+        || !nh.is_multiple_of(nkv)
         || qc != nh * hd
         || kc != kv_w
         || vc != kv_w

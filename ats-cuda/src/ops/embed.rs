@@ -14,7 +14,7 @@ pub(crate) fn embed(n: &Node<'_>, st: &mut State) -> Result<(), DeviceError> {
     let (o, rows, cols) = n.output()?;
     let w = n.weight(0)?;
     let r = n.args.round;
-    if w.cols != cols || cols % 32 != 0 {
+    if w.cols != cols || !cols.is_multiple_of(32) {
         return Err(n.err(format!(
             "an embedding table of {} columns for {cols}-column rows (a multiple of 32 is needed)",
             w.cols

@@ -65,7 +65,7 @@ pub(crate) fn product(
     if n_tok == 0 || w.rows == 0 {
         return Ok(());
     }
-    let tail = w.cols % 32 != 0;
+    let tail = !w.cols.is_multiple_of(32);
     if tail && w.dtype.is_quantized() {
         return Err(launch_err(format!(
             "{} rows of {} columns",
@@ -96,10 +96,10 @@ pub(crate) fn product(
         drv(&name, unsafe { b.launch(geometry::matvec(w.rows)) })?;
         return Ok(());
     }
-    if let Some(blas) = &dev.blas {
-        if !(tail && w.dtype == DType::BF16) {
-            return cublas(dev, blas, w, x, n_tok, y, bias, scratch);
-        }
+    if let Some(blas) = &dev.blas
+        && !(tail && w.dtype == DType::BF16)
+    {
+        return cublas(dev, blas, w, x, n_tok, y, bias, scratch);
     }
     let name = if tail {
         format!("mm_tail_{sfx}")
@@ -242,7 +242,7 @@ pub(crate) fn dequantize(
     out: CUdeviceptr,
     half: bool,
 ) -> Result<(), CudaError> {
-    if w.cols % 32 != 0 {
+    if !w.cols.is_multiple_of(32) {
         return Err(launch_err(format!(
             "dequantising rows of {} columns (a multiple of 32 is needed)",
             w.cols

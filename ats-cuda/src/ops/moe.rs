@@ -90,8 +90,8 @@ pub(crate) fn experts(
         && (ro, co) == (nt, d)
         && top_k > 0
         && top_k <= MOE_MAX_TOPK
-        && d % 32 == 0
-        && f % 32 == 0;
+        && d.is_multiple_of(32)
+        && f.is_multiple_of(32);
     if !shapes_ok {
         return Err(n.err(format!(
             "experts of {nt}x{d} with routing {rr}x{rc}, gate {}x{}x{}, up {}x{}x{}, down {}x{}x{} into {ro}x{co}, {n_expert} experts, top {top_k}",

@@ -28,7 +28,7 @@ pub(crate) fn rms_norm(
     let (x, rows, cols) = n.input(0)?;
     let (o, ro, co) = n.output()?;
     let (w, wn) = n.weight_f32(0, scratch)?;
-    if group == 0 || cols % group != 0 || (ro, co) != (rows, cols) || wn < group {
+    if group == 0 || !cols.is_multiple_of(group) || (ro, co) != (rows, cols) || wn < group {
         return Err(n.err(format!(
             "RMSNorm of {rows}x{cols} in groups of {group} with {wn} weights into {ro}x{co}"
         )));
