@@ -14,6 +14,11 @@
 # A machine without NVRTC can use kernels compiled elsewhere: run the NVRTC
 # test with ATS_KERNEL_CACHE_OUT=target/kernel-cache/ats/kernels there and
 # bring that folder along; it is used when present.
+#
+# A machine without Rust can run binaries built elsewhere: ATS_PREBUILT=DIR
+# holding ats-cli, test-ats-cuda (ats-cuda's unit tests) and test-gpu
+# (tests/tests/gpu.rs), all from `cargo test --release --no-run` and
+# `cargo build --release` (scripts/gpu-prebuild.sh makes that folder).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
@@ -59,6 +64,22 @@ step() {
     return $rc
 }
 
+# cudarc looks for unversioned or CUDA-12 names; a machine with only
+# CUDA 13's cuBLAS/NVRTC gets links to them under the names it looks for
+CULINKS="$WORK/culibs"
+mkdir -p "$CULINKS"
+for lib in libcublas libcublasLt libnvrtc libnvrtc-builtins; do
+    found=$( (ldconfig -p 2>/dev/null | awk -v l="$lib.so." '$1 ~ "^"l {print $NF}'; \
+        ls /usr/local/cuda/lib64/$lib.so.1[23]* /usr/local/cuda/targets/*/lib/$lib.so.1[23]* \
+           /opt/torch/.venv/lib/python3*/site-packages/nvidia/*/lib/$lib.so.1[23]* \
+           /usr/local/lib/python3*/dist-packages/nvidia/*/lib/$lib.so.1[23]* 2>/dev/null) | head -1)
+    if [ -n "$found" ]; then
+        ln -sfn "$found" "$CULINKS/$lib.so"
+        export LD_LIBRARY_PATH="$(dirname "$found"):${LD_LIBRARY_PATH:-}"
+    fi
+done
+export LD_LIBRARY_PATH="$CULINKS:${LD_LIBRARY_PATH:-}"
+
 # what the machine has
 {
     echo "## machine"
@@ -68,20 +89,36 @@ step() {
     echo "CUDA_HOME=${CUDA_HOME:-} LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} XDG_CACHE_HOME=${XDG_CACHE_HOME:-}"
 } >>"$LOG" 2>&1
 
-step "release build" 300 cargo build --release -p ats-cli -p ats-cuda -p ats-tests --tests --bins
-CLI="$ROOT/target/release/ats-cli"
-[ -x "${CARGO_TARGET_DIR:-$ROOT/target}/release/ats-cli" ] && CLI="${CARGO_TARGET_DIR:-$ROOT/target}/release/ats-cli"
+if [ -n "${ATS_PREBUILT:-}" ]; then
+    CLI="$ATS_PREBUILT/ats-cli"
+    echo "using prebuilt binaries from $ATS_PREBUILT" >>"$LOG"
+else
+    step "release build" 300 cargo build --release -p ats-cli -p ats-cuda -p ats-tests --tests --bins
+    CLI="${CARGO_TARGET_DIR:-$ROOT/target}/release/ats-cli"
+fi
 
 step "ats-cli devices" 30 "$CLI" devices
 DEVICES="$(timeout 30 "$CLI" devices 2>&1 | head -8)"
-step "ats-cuda tests" 90 cargo test --release -p ats-cuda -- --test-threads=1
-step "GPU tests (fixtures, placements, ledger)" 150 cargo test --release -p ats-tests --test gpu -- --nocapture --test-threads=1
+if [ -n "${ATS_PREBUILT:-}" ]; then
+    step "ats-cuda tests" 90 "$ATS_PREBUILT/test-ats-cuda" --test-threads=1
+    step "GPU tests (fixtures, placements, ledger)" 150 "$ATS_PREBUILT/test-gpu" --nocapture --test-threads=1
+else
+    step "ats-cuda tests" 90 cargo test --release -p ats-cuda -- --test-threads=1
+    step "GPU tests (fixtures, placements, ledger)" 150 cargo test --release -p ats-tests --test gpu -- --nocapture --test-threads=1
+fi
+# the planner needs this machine's speeds: a quick profile of CPU and GPU
+step "ats-cli profile --quick" 60 "$CLI" profile --quick
 
 # synthetic models
 for preset in llama-8b qwen3-30b-a3b; do
     if [ ! -s "$WORK/$preset.gguf" ]; then
         step "synth $preset" 90 "$CLI" synth --preset "$preset" -o "$WORK/$preset.gguf"
     fi
+done
+
+# the plans the benchmarks run (per tier: chosen plan and the estimates of all three)
+for preset in llama-8b qwen3-30b-a3b; do
+    [ -s "$WORK/$preset.gguf" ] && step "plan $preset 2G" 30 "$CLI" plan -m "$WORK/$preset.gguf" --vram 2G -c 2176
 done
 
 # benchmarks: each run limited so the whole check stays inside its budget
@@ -96,6 +133,20 @@ except Exception:
     print("-")
 PY
 }
+bench_extra() { # FILE -> "TTFT ms | GPU peak MiB" (TTFT: the timed prefill of the whole prompt)
+    python3 - "$1" <<'PY' 2>/dev/null || echo "- | -"
+import json, sys
+try:
+    j = json.load(open(sys.argv[1]))
+    pp = [x for x in j["tests"] if x["test"].startswith("pp")]
+    ttft = f'{1000 * pp[0]["n_tokens"] / pp[0]["avg_ts"]:.0f}' if pp else "-"
+    gpu = [m for m in j["memory"][1:]]
+    peak = f'{gpu[0]["peak_bytes"] / 2**20:.0f}' if gpu else "-"
+    print(f"{ttft} | {peak}")
+except Exception:
+    print("- | -")
+PY
+}
 bench_devices() {
     python3 - "$1" <<'PY' 2>/dev/null || echo "?"
 import json, sys
@@ -105,19 +156,20 @@ except Exception:
     print("?")
 PY
 }
-for preset in llama-8b qwen3-30b-a3b; do
-    for vram in 2G 4G 8G; do
+# the papers' headline case (dense, 2G) first, so a short lease still gets it
+for vram in 2G 4G 8G; do
+    for preset in llama-8b qwen3-30b-a3b; do
         for policy in layers ats; do
-            f="$OUT/bench-$preset-$vram-$policy.json"
+            f="$WORK/bench-$preset-$vram-$policy.json"
             name="bench $preset $vram $policy"
             if [ ! -s "$WORK/$preset.gguf" ]; then
-                BENCH+=("| $preset | $vram | $policy | - | - | - | no model |")
+                BENCH+=("| $preset | $vram | $policy | - | - | - | - | - | no model |")
                 continue
             fi
             step "$name" 45 sh -c "\"$CLI\" bench -m \"$WORK/$preset.gguf\" -p 2048 -n 128 -r 1 --vram $vram --policy $policy --json > \"$f\""
             rc=$?
             status=$([ $rc -eq 0 ] && echo ok || ([ $rc -eq 124 ] && echo "timed out" || echo "failed ($rc)"))
-            BENCH+=("| $preset | $vram | $policy | $(bench_field "$f" pp) | $(bench_field "$f" tg) | $(bench_devices "$f") | $status |")
+            BENCH+=("| $preset | $vram | $policy | $(bench_field "$f" pp) | $(bench_extra "$f") | $(bench_field "$f" tg) | $(bench_devices "$f") | $status |")
         done
     done
 done
@@ -135,10 +187,11 @@ done
     echo
     echo "Prompt 2048 tokens, 128 generated, one repetition (tokens/s):"
     echo
-    echo "| model | VRAM | policy | prompt t/s | gen t/s | devices | run |"
-    echo "| --- | --- | --- | ---: | ---: | --- | --- |"
+    echo "| model | VRAM | policy | prompt t/s | TTFT ms | GPU peak MiB | gen t/s | devices | run |"
+    echo "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- |"
     printf '%s\n' "${BENCH[@]}"
     echo
-    echo "Total ${SECONDS}s. Log: $LOG"
+    echo "Total ${SECONDS}s. Log: $LOG; the benchmarks' JSON: $OUT/bench-json.tar.gz"
 } >"$REPORT"
+tar czf "$OUT/bench-json.tar.gz" -C "$WORK" $(cd "$WORK" && ls bench-*.json 2>/dev/null) 2>/dev/null
 cat "$REPORT"

@@ -192,6 +192,9 @@ pub struct Registered {
     owner: Arc<dyn HostMemory>,
     dev: CUdeviceptr,
     ctx: Arc<CudaContext>,
+    /// Whether this registration made (and so unregisters) the page lock;
+    /// `false` when another device on the same context had registered it.
+    owns: bool,
 }
 
 impl std::fmt::Debug for Registered {
@@ -212,18 +215,25 @@ impl Registered {
         // registration keeps alive (`owner`) until it is unregistered; the
         // read-only flag matches how the memory is used (the mapping may be
         // read-only).
-        unsafe { sys::cuMemHostRegister_v2(b.as_ptr() as *mut _, b.len(), flags) }
-            .result()
-            .map_err(|e| CudaError::Driver {
+        let r = unsafe { sys::cuMemHostRegister_v2(b.as_ptr() as *mut _, b.len(), flags) };
+        // Two devices on one GPU share its primary context, so the other may
+        // have registered this memory already: use that registration and
+        // leave unregistering to it.
+        let owns = r != sys::CUresult::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+        if owns {
+            r.result().map_err(|e| CudaError::Driver {
                 call: format!("cuMemHostRegister of {} bytes", b.len()),
                 message: e.to_string(),
             })?;
+        }
         let mut dev: CUdeviceptr = 0;
         // SAFETY: the range was registered with DEVICEMAP just above.
         let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, b.as_ptr() as *mut _, 0) };
         if let Err(e) = r.result() {
-            // SAFETY: registered above; unregistered once on this error path.
-            let _ = unsafe { sys::cuMemHostUnregister(b.as_ptr() as *mut _) };
+            if owns {
+                // SAFETY: registered above; unregistered once on this error path.
+                let _ = unsafe { sys::cuMemHostUnregister(b.as_ptr() as *mut _) };
+            }
             return Err(CudaError::Driver {
                 call: "cuMemHostGetDevicePointer of a registration".into(),
                 message: e.to_string(),
@@ -233,6 +243,7 @@ impl Registered {
             owner: mem.clone(),
             dev,
             ctx: ctx.clone(),
+            owns,
         })
     }
 
@@ -254,6 +265,9 @@ impl Registered {
 
 impl Drop for Registered {
     fn drop(&mut self) {
+        if !self.owns {
+            return;
+        }
         self.ctx.record_err(self.ctx.bind_to_thread());
         // copies from the memory may still be in flight
         self.ctx.record_err(self.ctx.synchronize());

@@ -116,6 +116,8 @@ fn text_fixtures_on_the_gpu_and_mixed_placements_match_the_cpu() {
         return;
     };
     let mut rng = Rng(0x5eed_cafe_f00d_0001);
+    // every case runs and reports; the test fails at the end with the list
+    let mut failures = Vec::new();
     for (dir, file) in TEXT {
         let spec = ModelSpec::open(fixtures().join(dir).join(file)).unwrap();
         let graph = Arc::new(spec.graph().unwrap());
@@ -159,17 +161,19 @@ fn text_fixtures_on_the_gpu_and_mixed_placements_match_the_cpu() {
                 for (k, (gl, wl)) in got.iter().zip(&want).enumerate() {
                     let d = max_abs_diff(gl, wl);
                     eprintln!("{dir} {kv:?} trial {trial} round {k}: max |gpu - cpu| = {d:.2e}");
-                    assert!(
-                        d < tol,
-                        "{dir} {kv:?} trial {trial} round {k}: {d} over {tol} ({} switches)",
-                        p.switches()
-                    );
+                    if d.is_nan() || d >= tol {
+                        failures.push(format!(
+                            "{dir} {kv:?} trial {trial} round {k}: {d} over {tol} ({} switches)",
+                            p.switches()
+                        ));
+                    }
                 }
                 let t = g.drain_timings();
                 assert!(t.nodes.iter().all(|&(_, s)| s >= 0.0));
             }
         }
     }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]
@@ -180,6 +184,7 @@ fn quantised_fixtures_match_the_dequantised_reference() {
     let Some(dev_tiled) = gpu(opts(1 << 30, false)) else {
         return;
     };
+    let mut failures = Vec::new();
     let r = Reference::open("llama_quant/reference.safetensors");
     let ids = Reference::open("llama/reference.safetensors").ids("input_ids");
     for (variant, file) in [
@@ -222,7 +227,9 @@ fn quantised_fixtures_match_the_dequantised_reference() {
                 .unwrap();
             let d = max_abs_diff(&got, &want);
             eprintln!("{variant} {what}: max |gpu - hf_dequant| = {d:.2e}");
-            assert!(d < tol, "{variant} {what}: {d} over {tol}");
+            if d.is_nan() || d >= tol {
+                failures.push(format!("{variant} {what}: {d} over {tol}"));
+            }
             // decode rows go through the quantised matrix-vector kernels
             let mut ex1 = ex;
             let got1 = ex1
@@ -230,9 +237,12 @@ fn quantised_fixtures_match_the_dequantised_reference() {
                 .unwrap();
             let d1 = max_abs_diff(&got1, &want[..got1.len()]);
             eprintln!("{variant} {what} decode: max |gpu - hf_dequant| = {d1:.2e}");
-            assert!(d1 < 1e-3, "{variant} {what} decode: {d1}");
+            if d1.is_nan() || d1 >= 1e-3 {
+                failures.push(format!("{variant} {what} decode: {d1} over 1e-3"));
+            }
         }
     }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]

@@ -43,7 +43,15 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         profile: None,
         batch: None,
     };
-    let devices = load::devices(&margs, false)?.list;
+    let mut devices = load::devices(&margs, false)?.list;
+    // a real GPU is profiled whenever one opens (its whole free memory is
+    // the budget here: the profile measures speeds, not capacity)
+    if a.sim_gpu.is_none() {
+        match ats_cuda::open_device(None) {
+            Ok(gpu) => devices.push(gpu),
+            Err(e) => eprintln!("ats: no usable GPU ({e}): profiling the CPU alone"),
+        }
+    }
     let threads = load::threads(a.threads)?;
     let opts = BenchOptions::new(a.quick, threads);
     let make_cpu = |t: usize| -> Result<Arc<dyn Device>, String> {

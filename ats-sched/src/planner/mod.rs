@@ -128,7 +128,8 @@ impl std::fmt::Debug for Planner {
 
 impl Planner {
     /// Plans `graph` on `devices` (0: the host CPU; 1, if present: the GPU,
-    /// whose ledger budget is the VRAM budget).
+    /// whose ledger budget, less what the device already holds, is the VRAM
+    /// budget of the plan).
     pub fn new(
         graph: Arc<Graph>,
         devices: &[Arc<dyn Device>],
@@ -136,12 +137,14 @@ impl Planner {
         cfg: PlannerConfig,
     ) -> Result<Planner, PlanError> {
         let gpu = (devices.len() > 1).then_some(1);
+        // what the device already holds (a real GPU's cuBLAS workspace,
+        // scratch and argument ring, reserved when it opened) is not ours
         let budget = gpu.map(|d| {
-            devices[d]
-                .ledger()
-                .budget()
+            let l = devices[d].ledger();
+            l.budget()
                 .or(devices[d].info().memory_bytes)
                 .unwrap_or(0)
+                .saturating_sub(l.used())
         });
         let set = build::plan_set(&graph, &cost, &cfg, gpu, budget, devices)?;
         let resched = gpu.map(|_| {
