@@ -5,10 +5,12 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
+use tracing::info;
 use clap::Args;
 
 use crate::args::ModelArgs;
 use crate::load;
+use crate::usage::usage_bail;
 
 /// Measure perplexity over a text file.
 #[derive(Args, Debug)]
@@ -34,10 +36,10 @@ pub fn run(mut a: PerplexityArgs) -> Result<()> {
     let text = crate::cmd::run::prompt_text(&None, &Some(a.file.clone()))?;
     let n_ctx = a.model.ctx.unwrap_or(512);
     if n_ctx < 2 {
-        bail!("-c must be at least 2 for perplexity");
+        usage_bail!("-c must be at least 2 for perplexity");
     }
     a.model.ctx = Some(n_ctx);
-    let mut loaded = load::load(&a.model, true, false)?;
+    let mut loaded = load::load(&a.model, true)?;
     let engine = &mut loaded.engine;
     let tok = engine.tokenizer()?.clone();
     let tokens = tok.encode(&text, true, false)?;
@@ -53,8 +55,8 @@ pub fn run(mut a: PerplexityArgs) -> Result<()> {
     }
     let vocab = engine.spec().hp.n_vocab;
     let first = n_ctx / 2;
-    eprintln!(
-        "ats: perplexity over {n_chunks} chunks of {n_ctx} tokens ({} tokens in the file)",
+    info!(
+        "perplexity over {n_chunks} chunks of {n_ctx} tokens ({} tokens in the file)",
         tokens.len()
     );
     let (mut sum, mut sum2, mut count) = (0.0f64, 0.0f64, 0usize);
@@ -82,8 +84,8 @@ pub fn run(mut a: PerplexityArgs) -> Result<()> {
     let err = ppl * (var / (count as f64 - 1.0).max(1.0)).sqrt();
     println!();
     println!("Final estimate: PPL = {ppl:.4} +/- {err:.5}");
-    eprintln!(
-        "ats: {:.2} s, {:.1} tokens/s",
+    info!(
+        "{:.2} s, {:.1} tokens/s",
         t0.elapsed().as_secs_f64(),
         (n_chunks * n_ctx) as f64 / t0.elapsed().as_secs_f64()
     );

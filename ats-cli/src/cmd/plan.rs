@@ -36,14 +36,14 @@ pub fn run(a: PlanArgs) -> Result<()> {
             .with_context(|| format!("cannot load {}", a.model.model.display()))?,
     );
     let mut margs = a.model.clone();
-    let mut devices = load::devices(&margs, a.json)?;
+    let mut devices = load::devices(&margs)?;
     if devices.len() == 1 && margs.vram.is_some() {
         // planning needs a GPU to plan for: say so and use a simulated one
-        eprintln!(
-            "ats: no GPU here: planning for a simulated GPU with the given budget (--sim-gpu SPEC sets its speed)"
+        tracing::warn!(
+            "no GPU here: planning for a simulated GPU with the given budget (--sim-gpu SPEC sets its speed)"
         );
         margs.sim_gpu = Some(String::new());
-        devices = load::devices(&margs, true)?;
+        devices = load::devices(&margs)?;
     }
     let cost = load::cost_model(&margs, &devices)?;
     let n_ctx = margs.ctx.unwrap_or(spec.hp.n_ctx_train.min(4096));

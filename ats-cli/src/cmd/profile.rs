@@ -1,6 +1,5 @@
 //! `ats-cli profile`: the install-phase benchmark of this machine's devices.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -43,26 +42,32 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         profile: None,
         batch: None,
     };
-    let devices = load::devices(&margs, false)?;
+    let devices = load::devices(&margs)?;
     let threads = load::threads(a.threads)?;
     let opts = BenchOptions::new(a.quick, threads);
     let make_cpu = |t: usize| -> Result<Arc<dyn Device>, String> {
         Ok(Arc::new(CpuDevice::new(t).map_err(|e| e.to_string())?) as Arc<dyn Device>)
     };
-    let tty = std::io::stderr().is_terminal();
+    // a bar on a terminal, else a plain line every few seconds
+    let bar = crate::progress::enabled().then(|| crate::progress::bar(0));
     let mut last = std::time::Instant::now();
-    let mut progress = |what: &str, done: usize, total: usize| {
-        if tty {
-            eprint!("\rats: profiling {what:<24} {done:>4}/{total}");
-        } else if last.elapsed().as_secs() >= 5 || done == total {
-            eprintln!("ats: profiling {what} {done}/{total}");
-            last = std::time::Instant::now();
+    let mut progress = |what: &str, done: usize, total: usize| match &bar {
+        Some(pb) => {
+            pb.set_message(format!("profiling {what}"));
+            pb.set_length(total as u64);
+            pb.set_position(done as u64);
+        }
+        None => {
+            if last.elapsed().as_secs() >= 5 || done == total {
+                tracing::info!("profiling {what} {done}/{total}");
+                last = std::time::Instant::now();
+            }
         }
     };
     let profile =
         profile_devices(&devices, &make_cpu, &opts, &mut progress).map_err(anyhow::Error::msg)?;
-    if tty {
-        eprintln!();
+    if let Some(pb) = &bar {
+        pb.finish_and_clear();
     }
     let names: Vec<String> = devices.iter().map(|d| d.info().name.clone()).collect();
     let path = match a.out {
