@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod chat;
+pub mod devices;
 pub mod eval;
 pub mod inspect;
 pub mod perplexity;

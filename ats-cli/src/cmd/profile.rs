@@ -42,7 +42,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         profile: None,
         batch: None,
     };
-    let devices = load::devices(&margs)?;
+    let devices = load::devices(&margs)?.list;
     let threads = load::threads(a.threads)?;
     let opts = BenchOptions::new(a.quick, threads);
     let make_cpu = |t: usize| -> Result<Arc<dyn Device>, String> {
@@ -69,7 +69,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
     if let Some(pb) = &bar {
         pb.finish_and_clear();
     }
-    let names: Vec<String> = devices.iter().map(|d| d.info().name.clone()).collect();
+    let names = load::real_device_names(&devices);
     let path = match a.out {
         Some(p) => p,
         None => default_profile_path(&hardware_fingerprint(&names))
