@@ -223,3 +223,61 @@ fn smollm2_knows_the_capital_of_france() {
     let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(v["tests"].as_array().unwrap().len(), 2);
 }
+
+#[test]
+fn ctrl_c_in_chat_stops_the_answer_not_the_program() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::process::{Command, Stdio};
+    use std::sync::mpsc;
+    // an answer that would run for 16k tokens unless stopped
+    let mut child = Command::new(common::BIN)
+        .args(["chat", "-m", &model(), "-c", "16384", "--ignore-eos", "--temp", "0", "-t", "1"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, lines) = mpsc::channel();
+    let err_reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            all.push_str(&line);
+            all.push('\n');
+            let _ = tx.send(line);
+        }
+        all
+    });
+    stdin.write_all(b"go on\n").unwrap();
+    stdin.flush().unwrap();
+    // the answer has started once text arrives
+    let mut first = [0u8; 16];
+    let n = stdout.read(&mut first).unwrap();
+    assert!(n > 0, "no answer text");
+    let killed = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    // the answer stops...
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let line = lines.recv_timeout(left).expect("the answer never stopped");
+        if line.contains("(stopped)") {
+            break;
+        }
+    }
+    // ...and the program still reads commands
+    stdin.write_all(b"/reset\n/exit\n").unwrap();
+    drop(stdin);
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    let status = child.wait().unwrap();
+    let err = err_reader.join().unwrap();
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(err.contains("conversation forgotten"), "{err}");
+    assert!(err.contains("[prompt "), "the stopped turn's speed line: {err}");
+}

@@ -38,6 +38,9 @@ pub struct ChatArgs {
     /// Most tokens per answer (default: until the model stops or the context is full).
     #[arg(short = 'n', long = "n-predict")]
     n_predict: Option<usize>,
+    /// Keep answering past end-of-generation tokens (until -n or a full context).
+    #[arg(long = "ignore-eos")]
+    ignore_eos: bool,
 }
 
 /// Set by Ctrl-C; the generation callback stops when it sees it.
@@ -136,7 +139,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
                     Ok(bytes) => match ats_vision::preprocess::decode_image(&bytes) {
                         Err(e) => eprintln!("cannot use {shown}: {e}"),
                         Ok(_) => eprintln!(
-                            "cannot attach {shown}: this model has no vision projector loaded (--mmproj)"
+                            "cannot attach {shown}: chat was started without --mmproj (a vision projector)"
                         ),
                     },
                 }
@@ -168,7 +171,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
             max_tokens: a.n_predict.unwrap_or(usize::MAX),
             sampler: a.sample.config(),
             stop: Vec::new(),
-            ignore_eos: false,
+            ignore_eos: a.ignore_eos,
         };
         STOP.store(false, Ordering::SeqCst);
         GENERATING.store(true, Ordering::SeqCst);

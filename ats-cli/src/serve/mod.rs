@@ -1,13 +1,16 @@
 //! `ats-cli serve`: the model behind OpenAI's HTTP API, so existing clients
 //! work unchanged. One engine on a worker thread serves requests one at a
 //! time, in order, from a bounded queue (`queue.rs`); axum handlers
-//! (`routes.rs`) validate requests, build prompts (`prompt.rs`, `params.rs`)
+//! (`routes.rs`) check requests (`request.rs`), build prompts (`prompt.rs`, `params.rs`)
 //! and stream the answers back (`wire.rs`, `errors.rs`).
 
 mod errors;
+#[cfg(test)]
+mod fuzz;
 mod params;
 mod prompt;
 mod queue;
+mod request;
 mod routes;
 mod wire;
 

@@ -21,7 +21,8 @@ pub struct Prompter {
 }
 
 /// The message shown for image parts while no projector is loaded.
-pub const NO_VISION: &str = "this model has no vision projector loaded (--mmproj)";
+pub const NO_VISION: &str =
+    "this server was started without --mmproj (a vision projector), so it cannot read images";
 
 impl Prompter {
     /// A prompter for a model's tokenizer and template.
@@ -197,18 +198,25 @@ fn content_part(param: &str, p: &Value) -> Result<ContentPart, ApiError> {
             };
             let param = format!("{param}.image_url.url");
             let bytes = data_url_bytes(url).map_err(|e| ApiError::bad_param(&param, e))?;
-            ats_vision::preprocess::decode_image(&bytes).map_err(|e| {
+            let image = ats_vision::preprocess::decode_image(&bytes).map_err(|e| {
                 ApiError::bad_param(&param, format!("cannot decode the image: {e}"))
             })?;
-            // The image is valid; with a projector loaded (ats-vision's VLM
-            // pipeline) it becomes `ContentPart::Image` and travels with the job.
-            Err(ApiError::unsupported(param, NO_VISION))
+            image_part(&param, image)
         }
         other => Err(ApiError::unsupported(
             format!("{param}.type"),
             format!("content parts of type {other:?} are not served (text, image_url)"),
         )),
     }
+}
+
+/// Where a decoded image joins the prompt. With a vision projector loaded
+/// (ats-vision's VLM pipeline behind `--mmproj`) the image travels with the
+/// job and the template gets its placeholder (`ContentPart::Image`); this
+/// server has no projector, so an image is a 400 that says so.
+fn image_part(param: &str, image: image::RgbImage) -> Result<ContentPart, ApiError> {
+    tracing::debug!("{param}: a {}x{} image", image.width(), image.height());
+    Err(ApiError::unsupported(param, NO_VISION))
 }
 
 /// The bytes of a `data:[<media type>][;base64],<data>` URL. Remote URLs are

@@ -14,16 +14,16 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures_util::Stream;
-use serde::de::DeserializeOwned;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::errors::ApiError;
-use super::params::{Defaults, gen_params};
+use super::params::Defaults;
 use super::prompt::Prompter;
+use super::request::{check_chat, check_completion};
 use super::queue::{Finished, Job, JobEvent, Queue};
 use super::wire::{
-    AssistantMessage, ChatChoice, ChatChunk, ChatCompletion, ChatRequest, ChunkChoice,
-    Completion, CompletionChoice, CompletionRequest, Delta, ModelCard, ModelList, Sampling,
+    AssistantMessage, ChatChoice, ChatChunk, ChatCompletion, ChunkChoice,
+    Completion, CompletionChoice, Delta, ModelCard, ModelList, Sampling,
     TimingsOut, Usage,
 };
 use ats_sched::engine::StopReason;
@@ -120,35 +120,9 @@ fn respond(r: Result<Response, ApiError>) -> Response {
 }
 
 async fn chat(app: Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
-    let (req, sampling): (ChatRequest, Sampling) = parse_json(&app, body)?;
-    log_request("chat", &sampling);
-    if req.logprobs == Some(true) || req.top_logprobs.is_some_and(|n| n > 0) {
-        return Err(ApiError::unsupported("logprobs", "logprobs are not served"));
-    }
-    if req.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-        return Err(ApiError::unsupported("tools", "tools are not served"));
-    }
-    if let Some(tc) = &req.tool_choice
-        && !matches!(tc.as_str(), Some("none" | "auto"))
-    {
-        return Err(ApiError::unsupported(
-            "tool_choice",
-            "tools are not served (tool_choice may only be \"none\" or \"auto\")",
-        ));
-    }
-    if let Some(f) = &req.response_format
-        && f.kind != "text"
-    {
-        return Err(ApiError::unsupported(
-            "response_format",
-            format!("response_format {:?} is not served (only \"text\")", f.kind),
-        ));
-    }
-    let max = req.max_completion_tokens.or(sampling.max_tokens);
-    // a chat answer may run until the context is full unless the request says otherwise
-    let params = gen_params(&sampling, max, usize::MAX, &app.defaults)?;
+    let body = body_bytes(&app, body)?;
+    let (messages, params, sampling) = check_chat(&body, &app.defaults)?;
     let prompter = app.prompter.clone();
-    let messages = req.messages;
     let prompt = tokio::task::spawn_blocking(move || prompter.chat(&messages))
         .await
         .map_err(|e| ApiError::internal(format!("prompt preparation failed: {e}")))??;
@@ -238,24 +212,9 @@ async fn completion(
     app: Arc<App>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let (req, sampling): (CompletionRequest, Sampling) = parse_json(&app, body)?;
-    log_request("completion", &sampling);
-    if req.echo == Some(true) {
-        return Err(ApiError::unsupported("echo", "echo is not served"));
-    }
-    if req.suffix.as_ref().is_some_and(|s| !s.is_empty()) {
-        return Err(ApiError::unsupported("suffix", "suffix is not served"));
-    }
-    if req.logprobs.is_some_and(|n| n > 0) {
-        return Err(ApiError::unsupported("logprobs", "logprobs are not served"));
-    }
-    if req.best_of.is_some_and(|n| n != 1) {
-        return Err(ApiError::unsupported("best_of", "only best_of=1 is served"));
-    }
-    // OpenAI's default for completions is 16 tokens
-    let params = gen_params(&sampling, sampling.max_tokens, 16, &app.defaults)?;
+    let body = body_bytes(&app, body)?;
+    let (raw, params, sampling) = check_completion(&body, &app.defaults)?;
     let prompter = app.prompter.clone();
-    let raw = req.prompt;
     let prompt = tokio::task::spawn_blocking(move || prompter.completion(&raw))
         .await
         .map_err(|e| ApiError::internal(format!("prompt preparation failed: {e}")))??;
@@ -313,13 +272,9 @@ async fn completion(
     Ok(sse(rx, frames).into_response())
 }
 
-/// The body as the endpoint's fields `T` and the shared [`Sampling`];
-/// every failure is an OpenAI-style 400 naming the field (413 when too large).
-fn parse_json<T: DeserializeOwned>(
-    app: &App,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<(T, Sampling), ApiError> {
-    let body = body.map_err(|rej| {
+/// The body's bytes; a body over the limit is a 413 naming the flag.
+fn body_bytes(app: &App, body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|rej| {
         if rej.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::status(
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -331,33 +286,7 @@ fn parse_json<T: DeserializeOwned>(
         } else {
             ApiError::status(rej.status(), rej.body_text())
         }
-    })?;
-    let v: serde_json::Value = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::bad_request(format!("malformed JSON: {e}")))?;
-    if !v.is_object() {
-        return Err(ApiError::bad_request(
-            "invalid request: the body must be a JSON object",
-        ));
-    }
-    Ok((typed(&v)?, typed(&v)?))
-}
-
-/// `v` as `T`, a 400 naming the field at fault otherwise.
-fn typed<T: DeserializeOwned>(v: &serde_json::Value) -> Result<T, ApiError> {
-    serde_path_to_error::deserialize(v).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        if path == "." {
-            ApiError::bad_request(format!("invalid request: {inner}"))
-        } else {
-            ApiError::bad_param(path.clone(), format!("{path}: {inner}"))
-        }
     })
-}
-
-/// Names what the server does not use (one model; no per-user state).
-fn log_request(kind: &str, s: &Sampling) {
-    tracing::debug!(model = ?s.model, user = ?s.user, stream = ?s.stream, "{kind} request");
 }
 
 fn include_usage(s: &Sampling) -> bool {
