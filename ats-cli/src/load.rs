@@ -181,21 +181,21 @@ pub fn load(args: &ModelArgs, all_logits: bool) -> Result<Loaded> {
     {
         let names: Vec<String> = devices.iter().map(|d| d.info().name.clone()).collect();
         spinner.suspend(|| {
-        info!(
-            "{} ({}, {} layers, {}), ctx {}, kv {:?}, policy {}, devices {}, threads {}",
-            file_name,
-            spec.arch.name(),
-            spec.hp.n_layer,
-            fmt_bytes(spec.gguf.file_len()),
-            n_ctx,
-            cfg.kv_type,
-            cfg.policy.name(),
-            names.join(" + "),
-            devices[0].info().parallelism.unwrap_or(1),
-        );
-        for n in &planner.plans().report.notes {
-            info!("note: {n}");
-        }
+            info!(
+                "{} ({}, {} layers, {}), ctx {}, kv {:?}, policy {}, devices {}, threads {}",
+                file_name,
+                spec.arch.name(),
+                spec.hp.n_layer,
+                fmt_bytes(spec.gguf.file_len()),
+                n_ctx,
+                cfg.kv_type,
+                cfg.policy.name(),
+                names.join(" + "),
+                devices[0].info().parallelism.unwrap_or(1),
+            );
+            for n in &planner.plans().report.notes {
+                info!("note: {n}");
+            }
         });
     }
     let engine = Engine::new(spec, devices, planner, cfg)?;

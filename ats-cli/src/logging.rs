@@ -40,9 +40,8 @@ const DEFAULT_FILTER: &str =
 /// Installs the subscriber. `RUST_LOG`, when set, wins over `-q`.
 pub fn init(format: LogFormat, quiet: bool) {
     let _ = SETTINGS.set(Settings { format, quiet });
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        EnvFilter::new(if quiet { "error" } else { DEFAULT_FILTER })
-    });
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(if quiet { "error" } else { DEFAULT_FILTER }));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())

@@ -16,7 +16,11 @@ fn run_prints_the_greedy_continuation() {
     // workspace tests) is what the binary prints
     let prompt = "Permission is hereby granted, free of charge";
     let mut engine = ats_tests::cpu_engine(&qwen2(), 256, ats_core::device::KvType::F32);
-    let ids = engine.tokenizer().unwrap().encode(prompt, true, true).unwrap();
+    let ids = engine
+        .tokenizer()
+        .unwrap()
+        .encode(prompt, true, true)
+        .unwrap();
     let params = ats_sched::engine::GenParams {
         max_tokens: 16,
         sampler: ats_core::SamplerConfig::greedy(),
@@ -26,14 +30,34 @@ fn run_prints_the_greedy_continuation() {
     let want = engine.generate(&ids, &params, &mut |_| true).unwrap();
     assert_eq!(want.tokens.len(), 16);
     let out = run(&[
-        "run", "-m", &model(), "-p", prompt, "-n", "16", "--temp", "0", "--ignore-eos",
-        "--kv-type", "f32", "-t", "1", "-c", "256",
+        "run",
+        "-m",
+        &model(),
+        "-p",
+        prompt,
+        "-n",
+        "16",
+        "--temp",
+        "0",
+        "--ignore-eos",
+        "--kv-type",
+        "f32",
+        "-t",
+        "1",
+        "-c",
+        "256",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out), format!("{}\n", want.text));
     // the timings block and the memory line
     let err = stderr(&out);
-    for want in ["load time", "prompt eval", "eval time", "time to first token", "memory cpu"] {
+    for want in [
+        "load time",
+        "prompt eval",
+        "eval time",
+        "time to first token",
+        "memory cpu",
+    ] {
         assert!(err.contains(want), "{want:?} missing from:\n{err}");
     }
 }
@@ -49,8 +73,18 @@ fn eval_writes_the_reference_logits() {
     let dir = tempfile::tempdir().unwrap();
     let out_path = dir.path().join("logits.safetensors");
     let out = run(&[
-        "-q", "eval", "-m", &model(), "--ids", &ids.join(","), "-o",
-        out_path.to_str().unwrap(), "--kv-type", "f32", "-t", "1",
+        "-q",
+        "eval",
+        "-m",
+        &model(),
+        "--ids",
+        &ids.join(","),
+        "-o",
+        out_path.to_str().unwrap(),
+        "--kv-type",
+        "f32",
+        "-t",
+        "1",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stderr(&out), "", "-q keeps standard error empty");
@@ -71,7 +105,15 @@ fn eval_writes_the_reference_logits() {
 #[test]
 fn plan_json_fits_the_budget() {
     let out = run(&[
-        "plan", "-m", &model(), "--vram", "3M", "--sim-gpu", "--json", "-c", "256",
+        "plan",
+        "-m",
+        &model(),
+        "--vram",
+        "3M",
+        "--sim-gpu",
+        "--json",
+        "-c",
+        "256",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
@@ -86,7 +128,18 @@ fn plan_json_fits_the_budget() {
 #[test]
 fn bench_json_reports_both_tests() {
     let out = run(&[
-        "bench", "-m", &model(), "-p", "16", "-n", "4", "-r", "2", "--json", "-t", "1",
+        "bench",
+        "-m",
+        &model(),
+        "-p",
+        "16",
+        "-n",
+        "4",
+        "-r",
+        "2",
+        "--json",
+        "-t",
+        "1",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
@@ -98,7 +151,12 @@ fn bench_json_reports_both_tests() {
         assert!(t["avg_ts"].as_f64().unwrap() > 0.0);
     }
     assert_eq!(v["repetitions"], 2);
-    assert!(v["memory"].as_array().unwrap()[0]["peak_bytes"].as_u64().unwrap() > 0);
+    assert!(
+        v["memory"].as_array().unwrap()[0]["peak_bytes"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
 }
 
 #[test]
@@ -115,7 +173,18 @@ fn inspect_describes_the_file() {
 fn chat_answers_like_run_and_forgets_on_reset() {
     let m = model();
     let reference = run(&[
-        "-q", "run", "-m", &m, "-p", "hello there", "--chat", "-n", "8", "--temp", "0", "-t",
+        "-q",
+        "run",
+        "-m",
+        &m,
+        "-p",
+        "hello there",
+        "--chat",
+        "-n",
+        "8",
+        "--temp",
+        "0",
+        "-t",
         "1",
     ]);
     assert!(reference.status.success(), "{}", stderr(&reference));
@@ -130,7 +199,10 @@ fn chat_answers_like_run_and_forgets_on_reset() {
     let s = stdout(&out);
     assert!(s.starts_with(&answer), "{s:?} vs {answer:?}");
     assert!(s.ends_with(&answer), "{s:?} vs {answer:?}");
-    assert!(s.len() > 2 * answer.len(), "a second answer in between: {s:?}");
+    assert!(
+        s.len() > 2 * answer.len(),
+        "a second answer in between: {s:?}"
+    );
     let err = stderr(&out);
     assert!(err.contains("conversation forgotten"), "{err}");
     assert!(err.contains("unknown command /nonsense"), "{err}");
@@ -167,7 +239,11 @@ fn usage_errors_exit_2_with_a_message() {
 fn runtime_errors_exit_1_and_help_exits_0() {
     let out = run(&["run", "-m", "/no/such/model.gguf", "-p", "x"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("cannot load /no/such/model.gguf"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot load /no/such/model.gguf"),
+        "{}",
+        stderr(&out)
+    );
     let out = run(&["--help"]);
     assert_eq!(out.status.code(), Some(0));
     let s = stdout(&out);
@@ -182,7 +258,17 @@ fn runtime_errors_exit_1_and_help_exits_0() {
 #[test]
 fn json_logs_are_one_object_per_line() {
     let out = run(&[
-        "--log-format", "json", "run", "-m", &model(), "-p", "hi", "-n", "2", "-t", "1",
+        "--log-format",
+        "json",
+        "run",
+        "-m",
+        &model(),
+        "-p",
+        "hi",
+        "-n",
+        "2",
+        "-t",
+        "1",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let err = stderr(&out);
@@ -196,7 +282,15 @@ fn json_logs_are_one_object_per_line() {
             .any(|l| l["fields"]["message"] == "timings" && l["fields"]["ttft_ms"].is_number()),
         "{err}"
     );
-    let out = run(&["--log-format", "json", "run", "-m", "/no/such.gguf", "-p", "x"]);
+    let out = run(&[
+        "--log-format",
+        "json",
+        "run",
+        "-m",
+        "/no/such.gguf",
+        "-p",
+        "x",
+    ]);
     assert_eq!(out.status.code(), Some(1));
     let last: Value = serde_json::from_str(stderr(&out).lines().last().unwrap()).unwrap();
     assert_eq!(last["level"], "ERROR");
@@ -209,15 +303,34 @@ fn smollm2_knows_the_capital_of_france() {
         return;
     };
     let out = run(&[
-        "-q", "run", "-m", path.to_str().unwrap(), "-p", "The capital of France is", "-n",
-        "8", "--temp", "0", "-c", "256",
+        "-q",
+        "run",
+        "-m",
+        path.to_str().unwrap(),
+        "-p",
+        "The capital of France is",
+        "-n",
+        "8",
+        "--temp",
+        "0",
+        "-c",
+        "256",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).starts_with(" Paris"), "{}", stdout(&out));
     let out = run(&["inspect", path.to_str().unwrap()]);
     assert!(stdout(&out).contains("architecture:  llama"));
     let out = run(&[
-        "bench", "-m", path.to_str().unwrap(), "-p", "32", "-n", "4", "-r", "1", "--json",
+        "bench",
+        "-m",
+        path.to_str().unwrap(),
+        "-p",
+        "32",
+        "-n",
+        "4",
+        "-r",
+        "1",
+        "--json",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
@@ -231,7 +344,18 @@ fn ctrl_c_in_chat_stops_the_answer_not_the_program() {
     use std::sync::mpsc;
     // an answer that would run for 16k tokens unless stopped
     let mut child = Command::new(common::BIN)
-        .args(["chat", "-m", &model(), "-c", "16384", "--ignore-eos", "--temp", "0", "-t", "1"])
+        .args([
+            "chat",
+            "-m",
+            &model(),
+            "-c",
+            "16384",
+            "--ignore-eos",
+            "--temp",
+            "0",
+            "-t",
+            "1",
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -279,5 +403,8 @@ fn ctrl_c_in_chat_stops_the_answer_not_the_program() {
     let err = err_reader.join().unwrap();
     assert_eq!(status.code(), Some(0), "{err}");
     assert!(err.contains("conversation forgotten"), "{err}");
-    assert!(err.contains("[prompt "), "the stopped turn's speed line: {err}");
+    assert!(
+        err.contains("[prompt "),
+        "the stopped turn's speed line: {err}"
+    );
 }

@@ -44,7 +44,11 @@ fn streamed_answer(server: &Server, content: &str, max_tokens: u32) -> String {
         .iter()
         .filter(|e| *e != "[DONE]")
         .map(|e| serde_json::from_str::<Value>(e).unwrap())
-        .filter_map(|v| v["choices"][0]["delta"]["content"].as_str().map(String::from))
+        .filter_map(|v| {
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(String::from)
+        })
         .collect()
 }
 
@@ -85,7 +89,11 @@ fn streamed_deltas_equal_the_non_streamed_answer() {
     assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
     let ids: Vec<&Value> = chunks.iter().map(|c| &c["id"]).collect();
     assert!(ids.iter().all(|id| *id == ids[0]), "one id per stream");
-    assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk"));
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c["object"] == "chat.completion.chunk")
+    );
     let streamed: String = chunks
         .iter()
         .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
@@ -134,7 +142,10 @@ fn streamed_deltas_equal_the_non_streamed_answer() {
         .filter_map(|v| v["choices"][0]["text"].as_str().map(String::from))
         .collect();
     assert_eq!(cstreamed, ctext);
-    assert_eq!(c["usage"]["completion_tokens"].as_u64().unwrap() <= 10, true);
+    assert_eq!(
+        c["usage"]["completion_tokens"].as_u64().unwrap() <= 10,
+        true
+    );
 }
 
 #[test]
@@ -182,12 +193,13 @@ fn full_queue_is_503_and_a_disconnect_frees_the_engine() {
     wait_health(&server, |h| h["busy"] == true);
     // one request waits in the queue...
     let url = server.url("/v1/chat/completions");
-    let waiting = std::thread::spawn(move || {
-        post(&url, &chat_body("copyright", 4, false))
-    });
+    let waiting = std::thread::spawn(move || post(&url, &chat_body("copyright", 4, false)));
     wait_health(&server, |h| h["queued"] == 1);
     // ...so the next one finds the queue full
-    let (status, err) = post(&server.url("/v1/chat/completions"), &chat_body("x", 4, false));
+    let (status, err) = post(
+        &server.url("/v1/chat/completions"),
+        &chat_body("x", 4, false),
+    );
     assert_eq!(status, 503, "{err}");
     assert_eq!(err["error"]["code"], "queue_full");
     assert!(err["error"]["message"].as_str().unwrap().contains("busy"));
@@ -201,14 +213,19 @@ fn full_queue_is_503_and_a_disconnect_frees_the_engine() {
     assert_eq!(h["served"], 2);
     assert!(server.log().contains("stop Cancelled"), "{}", server.log());
     // and the server keeps serving
-    let (status, _) = post(&server.url("/v1/chat/completions"), &chat_body("x", 2, false));
+    let (status, _) = post(
+        &server.url("/v1/chat/completions"),
+        &chat_body("x", 2, false),
+    );
     assert_eq!(status, 200);
 }
 
 fn assert_error(status: u16, v: &Value, want: u16, param: Option<&str>, words: &str) {
     assert_eq!(status, want, "{v}");
     let e = &v["error"];
-    let msg = e["message"].as_str().unwrap_or_else(|| panic!("no error message: {v}"));
+    let msg = e["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no error message: {v}"));
     assert!(msg.contains(words), "{msg:?} lacks {words:?}");
     assert!(e["type"].is_string(), "{v}");
     if let Some(p) = param {
@@ -228,7 +245,14 @@ fn png_data_url(rel: &str) -> String {
 fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
     let server = Server::start(
         &qwen2(),
-        &["--max-body", "64KiB", "--max-prompt-tokens", "64", "--max-tokens", "100"],
+        &[
+            "--max-body",
+            "64KiB",
+            "--max-prompt-tokens",
+            "64",
+            "--max-tokens",
+            "100",
+        ],
     );
     let chat = server.url("/v1/chat/completions");
     let cmpl = server.url("/v1/completions");
@@ -258,7 +282,13 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
     );
     assert_error(s, &v, 400, Some("messages[0].role"), "unknown role");
     let (s, v) = post(&chat, &user(json!([{"type": "input_audio"}])).to_string());
-    assert_error(s, &v, 400, Some("messages[0].content[0].type"), "input_audio");
+    assert_error(
+        s,
+        &v,
+        400,
+        Some("messages[0].content[0].type"),
+        "input_audio",
+    );
 
     // images: undecodable bytes, then a valid image on a model without a projector
     let junk = format!(
@@ -317,7 +347,10 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
     assert_error(s, &v, 405, None, "GET");
 
     // still serving, and nothing reached the engine
-    let (s, v) = post(&cmpl, r#"{"prompt": [1, 2, 3], "max_tokens": 3, "temperature": 0}"#);
+    let (s, v) = post(
+        &cmpl,
+        r#"{"prompt": [1, 2, 3], "max_tokens": 3, "temperature": 0}"#,
+    );
     assert_eq!(s, 200, "{v}");
     assert_eq!(v["usage"]["prompt_tokens"], 3);
     let (_, h) = get(&server.url("/health"));
@@ -335,7 +368,13 @@ fn image_request_on_the_vl_fixture() {
         {"type": "text", "text": "Describe the image."},
     ]}], "max_tokens": 4});
     let (s, v) = post(&server.url("/v1/chat/completions"), &body.to_string());
-    assert_error(s, &v, 400, Some("messages[0].content[0].image_url.url"), "--mmproj");
+    assert_error(
+        s,
+        &v,
+        400,
+        Some("messages[0].content[0].image_url.url"),
+        "--mmproj",
+    );
     // text still works on it
     let (s, v) = post(
         &server.url("/v1/chat/completions"),
@@ -420,8 +459,13 @@ fn load_of_200_requests_8_at_a_time_is_answered_or_cleanly_refused() {
     assert_eq!(h["failed"], 0);
     // memory comes back near where it was: nothing grows per request
     if let (Some(before), Some(after)) = (baseline, rss_kib(server.pid())) {
-        eprintln!("server RSS: {before} KiB warm, {after} KiB after 200 requests ({ok} answered, {busy} refused)");
-        assert!(after < before + 64 * 1024, "RSS {before} KiB -> {after} KiB");
+        eprintln!(
+            "server RSS: {before} KiB warm, {after} KiB after 200 requests ({ok} answered, {busy} refused)"
+        );
+        assert!(
+            after < before + 64 * 1024,
+            "RSS {before} KiB -> {after} KiB"
+        );
     }
     // and it still answers
     assert_eq!(answer(&server, prompts[0], 4), expected[0]);

@@ -19,6 +19,7 @@ use ats_cpu::CpuDevice;
 use ats_sched::engine::{Engine, EngineConfig, GenEvent, GenParams};
 use ats_sched::planner::{Planner, PlannerConfig};
 use ats_sched::profile::{CostModel, DeviceProfile};
+
 use ats_sched::sim::{SimGpu, SimGpuConfig};
 use ats_sched::size::{fmt_bytes, parse_size};
 
@@ -36,8 +37,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // device 0 is always the host CPU; device 1 a GPU with `budget` bytes
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(threads)?);
+    // a GPU whose kernels run 8x faster than one CPU thread
     let gpu_cfg = SimGpuConfig {
         memory: budget,
+        speed: 8.0,
+        copy_gbps: 16.0,
         ..SimGpuConfig::default()
     };
     let kernels: Arc<dyn Device> = Arc::new(CpuDevice::new(1)?);
@@ -46,10 +50,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         kind: "cpu".into(),
         ..Default::default()
     };
-    // without a measured profile (`ats-cli profile`) the cost model uses defaults
     let cost = CostModel::new(vec![
         (cpu_profile.clone(), threads),
-        (gpu_cfg.derive_profile("sim-gpu", &cpu_profile), 1),
+        (gpu_profile(&gpu_cfg), 1),
     ]);
     let devices: Vec<Arc<dyn Device>> = vec![cpu, Arc::new(SimGpu::new(kernels, gpu_cfg))];
 
@@ -96,4 +99,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         eprintln!("{}: peak {} ({budget})", s.device, fmt_bytes(s.peak));
     }
     Ok(())
+}
+
+/// Without a measured profile (`ats-cli profile`) the cost model plans for a
+/// typical discrete GPU's roofline, with the simulated GPU's copy speed.
+fn gpu_profile(cfg: &SimGpuConfig) -> DeviceProfile {
+    DeviceProfile {
+        device: "sim-gpu".into(),
+        kind: "gpu".into(),
+        h2d_pinned_gbps: Some(cfg.copy_gbps),
+        h2d_pageable_gbps: Some(cfg.copy_gbps),
+        d2h_gbps: Some(cfg.copy_gbps),
+        switch_secs: Some((cfg.sync_us + cfg.launch_us) * 1e-6),
+        ..Default::default()
+    }
 }

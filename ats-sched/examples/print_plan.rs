@@ -16,6 +16,7 @@ use ats_cpu::CpuDevice;
 use ats_sched::engine::Policy;
 use ats_sched::planner::{Planner, PlannerConfig};
 use ats_sched::profile::{CostModel, DeviceProfile};
+
 use ats_sched::sim::{SimGpu, SimGpuConfig};
 use ats_sched::size::{fmt_bytes, parse_size};
 
@@ -31,15 +32,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     let spec = ModelSpec::open(&path)?;
-    // default budget: a third of the file, so some weights stay on the CPU
+    // default budget: room for the KV cache and buffers plus half the
+    // weights, so some weights stay on the CPU
     let budget = match args.next() {
         Some(b) => parse_size(&b)?,
-        None => spec.gguf.file_len() / 3,
+        None => spec.gguf.file_len() / 2 + (2 << 20),
     };
 
     let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(1)?);
+    // a GPU whose kernels run 8x faster than one CPU thread
     let gpu_cfg = SimGpuConfig {
         memory: budget,
+        speed: 8.0,
+        copy_gbps: 16.0,
         ..SimGpuConfig::default()
     };
     let cpu_profile = DeviceProfile {
@@ -47,15 +52,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         kind: "cpu".into(),
         ..Default::default()
     };
-    let cost = CostModel::new(vec![
-        (cpu_profile.clone(), 1),
-        (gpu_cfg.derive_profile("sim-gpu", &cpu_profile), 1),
-    ]);
-    let devices: Vec<Arc<dyn Device>> =
-        vec![cpu.clone(), Arc::new(SimGpu::new(cpu, gpu_cfg))];
+    let cost = CostModel::new(vec![(cpu_profile.clone(), 1), (gpu_profile(&gpu_cfg), 1)]);
+    let devices: Vec<Arc<dyn Device>> = vec![cpu.clone(), Arc::new(SimGpu::new(cpu, gpu_cfg))];
     let cfg = PlannerConfig {
         policy: Policy::Ats,
-        n_ctx: 1024,
+        n_ctx: 256,
         kv_type: ats_core::device::KvType::F16,
         slots_per_role: 2,
         all_logits: false,
@@ -113,5 +114,19 @@ fn synthetic() -> SynthSpec {
         tied: false,
         main_type: DType::Q4K,
         more_bits_type: DType::Q6K,
+    }
+}
+
+/// Without a measured profile (`ats-cli profile`) the cost model plans for a
+/// typical discrete GPU's roofline, with the simulated GPU's copy speed.
+fn gpu_profile(cfg: &SimGpuConfig) -> DeviceProfile {
+    DeviceProfile {
+        device: "sim-gpu".into(),
+        kind: "gpu".into(),
+        h2d_pinned_gbps: Some(cfg.copy_gbps),
+        h2d_pageable_gbps: Some(cfg.copy_gbps),
+        d2h_gbps: Some(cfg.copy_gbps),
+        switch_secs: Some((cfg.sync_us + cfg.launch_us) * 1e-6),
+        ..Default::default()
     }
 }

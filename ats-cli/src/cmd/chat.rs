@@ -104,7 +104,9 @@ pub fn run(a: ChatArgs) -> Result<()> {
     })
     .context("cannot install the Ctrl-C handler")?;
     let interactive = std::io::stdin().is_terminal();
-    info!("chat: /image PATH attaches an image, /reset forgets, /exit quits; Ctrl-C stops an answer");
+    info!(
+        "chat: /image PATH attaches an image, /reset forgets, /exit quits; Ctrl-C stops an answer"
+    );
     let mut messages: Vec<ChatMessage> = Vec::new();
     if let Some(s) = &a.system {
         messages.push(ChatMessage::text("system", s));

@@ -38,7 +38,11 @@ pub fn run(a: EvalArgs) -> Result<()> {
     let logits = engine.eval(&ids)?;
     let vocab = engine.spec().hp.n_vocab;
     write_logits(&a.out, &logits, ids.len(), vocab)?;
-    tracing::info!("wrote logits [{}, {vocab}] to {}", ids.len(), a.out.display());
+    tracing::info!(
+        "wrote logits [{}, {vocab}] to {}",
+        ids.len(),
+        a.out.display()
+    );
     Ok(())
 }
 

@@ -5,8 +5,8 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
-use tracing::info;
 use clap::Args;
+use tracing::info;
 
 use crate::args::ModelArgs;
 use crate::load;

@@ -4,10 +4,10 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use tracing::info;
 use ats_core::chat::ChatMessage;
 use ats_sched::engine::{GenEvent, GenParams};
 use clap::Args;
+use tracing::info;
 
 use crate::args::{ModelArgs, SampleArgs};
 use crate::usage::usage_bail;

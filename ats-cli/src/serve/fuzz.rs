@@ -62,11 +62,40 @@ fn completion_seeds() -> Vec<Value> {
 
 /// Field names worth planting: the ones the server reads.
 const KEYS: &[&str] = &[
-    "messages", "prompt", "role", "content", "type", "text", "image_url", "url", "stream",
-    "stream_options", "include_usage", "max_tokens", "max_completion_tokens", "temperature",
-    "top_p", "top_k", "min_p", "repeat_penalty", "seed", "stop", "n", "logit_bias", "tools",
-    "tool_choice", "response_format", "logprobs", "top_logprobs", "echo", "suffix", "best_of",
-    "ignore_eos", "user", "model", "name",
+    "messages",
+    "prompt",
+    "role",
+    "content",
+    "type",
+    "text",
+    "image_url",
+    "url",
+    "stream",
+    "stream_options",
+    "include_usage",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repeat_penalty",
+    "seed",
+    "stop",
+    "n",
+    "logit_bias",
+    "tools",
+    "tool_choice",
+    "response_format",
+    "logprobs",
+    "top_logprobs",
+    "echo",
+    "suffix",
+    "best_of",
+    "ignore_eos",
+    "user",
+    "model",
+    "name",
 ];
 
 fn random_value(rng: &mut StdRng, depth: usize) -> Value {
@@ -78,8 +107,17 @@ fn random_value(rng: &mut StdRng, depth: usize) -> Value {
         4 => json!(u64::MAX),
         5 => json!(rng.random_range(-2.0f64..2.0)),
         6 => json!(1e300),
-        7 => json!(["user", "assistant", "system", "tool", "text", "image_url", ""]
-            [rng.random_range(0..7)]),
+        7 => json!(
+            [
+                "user",
+                "assistant",
+                "system",
+                "tool",
+                "text",
+                "image_url",
+                ""
+            ][rng.random_range(0..7)]
+        ),
         8 => json!("data:image/png;base64,iVBORw0KGgo="),
         9 => json!("é\u{0}\u{1F600}<|im_start|>".repeat(rng.random_range(0..4))),
         10 => json!("x".repeat(rng.random_range(0..2000))),
@@ -175,7 +213,11 @@ fn mutate_bytes(rng: &mut StdRng, b: &mut Vec<u8>) {
 }
 
 /// Runs `check` on mutations of `seeds`; returns (accepted, refused).
-fn fuzz(seeds: &[Value], rng: &mut StdRng, check: &dyn Fn(&[u8]) -> Result<(), u16>) -> (usize, usize) {
+fn fuzz(
+    seeds: &[Value],
+    rng: &mut StdRng,
+    check: &dyn Fn(&[u8]) -> Result<(), u16>,
+) -> (usize, usize) {
     let (mut ok, mut refused) = (0, 0);
     for round in 0..ROUNDS {
         let mut v = seeds[round % seeds.len()].clone();
@@ -232,7 +274,10 @@ fn mutated_requests_never_panic_and_get_4xx_answers() {
     };
     let (ok, refused) = fuzz(&chat_seeds(), &mut rng, &chat);
     eprintln!("chat: {ok} accepted, {refused} refused");
-    assert!(ok > 100 && refused > 500, "chat: {ok} accepted, {refused} refused");
+    assert!(
+        ok > 100 && refused > 500,
+        "chat: {ok} accepted, {refused} refused"
+    );
     let completion = |b: &[u8]| -> Result<(), u16> {
         let (prompt, params, _) = check_completion(b, &d).map_err(refusal)?;
         assert!((1..=64).contains(&params.max_tokens));
@@ -242,5 +287,8 @@ fn mutated_requests_never_panic_and_get_4xx_answers() {
     };
     let (ok, refused) = fuzz(&completion_seeds(), &mut rng, &completion);
     eprintln!("completion: {ok} accepted, {refused} refused");
-    assert!(ok > 100 && refused > 500, "completion: {ok} accepted, {refused} refused");
+    assert!(
+        ok > 100 && refused > 500,
+        "completion: {ok} accepted, {refused} refused"
+    );
 }

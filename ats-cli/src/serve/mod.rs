@@ -86,9 +86,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
                 .and_then(|mut it| it.next())
                 .ok_or(())
         })
-        .map_err(|_| {
-            crate::usage::UsageError(format!("--host {:?} is not an address", a.host))
-        })?;
+        .map_err(|_| crate::usage::UsageError(format!("--host {:?} is not an address", a.host)))?;
     let loaded = load::load(&a.model, false)?;
     let engine = loaded.engine;
     let n_ctx = engine.n_ctx();
@@ -97,9 +95,13 @@ pub fn run(a: ServeArgs) -> Result<()> {
     match &template {
         Ok(t) if t.is_fallback() => warn!("the model has no chat template: using ChatML"),
         Ok(_) => {}
-        Err(e) => warn!("the model's chat template is unusable ({e}): /v1/chat/completions will fail"),
+        Err(e) => {
+            warn!("the model's chat template is unusable ({e}): /v1/chat/completions will fail")
+        }
     }
-    let max_prompt = a.max_prompt_tokens.unwrap_or(n_ctx.saturating_sub(1).max(1));
+    let max_prompt = a
+        .max_prompt_tokens
+        .unwrap_or(n_ctx.saturating_sub(1).max(1));
     let max_tokens = a.max_tokens.unwrap_or(n_ctx);
     let model = a.alias.clone().unwrap_or_else(|| {
         a.model

@@ -61,7 +61,8 @@ pub fn gen_params(
         sampler.min_p = check(p, "min_p", 0.0, 1.0, "between 0 and 1")?;
     }
     if let Some(r) = s.repeat_penalty {
-        sampler.repeat_penalty = check(r, "repeat_penalty", f32::MIN_POSITIVE, f32::MAX, "above 0")?;
+        sampler.repeat_penalty =
+            check(r, "repeat_penalty", f32::MIN_POSITIVE, f32::MAX, "above 0")?;
     }
     if let Some(k) = s.top_k {
         sampler.top_k = usize::try_from(k).unwrap_or(usize::MAX);
@@ -103,7 +104,10 @@ pub fn gen_params(
         ));
     }
     if stop.iter().any(String::is_empty) {
-        return Err(ApiError::bad_param("stop", "stop strings must not be empty"));
+        return Err(ApiError::bad_param(
+            "stop",
+            "stop strings must not be empty",
+        ));
     }
     Ok(GenParams {
         max_tokens,

@@ -168,9 +168,10 @@ fn chat_message(i: usize, m: &Message) -> Result<ChatMessage, ApiError> {
 
 /// `{"type": "text", "text": ...}` or `{"type": "image_url", "image_url": {"url": ...}}`.
 fn content_part(param: &str, p: &Value) -> Result<ContentPart, ApiError> {
-    let kind = p.get("type").and_then(Value::as_str).ok_or_else(|| {
-        ApiError::bad_param(param, "a content part needs a string \"type\"")
-    })?;
+    let kind = p
+        .get("type")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::bad_param(param, "a content part needs a string \"type\""))?;
     match kind {
         "text" => match p.get("text") {
             Some(Value::String(t)) => Ok(ContentPart::Text(t.clone())),
@@ -183,12 +184,14 @@ fn content_part(param: &str, p: &Value) -> Result<ContentPart, ApiError> {
             // `image_url` is an object with `url`; some clients send the string itself
             let url = match p.get("image_url") {
                 Some(Value::String(u)) => u.as_str(),
-                Some(Value::Object(o)) => o.get("url").and_then(Value::as_str).ok_or_else(|| {
-                    ApiError::bad_param(
-                        format!("{param}.image_url.url"),
-                        "an image part needs a string \"url\"",
-                    )
-                })?,
+                Some(Value::Object(o)) => {
+                    o.get("url").and_then(Value::as_str).ok_or_else(|| {
+                        ApiError::bad_param(
+                            format!("{param}.image_url.url"),
+                            "an image part needs a string \"url\"",
+                        )
+                    })?
+                }
                 _ => {
                     return Err(ApiError::bad_param(
                         format!("{param}.image_url"),
@@ -267,9 +270,17 @@ mod tests {
             ContentPart::Text("hi".into())
         );
         let no_text = serde_json::json!({"type": "text", "text": 3});
-        assert_eq!(content_part("p", &no_text).unwrap_err().param.unwrap(), "p.text");
+        assert_eq!(
+            content_part("p", &no_text).unwrap_err().param.unwrap(),
+            "p.text"
+        );
         let audio = serde_json::json!({"type": "input_audio"});
-        assert!(content_part("p", &audio).unwrap_err().message.contains("input_audio"));
+        assert!(
+            content_part("p", &audio)
+                .unwrap_err()
+                .message
+                .contains("input_audio")
+        );
         let junk = serde_json::json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,aGVsbG8="}});
         assert!(
             content_part("p", &junk)

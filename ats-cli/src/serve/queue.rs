@@ -139,11 +139,7 @@ impl Queue {
     }
 }
 
-fn worker(
-    mut engine: Engine,
-    rx: Receiver<(Job, UnboundedSender<JobEvent>)>,
-    stats: &Stats,
-) {
+fn worker(mut engine: Engine, rx: Receiver<(Job, UnboundedSender<JobEvent>)>, stats: &Stats) {
     while let Ok((job, events)) = rx.recv() {
         stats.busy.store(true, Ordering::SeqCst);
         stats.queued.fetch_sub(1, Ordering::SeqCst);
@@ -196,7 +192,10 @@ fn run_job(engine: &mut Engine, job: &Job, events: &UnboundedSender<JobEvent>, s
         }
         Err(_) => {
             stats.failed.fetch_add(1, Ordering::SeqCst);
-            tracing::error!("{}: the engine panicked; the next request starts afresh", job.id);
+            tracing::error!(
+                "{}: the engine panicked; the next request starts afresh",
+                job.id
+            );
             JobEvent::Failed("internal error in the engine".into())
         }
     };

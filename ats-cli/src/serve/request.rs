@@ -42,7 +42,10 @@ pub fn check_chat(
         ));
     }
     if req.messages.is_empty() {
-        return Err(ApiError::bad_param("messages", "messages must not be empty"));
+        return Err(ApiError::bad_param(
+            "messages",
+            "messages must not be empty",
+        ));
     }
     let max = req.max_completion_tokens.or(sampling.max_tokens);
     // a chat answer may run until the context is full unless the request says otherwise

@@ -19,12 +19,11 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use super::errors::ApiError;
 use super::params::Defaults;
 use super::prompt::Prompter;
-use super::request::{check_chat, check_completion};
 use super::queue::{Finished, Job, JobEvent, Queue};
+use super::request::{check_chat, check_completion};
 use super::wire::{
-    AssistantMessage, ChatChoice, ChatChunk, ChatCompletion, ChunkChoice,
-    Completion, CompletionChoice, Delta, ModelCard, ModelList, Sampling,
-    TimingsOut, Usage,
+    AssistantMessage, ChatChoice, ChatChunk, ChatCompletion, ChunkChoice, Completion,
+    CompletionChoice, Delta, ModelCard, ModelList, Sampling, TimingsOut, Usage,
 };
 use ats_sched::engine::StopReason;
 
@@ -105,10 +104,7 @@ async fn chat_completions(
     respond(chat(app, body).await)
 }
 
-async fn completions(
-    State(app): State<Arc<App>>,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+async fn completions(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Response {
     respond(completion(app, body).await)
 }
 

@@ -93,7 +93,10 @@ impl Server {
             line.clear();
             if err.read_line(&mut line).unwrap_or(0) == 0 {
                 let _ = child.kill();
-                panic!("the server stopped before listening:\n{}", log.lock().unwrap());
+                panic!(
+                    "the server stopped before listening:\n{}",
+                    log.lock().unwrap()
+                );
             }
             log.lock().unwrap().push_str(&line);
             if let Some(at) = line.find("listening on ") {
@@ -227,7 +230,10 @@ impl EventStream {
 }
 
 /// Polls `/health` until `pred` holds (at most about a minute).
-pub fn wait_health(server: &Server, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+pub fn wait_health(
+    server: &Server,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
     for _ in 0..1200 {
         let (_, h) = get(&server.url("/health"));
         if pred(&h) {
@@ -235,5 +241,8 @@ pub fn wait_health(server: &Server, pred: impl Fn(&serde_json::Value) -> bool) -
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    panic!("health never reached the expected state; log:\n{}", server.log());
+    panic!(
+        "health never reached the expected state; log:\n{}",
+        server.log()
+    );
 }
