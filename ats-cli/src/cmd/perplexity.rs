@@ -63,10 +63,10 @@ pub fn run(mut a: PerplexityArgs) -> Result<()> {
     let t0 = std::time::Instant::now();
     for c in 0..n_chunks {
         let mut chunk = tokens[c * n_ctx..(c + 1) * n_ctx].to_vec();
-        if tok.add_bos() {
-            if let Some(b) = tok.bos_id() {
-                chunk[0] = b;
-            }
+        if tok.add_bos()
+            && let Some(b) = tok.bos_id()
+        {
+            chunk[0] = b;
         }
         let logits = engine.eval(&chunk)?;
         for j in first..n_ctx - 1 {
