@@ -83,10 +83,13 @@ pub struct SampleArgs {
     /// Tokens the repetition penalty looks back over.
     #[arg(long = "repeat-last-n", default_value_t = 64)]
     pub repeat_last_n: usize,
-    /// Random seed.
-    #[arg(short = 's', long = "seed", default_value_t = 42)]
-    pub seed: u64,
+    /// Random seed (default: 42; for serve, a fresh one per request).
+    #[arg(short = 's', long = "seed")]
+    pub seed: Option<u64>,
 }
+
+/// The seed when `--seed` is not given (run, chat).
+pub const DEFAULT_SEED: u64 = 42;
 
 impl SampleArgs {
     /// The sampler settings.
@@ -98,7 +101,7 @@ impl SampleArgs {
             min_p: self.min_p,
             repeat_penalty: self.repeat_penalty,
             repeat_last_n: self.repeat_last_n,
-            seed: self.seed,
+            seed: self.seed.unwrap_or(DEFAULT_SEED),
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use ats_core::device::Device;
 use ats_core::spec::ModelSpec;
 use ats_cpu::CpuDevice;
@@ -16,12 +16,15 @@ use ats_sched::profile::{
 use ats_sched::sim::{SimGpu, SimGpuConfig};
 use ats_sched::size::fmt_bytes;
 
+use tracing::{info, warn};
+
 use crate::args::ModelArgs;
+use crate::usage::usage_bail;
 
 /// CPU threads to use: the flag, else every core.
 pub fn threads(flag: Option<usize>) -> Result<usize> {
     match flag {
-        Some(0) => bail!("--threads must be at least 1"),
+        Some(0) => usage_bail!("--threads must be at least 1"),
         Some(n) => Ok(n),
         None => Ok(std::thread::available_parallelism().map_or(1, |n| n.get())),
     }
@@ -37,7 +40,7 @@ pub struct Devices {
 }
 
 /// The host CPU and, when asked for and available, a GPU (device 1).
-pub fn devices(args: &ModelArgs, quiet: bool) -> Result<Devices> {
+pub fn devices(args: &ModelArgs) -> Result<Devices> {
     let t = threads(args.threads)?;
     let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(t)?);
     let mut devs = vec![cpu];
@@ -52,20 +55,18 @@ pub fn devices(args: &ModelArgs, quiet: bool) -> Result<Devices> {
             ats_cpu::matmul::Isa::detect(),
             "sim-gpu-kernels",
         )?);
-        if !quiet {
-            eprintln!(
-                "ats: using a SIMULATED GPU ({} budget, {} GB/s copies, speed {} x one CPU thread)",
-                fmt_bytes(cfg.memory),
-                cfg.copy_gbps,
-                cfg.speed
-            );
-        }
+        info!(
+            "using a SIMULATED GPU ({} budget, {} GB/s copies, speed {} x one CPU thread)",
+            fmt_bytes(cfg.memory),
+            cfg.copy_gbps,
+            cfg.speed
+        );
         devs.push(Arc::new(SimGpu::new(inner, cfg.clone())));
         sim = Some(cfg);
     } else if args.vram.is_some() {
         match ats_cuda::open_device(args.vram) {
             Ok(gpu) => devs.push(gpu),
-            Err(e) => eprintln!("ats: no usable GPU ({e}): running on the CPU"),
+            Err(e) => warn!("no usable GPU ({e}): running on the CPU"),
         }
     }
     Ok(Devices { list: devs, sim })
@@ -136,18 +137,24 @@ pub struct Loaded {
 }
 
 /// Opens the model, plans it and loads it onto the devices.
-pub fn load(args: &ModelArgs, all_logits: bool, quiet: bool) -> Result<Loaded> {
+pub fn load(args: &ModelArgs, all_logits: bool) -> Result<Loaded> {
     let t0 = Instant::now();
+    let file_name = args
+        .model
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let spinner = crate::progress::spinner(format!("loading {file_name}"));
     let spec = Arc::new(
         ModelSpec::open(&args.model)
             .with_context(|| format!("cannot load {}", args.model.display()))?,
     );
-    let devs = devices(args, quiet)?;
+    let devs = devices(args)?;
     let cost = cost_model(args, &devs)?;
     let devices = devs.list;
     let n_ctx = args.ctx.unwrap_or(spec.hp.n_ctx_train.min(4096));
     if n_ctx == 0 {
-        bail!("--ctx-size must be at least 1");
+        usage_bail!("--ctx-size must be at least 1");
     }
     let cfg = EngineConfig {
         n_ctx: Some(n_ctx),
@@ -157,7 +164,7 @@ pub fn load(args: &ModelArgs, all_logits: bool, quiet: bool) -> Result<Loaded> {
         ..EngineConfig::default()
     };
     if args.batch == Some(0) {
-        bail!("--batch-size must be at least 1");
+        usage_bail!("--batch-size must be at least 1");
     }
     let graph = Arc::new(spec.graph()?);
     let pcfg = PlannerConfig {
@@ -171,30 +178,29 @@ pub fn load(args: &ModelArgs, all_logits: bool, quiet: bool) -> Result<Loaded> {
         resched: cfg.resched.clone(),
     };
     let planner = Planner::new(graph, &devices, cost, pcfg)?;
-    if !quiet {
+    {
         let names: Vec<String> = devices.iter().map(|d| d.info().name.clone()).collect();
-        eprintln!(
-            "ats: {} ({}, {} layers, {}), ctx {}, kv {:?}, policy {}, devices {}, threads {}",
-            args.model
-                .file_name()
-                .map(|f| f.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            spec.arch.name(),
-            spec.hp.n_layer,
-            fmt_bytes(spec.gguf.file_len()),
-            n_ctx,
-            cfg.kv_type,
-            cfg.policy.name(),
-            names.join(" + "),
-            devices[0].info().parallelism.unwrap_or(1),
-        );
-        for n in &planner.plans().report.notes {
-            eprintln!("ats: note: {n}");
-        }
+        spinner.suspend(|| {
+            info!(
+                "{} ({}, {} layers, {}), ctx {}, kv {:?}, policy {}, devices {}, threads {}",
+                file_name,
+                spec.arch.name(),
+                spec.hp.n_layer,
+                fmt_bytes(spec.gguf.file_len()),
+                n_ctx,
+                cfg.kv_type,
+                cfg.policy.name(),
+                names.join(" + "),
+                devices[0].info().parallelism.unwrap_or(1),
+            );
+            for n in &planner.plans().report.notes {
+                info!("note: {n}");
+            }
+        });
     }
     let engine = Engine::new(spec, devices, planner, cfg)?;
-    Ok(Loaded {
-        engine,
-        load_ms: t0.elapsed().as_secs_f64() * 1000.0,
-    })
+    spinner.finish_and_clear();
+    let load_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    tracing::debug!(load_ms, "model loaded");
+    Ok(Loaded { engine, load_ms })
 }

@@ -3,28 +3,49 @@
 mod args;
 mod cmd;
 mod load;
+mod logging;
+mod progress;
 mod report;
+mod serve;
+mod usage;
 
 use clap::{Parser, Subcommand};
+
+use crate::logging::LogFormat;
 
 /// ATS: run language and vision-language models inside a VRAM budget.
 #[derive(Parser, Debug)]
 #[command(name = "ats-cli", version, about, after_help = EXAMPLES)]
 struct Cli {
+    /// Only errors on standard error (no status lines, progress or timings).
+    #[arg(short = 'q', long = "quiet", global = true)]
+    quiet: bool,
+    /// Log lines for people (text) or tools (json, one object per line);
+    /// RUST_LOG filters them (e.g. RUST_LOG=debug).
+    #[arg(long = "log-format", value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
     #[command(subcommand)]
     cmd: Cmd,
 }
 
 const EXAMPLES: &str = "Examples:
   ats-cli run -m SmolLM2-135M-Instruct.Q4_1.gguf -p \"The capital of France is\" -n 32 --temp 0
+  ats-cli chat -m SmolLM2-135M-Instruct.Q4_1.gguf --vram 2G
+  ats-cli serve -m SmolLM2-135M-Instruct.Q4_1.gguf --port 8080
   ats-cli bench -m model.gguf -p 512 -n 128 -t 2
   ats-cli plan -m model.gguf --vram 2G --sim-gpu
-  ats-cli inspect model.gguf --tensors";
+  ats-cli inspect model.gguf --tensors
+
+Exit codes: 0 success, 1 runtime error, 2 usage error.";
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Generate text from a prompt.
     Run(cmd::run::RunArgs),
+    /// Chat with the model in the terminal.
+    Chat(cmd::chat::ChatArgs),
+    /// Serve the model over HTTP with OpenAI's API.
+    Serve(serve::ServeArgs),
     /// Write the logits of every position.
     Eval(cmd::eval::EvalArgs),
     /// Perplexity over a text file (llama.cpp's method).
@@ -44,9 +65,13 @@ enum Cmd {
 }
 
 fn main() {
+    // clap prints usage errors and exits with 2 (0 for --help and --version)
     let cli = Cli::parse();
+    logging::init(cli.log_format, cli.quiet);
     let r = match cli.cmd {
         Cmd::Run(a) => cmd::run::run(a),
+        Cmd::Chat(a) => cmd::chat::run(a),
+        Cmd::Serve(a) => serve::run(a),
         Cmd::Eval(a) => cmd::eval::run(a),
         Cmd::Perplexity(a) => cmd::perplexity::run(a),
         Cmd::Bench(a) => cmd::bench::run(a),
@@ -57,7 +82,16 @@ fn main() {
         Cmd::Devices(a) => cmd::devices::run(a),
     };
     if let Err(e) = r {
-        eprintln!("error: {e:#}");
-        std::process::exit(1);
+        let usage = e.downcast_ref::<usage::UsageError>().is_some();
+        let code = if usage { 2 } else { 1 };
+        if logging::json() {
+            tracing::error!(exit_code = code, error = %format!("{e:#}"), "failed");
+        } else {
+            eprintln!("error: {e:#}");
+            if usage {
+                eprintln!("For more information, try '--help'.");
+            }
+        }
+        std::process::exit(code);
     }
 }

@@ -1,4 +1,5 @@
-//! Printing timings and memory like llama.cpp does, on standard error.
+//! Printing timings and memory like llama.cpp does, on standard error (as
+//! log events with `--log-format json`).
 
 use ats_core::ledger::Region;
 use ats_sched::engine::{Engine, Timings};
@@ -6,6 +7,20 @@ use ats_sched::size::fmt_bytes;
 
 /// The timings block printed after a run.
 pub fn print_timings(load_ms: f64, t: &Timings) {
+    if crate::logging::json() {
+        tracing::info!(
+            load_ms,
+            prompt_tokens = t.prompt_tokens,
+            prompt_ms = t.prompt_ms,
+            prompt_tokens_per_s = t.prompt_tps(),
+            gen_tokens = t.gen_tokens,
+            decode_ms = t.decode_ms,
+            gen_tokens_per_s = t.gen_tps(),
+            ttft_ms = t.ttft_ms,
+            "timings"
+        );
+        return;
+    }
     let per = |ms: f64, n: usize| if n > 0 { ms / n as f64 } else { 0.0 };
     eprintln!();
     eprintln!("ats: load time       = {load_ms:10.2} ms");
@@ -26,8 +41,28 @@ pub fn print_timings(load_ms: f64, t: &Timings) {
     eprintln!("ats: time to first token = {:.2} ms", t.ttft_ms);
 }
 
+/// One line of a chat turn's speed.
+pub fn print_turn(t: &Timings) {
+    if crate::logging::json() {
+        print_timings(0.0, t);
+        return;
+    }
+    eprintln!(
+        "[prompt {} tokens, {:.1} t/s | answer {} tokens, {:.1} t/s | first token {:.0} ms]",
+        t.prompt_tokens,
+        t.prompt_tps(),
+        t.gen_tokens,
+        t.gen_tps(),
+        t.ttft_ms
+    );
+}
+
 /// One line per device: peak memory by region against its budget.
 pub fn print_memory(engine: &Engine) {
+    if crate::logging::json() {
+        tracing::info!(memory = %memory_json(engine), "peak memory");
+        return;
+    }
     for d in engine.executor().devices() {
         let s = d.ledger().snapshot();
         let regions: Vec<String> = s

@@ -84,7 +84,7 @@ pub struct Spans {
 const MAX_SPANS: usize = 1 << 16;
 
 impl Spans {
-    /// Drops the oldest spans beyond [`MAX_SPANS`] (timings nobody reads).
+    /// Drops the oldest spans beyond `MAX_SPANS` (timings nobody reads).
     pub fn bound(&mut self) {
         if self.nodes.len() > MAX_SPANS {
             self.nodes.drain(..self.nodes.len() - MAX_SPANS / 2);

@@ -1,11 +1,12 @@
 //! `ats-cli bench`: prompt processing and generation speed with spread, like llama-bench.
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use clap::Args;
 use rand::{Rng, SeedableRng};
 
 use crate::args::ModelArgs;
 use crate::load;
+use crate::usage::usage_bail;
 
 /// Measure prompt-processing and generation tokens/s.
 #[derive(Args, Debug)]
@@ -40,14 +41,14 @@ fn stats(v: &[f64]) -> (f64, f64) {
 
 pub fn run(a: BenchArgs) -> Result<()> {
     if a.reps == 0 {
-        bail!("-r must be at least 1");
+        usage_bail!("-r must be at least 1");
     }
     if a.n_prompt == 0 && a.n_gen == 0 {
-        bail!("nothing to measure: -p and -n are both 0");
+        usage_bail!("nothing to measure: -p and -n are both 0");
     }
     let mut model = a.model.clone();
     model.ctx = Some(model.ctx.unwrap_or((a.n_prompt + a.n_gen).max(1)));
-    let mut loaded = load::load(&model, false, a.json)?;
+    let mut loaded = load::load(&model, false)?;
     let engine = &mut loaded.engine;
     let vocab = engine.spec().hp.n_vocab as u32;
     let mut rng = rand::rngs::StdRng::seed_from_u64(1234);

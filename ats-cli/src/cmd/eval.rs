@@ -2,11 +2,12 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::Args;
 
 use crate::args::ModelArgs;
 use crate::load;
+use crate::usage::usage_bail;
 
 /// Write the logits of every position.
 #[derive(Args, Debug)]
@@ -22,31 +23,26 @@ pub struct EvalArgs {
     /// Output file (tensor `logits`, f32, shape [n, vocab]).
     #[arg(short = 'o', long = "out", value_name = "FILE")]
     out: PathBuf,
-    /// No logs on standard error.
-    #[arg(short = 'q', long = "quiet")]
-    quiet: bool,
 }
 
 pub fn run(a: EvalArgs) -> Result<()> {
-    let mut loaded = load::load(&a.model, true, a.quiet)?;
+    let mut loaded = load::load(&a.model, true)?;
     let engine = &mut loaded.engine;
     let ids = match &a.prompt {
         Some(p) => engine.tokenizer()?.encode(p, true, true)?,
         None => a.ids.clone(),
     };
     if ids.is_empty() {
-        bail!("give token ids with --ids 1,2,3 or text with -p");
+        usage_bail!("give token ids with --ids 1,2,3 or text with -p");
     }
     let logits = engine.eval(&ids)?;
     let vocab = engine.spec().hp.n_vocab;
     write_logits(&a.out, &logits, ids.len(), vocab)?;
-    if !a.quiet {
-        eprintln!(
-            "ats: wrote logits [{}, {vocab}] to {}",
-            ids.len(),
-            a.out.display()
-        );
-    }
+    tracing::info!(
+        "wrote logits [{}, {vocab}] to {}",
+        ids.len(),
+        a.out.display()
+    );
     Ok(())
 }
 

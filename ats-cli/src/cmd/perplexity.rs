@@ -6,9 +6,11 @@ use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 use clap::Args;
+use tracing::info;
 
 use crate::args::ModelArgs;
 use crate::load;
+use crate::usage::usage_bail;
 
 /// Measure perplexity over a text file.
 #[derive(Args, Debug)]
@@ -34,10 +36,10 @@ pub fn run(mut a: PerplexityArgs) -> Result<()> {
     let text = crate::cmd::run::prompt_text(&None, &Some(a.file.clone()))?;
     let n_ctx = a.model.ctx.unwrap_or(512);
     if n_ctx < 2 {
-        bail!("-c must be at least 2 for perplexity");
+        usage_bail!("-c must be at least 2 for perplexity");
     }
     a.model.ctx = Some(n_ctx);
-    let mut loaded = load::load(&a.model, true, false)?;
+    let mut loaded = load::load(&a.model, true)?;
     let engine = &mut loaded.engine;
     let tok = engine.tokenizer()?.clone();
     let tokens = tok.encode(&text, true, false)?;
@@ -53,18 +55,18 @@ pub fn run(mut a: PerplexityArgs) -> Result<()> {
     }
     let vocab = engine.spec().hp.n_vocab;
     let first = n_ctx / 2;
-    eprintln!(
-        "ats: perplexity over {n_chunks} chunks of {n_ctx} tokens ({} tokens in the file)",
+    info!(
+        "perplexity over {n_chunks} chunks of {n_ctx} tokens ({} tokens in the file)",
         tokens.len()
     );
     let (mut sum, mut sum2, mut count) = (0.0f64, 0.0f64, 0usize);
     let t0 = std::time::Instant::now();
     for c in 0..n_chunks {
         let mut chunk = tokens[c * n_ctx..(c + 1) * n_ctx].to_vec();
-        if tok.add_bos() {
-            if let Some(b) = tok.bos_id() {
-                chunk[0] = b;
-            }
+        if tok.add_bos()
+            && let Some(b) = tok.bos_id()
+        {
+            chunk[0] = b;
         }
         let logits = engine.eval(&chunk)?;
         for j in first..n_ctx - 1 {
@@ -82,8 +84,8 @@ pub fn run(mut a: PerplexityArgs) -> Result<()> {
     let err = ppl * (var / (count as f64 - 1.0).max(1.0)).sqrt();
     println!();
     println!("Final estimate: PPL = {ppl:.4} +/- {err:.5}");
-    eprintln!(
-        "ats: {:.2} s, {:.1} tokens/s",
+    info!(
+        "{:.2} s, {:.1} tokens/s",
         t0.elapsed().as_secs_f64(),
         (n_chunks * n_ctx) as f64 / t0.elapsed().as_secs_f64()
     );

@@ -36,14 +36,14 @@ pub fn run(a: PlanArgs) -> Result<()> {
             .with_context(|| format!("cannot load {}", a.model.model.display()))?,
     );
     let mut margs = a.model.clone();
-    let mut devs = load::devices(&margs, a.json)?;
+    let mut devs = load::devices(&margs)?;
     if devs.list.len() == 1 && margs.vram.is_some() {
         // planning needs a GPU to plan for: say so and use a simulated one
-        eprintln!(
-            "ats: no GPU here: planning for a simulated GPU with the given budget (--sim-gpu SPEC sets its speed)"
+        tracing::warn!(
+            "no GPU here: planning for a simulated GPU with the given budget (--sim-gpu SPEC sets its speed)"
         );
         margs.sim_gpu = Some(String::new());
-        devs = load::devices(&margs, true)?;
+        devs = load::devices(&margs)?;
     }
     let cost = load::cost_model(&margs, &devs)?;
     let devices = devs.list;

@@ -1,6 +1,5 @@
 //! `ats-cli profile`: the install-phase benchmark of this machine's devices.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -43,13 +42,13 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         profile: None,
         batch: None,
     };
-    let mut devices = load::devices(&margs, false)?.list;
+    let mut devices = load::devices(&margs)?.list;
     // a real GPU is profiled whenever one opens (its whole free memory is
     // the budget here: the profile measures speeds, not capacity)
     if a.sim_gpu.is_none() {
         match ats_cuda::open_device(None) {
             Ok(gpu) => devices.push(gpu),
-            Err(e) => eprintln!("ats: no usable GPU ({e}): profiling the CPU alone"),
+            Err(e) => tracing::warn!("no usable GPU ({e}): profiling the CPU alone"),
         }
     }
     let threads = load::threads(a.threads)?;
@@ -57,20 +56,26 @@ pub fn run(a: ProfileArgs) -> Result<()> {
     let make_cpu = |t: usize| -> Result<Arc<dyn Device>, String> {
         Ok(Arc::new(CpuDevice::new(t).map_err(|e| e.to_string())?) as Arc<dyn Device>)
     };
-    let tty = std::io::stderr().is_terminal();
+    // a bar on a terminal, else a plain line every few seconds
+    let bar = crate::progress::enabled().then(|| crate::progress::bar(0));
     let mut last = std::time::Instant::now();
-    let mut progress = |what: &str, done: usize, total: usize| {
-        if tty {
-            eprint!("\rats: profiling {what:<24} {done:>4}/{total}");
-        } else if last.elapsed().as_secs() >= 5 || done == total {
-            eprintln!("ats: profiling {what} {done}/{total}");
-            last = std::time::Instant::now();
+    let mut progress = |what: &str, done: usize, total: usize| match &bar {
+        Some(pb) => {
+            pb.set_message(format!("profiling {what}"));
+            pb.set_length(total as u64);
+            pb.set_position(done as u64);
+        }
+        None => {
+            if last.elapsed().as_secs() >= 5 || done == total {
+                tracing::info!("profiling {what} {done}/{total}");
+                last = std::time::Instant::now();
+            }
         }
     };
     let profile =
         profile_devices(&devices, &make_cpu, &opts, &mut progress).map_err(anyhow::Error::msg)?;
-    if tty {
-        eprintln!();
+    if let Some(pb) = &bar {
+        pb.finish_and_clear();
     }
     let names = load::real_device_names(&devices);
     let path = match a.out {

@@ -7,9 +7,11 @@ use anyhow::{Context, Result, bail};
 use ats_core::chat::ChatMessage;
 use ats_sched::engine::{GenEvent, GenParams};
 use clap::Args;
+use tracing::info;
 
 use crate::args::{ModelArgs, SampleArgs};
-use crate::{load, report};
+use crate::usage::usage_bail;
+use crate::{load, logging, report};
 
 /// Generate text.
 #[derive(Args, Debug)]
@@ -42,9 +44,6 @@ pub struct RunArgs {
     /// Write the timings as JSON to this file.
     #[arg(long = "timings-json", value_name = "FILE")]
     timings_json: Option<PathBuf>,
-    /// No logs on standard error, only the answer on standard output.
-    #[arg(short = 'q', long = "quiet")]
-    quiet: bool,
 }
 
 /// Reads `-p` or `-f`.
@@ -61,24 +60,24 @@ pub fn prompt_text(prompt: &Option<String>, file: &Option<PathBuf>) -> Result<St
                 )
             })
         }
-        (None, None) => bail!("give a prompt with -p TEXT or -f FILE"),
+        (None, None) => usage_bail!("give a prompt with -p TEXT or -f FILE"),
     }
 }
 
 pub fn run(a: RunArgs) -> Result<()> {
     if a.n_predict == 0 {
-        bail!("-n must be at least 1 (tokens to generate)");
+        usage_bail!("-n must be at least 1 (tokens to generate)");
     }
     let text = prompt_text(&a.prompt, &a.file)?;
-    let mut loaded = load::load(&a.model, false, a.quiet)?;
+    let mut loaded = load::load(&a.model, false)?;
     let engine = &mut loaded.engine;
     let tok = engine.tokenizer()?.clone();
     let prompt = if a.chat {
         let tpl = engine
             .chat_template()
             .context("the model has no usable chat template")?;
-        if tpl.is_fallback() && !a.quiet {
-            eprintln!("ats: the model has no chat template: using ChatML");
+        if tpl.is_fallback() {
+            info!("the model has no chat template: using ChatML");
         }
         let mut msgs = Vec::new();
         if let Some(s) = &a.system {
@@ -90,6 +89,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         text
     };
     let ids = tok.encode(&prompt, true, true)?;
+    tracing::debug!(n_tokens = ids.len(), ?ids, "prompt {prompt:?}");
     if ids.is_empty() {
         bail!("the prompt is empty after tokenization");
     }
@@ -118,13 +118,13 @@ pub fn run(a: RunArgs) -> Result<()> {
             }
         },
     })?;
-    if let Some(e) = write_err {
-        if e.kind() != std::io::ErrorKind::BrokenPipe {
-            return Err(e).context("writing the answer");
-        }
+    if let Some(e) = write_err
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        return Err(e).context("writing the answer");
     }
     let _ = writeln!(out);
-    if !a.quiet {
+    if !logging::quiet() {
         report::print_timings(loaded.load_ms, &out_gen.timings);
         report::print_memory(engine);
     }

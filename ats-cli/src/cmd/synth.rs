@@ -23,13 +23,13 @@ pub struct SynthArgs {
 }
 
 pub fn run(a: SynthArgs) -> Result<()> {
-    let spec = SynthSpec::preset(&a.preset).with_context(|| {
-        format!(
+    let Some(spec) = SynthSpec::preset(&a.preset) else {
+        crate::usage::usage_bail!(
             "unknown preset {:?} (one of {:?})",
             a.preset,
             SynthSpec::PRESETS
-        )
-    })?;
+        );
+    };
     let t = std::time::Instant::now();
     spec.write(&a.out, a.seed)
         .with_context(|| format!("cannot write {}", a.out.display()))?;

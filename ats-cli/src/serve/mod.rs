@@ -1,0 +1,178 @@
+//! `ats-cli serve`: the model behind OpenAI's HTTP API, so existing clients
+//! work unchanged. One engine on a worker thread serves requests one at a
+//! time, in order, from a bounded queue (`queue.rs`); axum handlers
+//! (`routes.rs`) check requests (`request.rs`), build prompts (`prompt.rs`, `params.rs`)
+//! and stream the answers back (`wire.rs`, `errors.rs`).
+
+mod errors;
+#[cfg(test)]
+mod fuzz;
+mod params;
+mod prompt;
+mod queue;
+mod request;
+mod routes;
+mod wire;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use anyhow::{Context, Result};
+use ats_core::chat::ChatTemplate;
+use clap::Args;
+use tracing::{info, warn};
+
+use crate::args::{ModelArgs, SampleArgs, parse_vram};
+use crate::load;
+use crate::usage::usage_bail;
+
+const EXAMPLES: &str = "Examples:
+  ats-cli serve -m SmolLM2-135M-Instruct.Q4_1.gguf --port 8080
+  curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' \\
+    -d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}], \"stream\": true}'
+
+Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health.
+Sampling flags set the defaults for requests that leave a field unset; without
+--seed, a request without a seed gets a random one.";
+
+/// Serve the model over HTTP with OpenAI's API.
+#[derive(Args, Debug)]
+#[command(after_help = EXAMPLES)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    sample: SampleArgs,
+    /// Address to listen on (loopback by default: other machines cannot connect).
+    #[arg(long = "host", default_value = "127.0.0.1")]
+    host: String,
+    /// Port (0: any free port; the log says which).
+    #[arg(long = "port", default_value_t = 8080)]
+    port: u16,
+    /// The model's name in /v1/models and answers (default: the file name
+    /// without .gguf).
+    #[arg(long = "alias", value_name = "NAME")]
+    alias: Option<String>,
+    /// Requests that may wait while one runs; more get 503.
+    #[arg(long = "queue", value_name = "N", default_value_t = 16)]
+    queue: usize,
+    /// Largest request body (images are base64 inside it).
+    #[arg(long = "max-body", value_name = "SIZE", default_value = "16MiB", value_parser = parse_vram)]
+    max_body: u64,
+    /// Longest prompt in tokens (default: the context size minus one).
+    #[arg(long = "max-prompt-tokens", value_name = "N")]
+    max_prompt_tokens: Option<usize>,
+    /// Largest max_tokens a request may ask for, and the default for chat
+    /// requests (default: the context size).
+    #[arg(long = "max-tokens", value_name = "N")]
+    max_tokens: Option<usize>,
+}
+
+/// Loads the model and serves until Ctrl-C or SIGTERM.
+pub fn run(a: ServeArgs) -> Result<()> {
+    if a.max_prompt_tokens == Some(0) {
+        usage_bail!("--max-prompt-tokens must be at least 1");
+    }
+    if a.max_tokens == Some(0) {
+        usage_bail!("--max-tokens must be at least 1");
+    }
+    let addr: SocketAddr = format!("{}:{}", a.host, a.port)
+        .parse()
+        .or_else(|_| {
+            // a host name such as `localhost`
+            std::net::ToSocketAddrs::to_socket_addrs(&(a.host.as_str(), a.port))
+                .ok()
+                .and_then(|mut it| it.next())
+                .ok_or(())
+        })
+        .map_err(|_| crate::usage::UsageError(format!("--host {:?} is not an address", a.host)))?;
+    let loaded = load::load(&a.model, false)?;
+    let engine = loaded.engine;
+    let n_ctx = engine.n_ctx();
+    let tokenizer = engine.tokenizer()?.clone();
+    let template = ChatTemplate::from_gguf(&engine.spec().gguf.metadata).map_err(|e| e.to_string());
+    match &template {
+        Ok(t) if t.is_fallback() => warn!("the model has no chat template: using ChatML"),
+        Ok(_) => {}
+        Err(e) => {
+            warn!("the model's chat template is unusable ({e}): /v1/chat/completions will fail")
+        }
+    }
+    let max_prompt = a
+        .max_prompt_tokens
+        .unwrap_or(n_ctx.saturating_sub(1).max(1));
+    let max_tokens = a.max_tokens.unwrap_or(n_ctx);
+    let model = a.alias.clone().unwrap_or_else(|| {
+        a.model
+            .model
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into())
+    });
+    let app = Arc::new(routes::App {
+        queue: queue::Queue::start(engine, a.queue).context("cannot start the engine thread")?,
+        prompter: Arc::new(prompt::Prompter::new(tokenizer, template, max_prompt)),
+        defaults: params::Defaults {
+            sampler: a.sample.config(),
+            seed: a.sample.seed,
+            max_tokens,
+        },
+        model: model.clone(),
+        created: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        max_body: usize::try_from(a.max_body).unwrap_or(usize::MAX),
+        next_id: AtomicU64::new(0),
+        id_salt: rand::random(),
+    });
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("ats-http")
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr}"))?;
+        let local = listener.local_addr()?;
+        if !local.ip().is_loopback() {
+            warn!("listening on {local}: other machines can reach this server (it has no authentication)");
+        }
+        info!(
+            "model {model:?}: context {n_ctx}, prompts up to {max_prompt} tokens, max_tokens up to {max_tokens}, queue {}, body up to {} bytes",
+            a.queue, a.max_body
+        );
+        info!("listening on http://{local}");
+        axum::serve(listener, routes::router(app))
+            .with_graceful_shutdown(shutdown())
+            .await
+            .context("the server failed")
+    })?;
+    info!("stopped");
+    Ok(())
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn shutdown() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    info!("shutting down");
+}

@@ -1,0 +1,387 @@
+//! OpenAI's wire format. Requests accept the fields OpenAI clients send
+//! (unknown ones are ignored, as OpenAI's own server and llama.cpp's do) but
+//! every known field must have its documented type; message content is
+//! checked by hand in `prompt.rs` for precise error messages. A request body
+//! is read twice from one JSON value: as the endpoint's own fields and as
+//! [`Sampling`] (serde's `flatten` would lose the path of a bad field).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// `stop`: one string or a list of them.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    /// One stop string.
+    One(String),
+    /// Several.
+    Many(Vec<String>),
+}
+
+/// `stream_options`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct StreamOptions {
+    /// Send a last chunk with the token counts.
+    pub include_usage: Option<bool>,
+}
+
+/// `response_format`: only `{"type": "text"}` is served.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ResponseFormat {
+    /// `text`, `json_object` or `json_schema`.
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+/// Sampling and stopping fields shared by both endpoints (`null` means unset,
+/// as in OpenAI's API). `top_k`, `min_p`, `repeat_penalty` and `ignore_eos`
+/// are llama.cpp's extensions.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Sampling {
+    /// Model name (any name is accepted: the server has one model).
+    pub model: Option<String>,
+    /// Stream server-sent events.
+    pub stream: Option<bool>,
+    /// Streaming options.
+    pub stream_options: Option<StreamOptions>,
+    /// Most tokens to generate.
+    pub max_tokens: Option<u64>,
+    /// Temperature (0: greedy).
+    pub temperature: Option<f32>,
+    /// Nucleus sampling.
+    pub top_p: Option<f32>,
+    /// Top-k (0: off).
+    pub top_k: Option<u64>,
+    /// Min-p (0: off).
+    pub min_p: Option<f32>,
+    /// Repetition penalty (1: off).
+    pub repeat_penalty: Option<f32>,
+    /// Random seed (random when unset).
+    pub seed: Option<i64>,
+    /// Stop strings.
+    pub stop: Option<Stop>,
+    /// Number of choices (only 1).
+    pub n: Option<u64>,
+    /// End user id (logged, not used).
+    pub user: Option<String>,
+    /// OpenAI's presence penalty (not applied; 0 is the only value served).
+    pub presence_penalty: Option<f32>,
+    /// OpenAI's frequency penalty (not applied; 0 is the only value served).
+    pub frequency_penalty: Option<f32>,
+    /// Token biases (not served).
+    pub logit_bias: Option<serde_json::Map<String, Value>>,
+    /// Keep generating past end-of-generation tokens.
+    pub ignore_eos: Option<bool>,
+}
+
+/// `POST /v1/chat/completions`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ChatRequest {
+    /// The conversation.
+    pub messages: Vec<Message>,
+    /// The newer name of `max_tokens`.
+    pub max_completion_tokens: Option<u64>,
+    /// Log-probabilities (not served).
+    pub logprobs: Option<bool>,
+    /// Top log-probabilities (not served).
+    pub top_logprobs: Option<u64>,
+    /// Tool definitions (not served).
+    pub tools: Option<Vec<Value>>,
+    /// Tool choice (only `none` or `auto` without tools).
+    pub tool_choice: Option<Value>,
+    /// Output format (only `text`).
+    pub response_format: Option<ResponseFormat>,
+}
+
+/// One message; `content` is a string or a list of parts, checked in `prompt.rs`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Message {
+    /// `system`, `developer`, `user` or `assistant`.
+    pub role: String,
+    /// A string, a list of content parts, or null (an assistant's tool call).
+    pub content: Option<Value>,
+    /// A participant name: checked for its type, not used (templates take none).
+    #[allow(dead_code)]
+    pub name: Option<String>,
+}
+
+/// `POST /v1/completions`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct CompletionRequest {
+    /// A string, a list of one string, or a list of token ids.
+    pub prompt: Value,
+    /// Repeat the prompt in the answer (not served).
+    pub echo: Option<bool>,
+    /// Text after the completion (not served).
+    pub suffix: Option<String>,
+    /// Log-probabilities of this many tokens (not served).
+    pub logprobs: Option<u64>,
+    /// Candidates to choose from (only 1).
+    pub best_of: Option<u64>,
+}
+
+/// Token counts.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct Usage {
+    /// Tokens in the prompt.
+    pub prompt_tokens: usize,
+    /// Tokens generated.
+    pub completion_tokens: usize,
+    /// The sum.
+    pub total_tokens: usize,
+}
+
+impl Usage {
+    /// Counts for a prompt and an answer.
+    pub fn new(prompt: usize, completion: usize) -> Usage {
+        Usage {
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+            total_tokens: prompt + completion,
+        }
+    }
+}
+
+/// llama.cpp's `timings` object, which its clients show.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct TimingsOut {
+    /// Prompt tokens processed.
+    pub prompt_n: usize,
+    /// Milliseconds of prompt processing.
+    pub prompt_ms: f64,
+    /// Prompt tokens per second.
+    pub prompt_per_second: f64,
+    /// Tokens generated.
+    pub predicted_n: usize,
+    /// Milliseconds of decoding.
+    pub predicted_ms: f64,
+    /// Generation tokens per second.
+    pub predicted_per_second: f64,
+}
+
+impl From<&ats_sched::engine::Timings> for TimingsOut {
+    fn from(t: &ats_sched::engine::Timings) -> Self {
+        TimingsOut {
+            prompt_n: t.prompt_tokens,
+            prompt_ms: t.prompt_ms,
+            prompt_per_second: t.prompt_tps(),
+            predicted_n: t.gen_tokens,
+            predicted_ms: t.decode_ms,
+            predicted_per_second: t.gen_tps(),
+        }
+    }
+}
+
+/// The assistant's answer in a non-streamed chat completion.
+#[derive(Debug, Clone, Serialize)]
+pub struct AssistantMessage {
+    /// Always `assistant`.
+    pub role: &'static str,
+    /// The answer.
+    pub content: String,
+}
+
+/// One choice of a chat completion.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChatChoice {
+    /// Always 0.
+    pub index: u32,
+    /// The answer.
+    pub message: AssistantMessage,
+    /// `stop` or `length`.
+    pub finish_reason: &'static str,
+    /// Always null.
+    pub logprobs: Option<()>,
+}
+
+/// A non-streamed chat completion.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChatCompletion {
+    /// `chatcmpl-...`.
+    pub id: String,
+    /// `chat.completion`.
+    pub object: &'static str,
+    /// Unix seconds.
+    pub created: u64,
+    /// The model's name.
+    pub model: String,
+    /// One choice.
+    pub choices: Vec<ChatChoice>,
+    /// Token counts.
+    pub usage: Usage,
+    /// Speed.
+    pub timings: TimingsOut,
+}
+
+/// A streamed delta.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Delta {
+    /// `assistant` in the first chunk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<&'static str>,
+    /// New text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+/// One choice of a chat completion chunk.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChunkChoice {
+    /// Always 0.
+    pub index: u32,
+    /// What is new.
+    pub delta: Delta,
+    /// Set in the last chunk of the choice.
+    pub finish_reason: Option<&'static str>,
+    /// Always null.
+    pub logprobs: Option<()>,
+}
+
+/// A streamed chat completion chunk.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChatChunk {
+    /// The same id in every chunk.
+    pub id: String,
+    /// `chat.completion.chunk`.
+    pub object: &'static str,
+    /// Unix seconds.
+    pub created: u64,
+    /// The model's name.
+    pub model: String,
+    /// Zero (the usage chunk) or one choice.
+    pub choices: Vec<ChunkChoice>,
+    /// Token counts, in the usage chunk only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// Speed, in the last chunk only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timings: Option<TimingsOut>,
+}
+
+/// One choice of a text completion (streamed or not).
+#[derive(Debug, Clone, Serialize)]
+pub struct CompletionChoice {
+    /// The text (new text, when streamed).
+    pub text: String,
+    /// Always 0.
+    pub index: u32,
+    /// Always null.
+    pub logprobs: Option<()>,
+    /// `stop` or `length`; null in streamed chunks before the last.
+    pub finish_reason: Option<&'static str>,
+}
+
+/// A text completion or one streamed chunk of it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Completion {
+    /// `cmpl-...`.
+    pub id: String,
+    /// `text_completion`.
+    pub object: &'static str,
+    /// Unix seconds.
+    pub created: u64,
+    /// The model's name.
+    pub model: String,
+    /// Zero (the usage chunk) or one choice.
+    pub choices: Vec<CompletionChoice>,
+    /// Token counts (non-streamed, or the usage chunk).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// Speed (non-streamed, or the last chunk).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timings: Option<TimingsOut>,
+}
+
+/// An entry of `GET /v1/models`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelCard {
+    /// The name requests may use.
+    pub id: String,
+    /// `model`.
+    pub object: &'static str,
+    /// Unix seconds (when the server started).
+    pub created: u64,
+    /// `ats`.
+    pub owned_by: &'static str,
+}
+
+/// `GET /v1/models`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelList {
+    /// `list`.
+    pub object: &'static str,
+    /// The one model.
+    pub data: Vec<ModelCard>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chat_request_accepts_extra_fields_and_nulls() {
+        let v: Value = serde_json::from_str(
+            r#"{"model":"x","messages":[{"role":"user","content":"hi"}],
+                "stream":true,"stream_options":{"include_usage":true},
+                "user":"u","n":1,"temperature":null,"metadata":{"a":1}}"#,
+        )
+        .unwrap();
+        let r = ChatRequest::deserialize(&v).unwrap();
+        let s = Sampling::deserialize(&v).unwrap();
+        assert_eq!(r.messages.len(), 1);
+        assert_eq!(s.stream, Some(true));
+        assert_eq!(s.stream_options.unwrap().include_usage, Some(true));
+        assert_eq!(s.temperature, None);
+        assert_eq!(s.n, Some(1));
+    }
+
+    #[test]
+    fn wrong_types_are_found_with_their_path() {
+        let v: Value = serde_json::from_str(
+            r#"{"messages":[{"role":"user","content":"hi"}],"temperature":"hot"}"#,
+        )
+        .unwrap();
+        let err = serde_path_to_error::deserialize::<_, Sampling>(&v).unwrap_err();
+        assert_eq!(err.path().to_string(), "temperature");
+        let v: Value = serde_json::from_str(r#"{"messages":[{"role":7}]}"#).unwrap();
+        let err = serde_path_to_error::deserialize::<_, ChatRequest>(&v).unwrap_err();
+        assert_eq!(err.path().to_string(), "messages[0].role");
+    }
+
+    #[test]
+    fn stop_is_a_string_or_a_list() {
+        let one: Stop = serde_json::from_str(r#""\n""#).unwrap();
+        assert!(matches!(one, Stop::One(s) if s == "\n"));
+        let many: Stop = serde_json::from_str(r#"["a","b"]"#).unwrap();
+        assert!(matches!(many, Stop::Many(v) if v == ["a", "b"]));
+        assert!(serde_json::from_str::<Stop>("3").is_err());
+    }
+
+    #[test]
+    fn chunks_serialize_like_openai() {
+        let c = ChatChunk {
+            id: "chatcmpl-1".into(),
+            object: "chat.completion.chunk",
+            created: 7,
+            model: "m".into(),
+            choices: vec![ChunkChoice {
+                index: 0,
+                delta: Delta {
+                    role: None,
+                    content: Some("hi".into()),
+                },
+                finish_reason: None,
+                logprobs: None,
+            }],
+            usage: None,
+            timings: None,
+        };
+        let v = serde_json::to_value(&c).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,
+                "model":"m","choices":[{"index":0,"delta":{"content":"hi"},
+                "finish_reason":null,"logprobs":null}]})
+        );
+    }
+}

@@ -1,0 +1,410 @@
+//! The real `ats-cli` binary on the fixture models and SmolLM2: answers,
+//! JSON reports, exit codes.
+
+mod common;
+
+use common::{qwen2, run, run_with_input, stderr, stdout};
+use serde_json::Value;
+
+fn model() -> String {
+    qwen2().to_str().unwrap().to_string()
+}
+
+#[test]
+fn run_prints_the_greedy_continuation() {
+    // the library's greedy continuation (checked against Hugging Face in the
+    // workspace tests) is what the binary prints
+    let prompt = "Permission is hereby granted, free of charge";
+    let mut engine = ats_tests::cpu_engine(&qwen2(), 256, ats_core::device::KvType::F32);
+    let ids = engine
+        .tokenizer()
+        .unwrap()
+        .encode(prompt, true, true)
+        .unwrap();
+    let params = ats_sched::engine::GenParams {
+        max_tokens: 16,
+        sampler: ats_core::SamplerConfig::greedy(),
+        stop: Vec::new(),
+        ignore_eos: true,
+    };
+    let want = engine.generate(&ids, &params, &mut |_| true).unwrap();
+    assert_eq!(want.tokens.len(), 16);
+    let out = run(&[
+        "run",
+        "-m",
+        &model(),
+        "-p",
+        prompt,
+        "-n",
+        "16",
+        "--temp",
+        "0",
+        "--ignore-eos",
+        "--kv-type",
+        "f32",
+        "-t",
+        "1",
+        "-c",
+        "256",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), format!("{}\n", want.text));
+    // the timings block and the memory line
+    let err = stderr(&out);
+    for want in [
+        "load time",
+        "prompt eval",
+        "eval time",
+        "time to first token",
+        "memory cpu",
+    ] {
+        assert!(err.contains(want), "{want:?} missing from:\n{err}");
+    }
+}
+
+#[test]
+fn eval_writes_the_reference_logits() {
+    let reference = ats_tests::Reference::open("qwen2/reference.safetensors");
+    let ids: Vec<String> = reference
+        .ids("input_ids")
+        .iter()
+        .map(|i| i.to_string())
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let out_path = dir.path().join("logits.safetensors");
+    let out = run(&[
+        "-q",
+        "eval",
+        "-m",
+        &model(),
+        "--ids",
+        &ids.join(","),
+        "-o",
+        out_path.to_str().unwrap(),
+        "--kv-type",
+        "f32",
+        "-t",
+        "1",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "", "-q keeps standard error empty");
+    let bytes = std::fs::read(&out_path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let t = st.tensor("logits").unwrap();
+    assert_eq!(t.shape(), [24, 512]);
+    let got: Vec<f32> = t
+        .data()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    let (want, _) = reference.f32("logits");
+    let diff = ats_tests::max_abs_diff(&got, &want);
+    assert!(diff < 1e-3, "max abs diff {diff}");
+}
+
+#[test]
+fn plan_json_fits_the_budget() {
+    let out = run(&[
+        "plan",
+        "-m",
+        &model(),
+        "--vram",
+        "3M",
+        "--sim-gpu",
+        "--json",
+        "-c",
+        "256",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["budget_bytes"], 3_000_000);
+    assert!(v["peak_bytes"].as_u64().unwrap() <= 3_000_000);
+    let tensors = v["tensors"].as_array().unwrap();
+    // 2 layers of 12 tensors (q/k/v with biases), embeddings, output norm, output
+    assert!(tensors.len() >= 24, "{} tensors", tensors.len());
+    assert!(!v["tiers"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn bench_json_reports_both_tests() {
+    let out = run(&[
+        "bench",
+        "-m",
+        &model(),
+        "-p",
+        "16",
+        "-n",
+        "4",
+        "-r",
+        "2",
+        "--json",
+        "-t",
+        "1",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let tests = v["tests"].as_array().unwrap();
+    let names: Vec<&str> = tests.iter().map(|t| t["test"].as_str().unwrap()).collect();
+    assert_eq!(names, ["pp16", "tg4"]);
+    for t in tests {
+        assert_eq!(t["samples_ts"].as_array().unwrap().len(), 2);
+        assert!(t["avg_ts"].as_f64().unwrap() > 0.0);
+    }
+    assert_eq!(v["repetitions"], 2);
+    assert!(
+        v["memory"].as_array().unwrap()[0]["peak_bytes"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+}
+
+#[test]
+fn inspect_describes_the_file() {
+    let out = run(&["inspect", &model()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let s = stdout(&out);
+    assert!(s.contains("architecture:  qwen2"), "{s}");
+    assert!(s.contains("chat template: yes"), "{s}");
+    assert!(s.contains("runnable:      yes"), "{s}");
+}
+
+#[test]
+fn chat_answers_like_run_and_forgets_on_reset() {
+    let m = model();
+    let reference = run(&[
+        "-q",
+        "run",
+        "-m",
+        &m,
+        "-p",
+        "hello there",
+        "--chat",
+        "-n",
+        "8",
+        "--temp",
+        "0",
+        "-t",
+        "1",
+    ]);
+    assert!(reference.status.success(), "{}", stderr(&reference));
+    let answer = stdout(&reference);
+    // two turns, /reset, the first question again: the same answer twice
+    let out = run_with_input(
+        &["chat", "-m", &m, "-n", "8", "--temp", "0", "-t", "1"],
+        "hello there\nand then?\n/reset\n/nonsense\n/image /no/such.png\nhello there\n/exit\n",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    // answers may hold newlines: the first and the last are the reference
+    let s = stdout(&out);
+    assert!(s.starts_with(&answer), "{s:?} vs {answer:?}");
+    assert!(s.ends_with(&answer), "{s:?} vs {answer:?}");
+    assert!(
+        s.len() > 2 * answer.len(),
+        "a second answer in between: {s:?}"
+    );
+    let err = stderr(&out);
+    assert!(err.contains("conversation forgotten"), "{err}");
+    assert!(err.contains("unknown command /nonsense"), "{err}");
+    assert!(err.contains("cannot read /no/such.png"), "{err}");
+    assert!(err.contains("[prompt "), "a speed line per turn: {err}");
+}
+
+#[test]
+fn usage_errors_exit_2_with_a_message() {
+    let m = model();
+    let cases: &[&[&str]] = &[
+        &[],
+        &["run"],
+        &["run", "-m", &m, "--no-such-flag"],
+        &["run", "-m", &m],
+        &["run", "-m", &m, "-p", "x", "-n", "0"],
+        &["run", "-m", &m, "-p", "x", "--temp", "warm"],
+        &["run", "-m", &m, "-p", "x", "-t", "0"],
+        &["bench", "-m", &m, "-r", "0"],
+        &["eval", "-m", &m, "-o", "/dev/null"],
+        &["serve", "-m", &m, "--port", "70000"],
+        &["serve", "-m", &m, "--host", "not an address"],
+        &["synth", "--preset", "nope", "-o", "/dev/null"],
+        &["--log-format", "xml", "inspect", &m],
+    ];
+    for args in cases {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(!stderr(&out).trim().is_empty(), "{args:?} says nothing");
+    }
+}
+
+#[test]
+fn runtime_errors_exit_1_and_help_exits_0() {
+    let out = run(&["run", "-m", "/no/such/model.gguf", "-p", "x"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("cannot load /no/such/model.gguf"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(&["--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    let s = stdout(&out);
+    for want in ["Examples:", "serve", "chat", "Exit codes"] {
+        assert!(s.contains(want), "{want:?} missing from --help");
+    }
+    let out = run(&["serve", "--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(stdout(&out).contains("/v1/chat/completions"));
+}
+
+#[test]
+fn json_logs_are_one_object_per_line() {
+    let out = run(&[
+        "--log-format",
+        "json",
+        "run",
+        "-m",
+        &model(),
+        "-p",
+        "hi",
+        "-n",
+        "2",
+        "-t",
+        "1",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    let lines: Vec<Value> = err
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["fields"]["message"] == "timings" && l["fields"]["ttft_ms"].is_number()),
+        "{err}"
+    );
+    let out = run(&[
+        "--log-format",
+        "json",
+        "run",
+        "-m",
+        "/no/such.gguf",
+        "-p",
+        "x",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let last: Value = serde_json::from_str(stderr(&out).lines().last().unwrap()).unwrap();
+    assert_eq!(last["level"], "ERROR");
+    assert_eq!(last["fields"]["exit_code"], 1);
+}
+
+#[test]
+fn smollm2_knows_the_capital_of_france() {
+    let Some(path) = ats_tests::smollm2() else {
+        return;
+    };
+    let out = run(&[
+        "-q",
+        "run",
+        "-m",
+        path.to_str().unwrap(),
+        "-p",
+        "The capital of France is",
+        "-n",
+        "8",
+        "--temp",
+        "0",
+        "-c",
+        "256",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).starts_with(" Paris"), "{}", stdout(&out));
+    let out = run(&["inspect", path.to_str().unwrap()]);
+    assert!(stdout(&out).contains("architecture:  llama"));
+    let out = run(&[
+        "bench",
+        "-m",
+        path.to_str().unwrap(),
+        "-p",
+        "32",
+        "-n",
+        "4",
+        "-r",
+        "1",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["tests"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn ctrl_c_in_chat_stops_the_answer_not_the_program() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::process::{Command, Stdio};
+    use std::sync::mpsc;
+    // an answer that would run for 16k tokens unless stopped
+    let mut child = Command::new(common::BIN)
+        .args([
+            "chat",
+            "-m",
+            &model(),
+            "-c",
+            "16384",
+            "--ignore-eos",
+            "--temp",
+            "0",
+            "-t",
+            "1",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, lines) = mpsc::channel();
+    let err_reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            all.push_str(&line);
+            all.push('\n');
+            let _ = tx.send(line);
+        }
+        all
+    });
+    stdin.write_all(b"go on\n").unwrap();
+    stdin.flush().unwrap();
+    // the answer has started once text arrives
+    let mut first = [0u8; 16];
+    let n = stdout.read(&mut first).unwrap();
+    assert!(n > 0, "no answer text");
+    let killed = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    // the answer stops...
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let line = lines.recv_timeout(left).expect("the answer never stopped");
+        if line.contains("(stopped)") {
+            break;
+        }
+    }
+    // ...and the program still reads commands
+    stdin.write_all(b"/reset\n/exit\n").unwrap();
+    drop(stdin);
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    let status = child.wait().unwrap();
+    let err = err_reader.join().unwrap();
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(err.contains("conversation forgotten"), "{err}");
+    assert!(
+        err.contains("[prompt "),
+        "the stopped turn's speed line: {err}"
+    );
+}

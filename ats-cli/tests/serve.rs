@@ -1,0 +1,469 @@
+//! `ats-cli serve` as clients see it: the real binary on a free loopback
+//! port, spoken to over HTTP.
+
+mod common;
+
+use base64::Engine as _;
+use common::{EventStream, Server, get, post, qwen2, wait_health};
+use serde_json::{Value, json};
+
+fn chat_body(content: &str, max_tokens: u32, stream: bool) -> String {
+    json!({
+        "model": "anything",
+        "messages": [{"role": "user", "content": content}],
+        "temperature": 0,
+        "max_tokens": max_tokens,
+        "stream": stream,
+        "stream_options": {"include_usage": true},
+        "user": "tests",
+    })
+    .to_string()
+}
+
+/// The answer of a non-streamed chat completion.
+fn answer(server: &Server, content: &str, max_tokens: u32) -> String {
+    let (status, v) = post(
+        &server.url("/v1/chat/completions"),
+        &chat_body(content, max_tokens, false),
+    );
+    assert_eq!(status, 200, "{v}");
+    v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// The concatenated deltas of a streamed chat completion.
+fn streamed_answer(server: &Server, content: &str, max_tokens: u32) -> String {
+    let events = EventStream::open(
+        &server.url("/v1/chat/completions"),
+        &chat_body(content, max_tokens, true),
+    )
+    .all();
+    events
+        .iter()
+        .filter(|e| *e != "[DONE]")
+        .map(|e| serde_json::from_str::<Value>(e).unwrap())
+        .filter_map(|v| {
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(String::from)
+        })
+        .collect()
+}
+
+#[test]
+fn streamed_deltas_equal_the_non_streamed_answer() {
+    let server = Server::start(&qwen2(), &["--alias", "qwen2-fixture"]);
+    let (status, models) = get(&server.url("/v1/models"));
+    assert_eq!(status, 200);
+    assert_eq!(models["object"], "list");
+    assert_eq!(models["data"][0]["id"], "qwen2-fixture");
+    let (status, health) = get(&server.url("/health"));
+    assert_eq!((status, &health["status"]), (200, &json!("ok")));
+
+    let url = server.url("/v1/chat/completions");
+    let (status, full) = post(&url, &chat_body("the license grants", 12, false));
+    assert_eq!(status, 200, "{full}");
+    assert_eq!(full["object"], "chat.completion");
+    assert_eq!(full["model"], "qwen2-fixture");
+    let text = full["choices"][0]["message"]["content"].as_str().unwrap();
+    assert_eq!(full["choices"][0]["message"]["role"], "assistant");
+    assert!(!text.is_empty());
+    let usage = &full["usage"];
+    assert_eq!(
+        usage["total_tokens"].as_u64().unwrap(),
+        usage["prompt_tokens"].as_u64().unwrap() + usage["completion_tokens"].as_u64().unwrap()
+    );
+    let finish = full["choices"][0]["finish_reason"].as_str().unwrap();
+    if finish == "length" {
+        assert_eq!(usage["completion_tokens"], 12);
+    }
+
+    let events = EventStream::open(&url, &chat_body("the license grants", 12, true)).all();
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let ids: Vec<&Value> = chunks.iter().map(|c| &c["id"]).collect();
+    assert!(ids.iter().all(|id| *id == ids[0]), "one id per stream");
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c["object"] == "chat.completion.chunk")
+    );
+    let streamed: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(streamed, text);
+    // the finish reason, then a usage chunk with no choices
+    let n = chunks.len();
+    assert_eq!(chunks[n - 2]["choices"][0]["finish_reason"], finish);
+    assert_eq!(chunks[n - 1]["choices"], json!([]));
+    assert_eq!(&chunks[n - 1]["usage"], usage);
+
+    // `run --chat` renders and tokenizes the same way: the same answer
+    let model = qwen2();
+    let out = common::run(&[
+        "-q",
+        "run",
+        "-m",
+        model.to_str().unwrap(),
+        "-p",
+        "the license grants",
+        "--chat",
+        "-n",
+        "12",
+        "--temp",
+        "0",
+        "-t",
+        "1",
+    ]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert_eq!(common::stdout(&out), format!("{text}\n"));
+
+    // text completions: streamed and not, the same text
+    let body = |stream: bool| {
+        json!({"prompt": "the license grants", "max_tokens": 10, "temperature": 0, "stream": stream})
+            .to_string()
+    };
+    let (status, c) = post(&server.url("/v1/completions"), &body(false));
+    assert_eq!(status, 200, "{c}");
+    assert_eq!(c["object"], "text_completion");
+    let ctext = c["choices"][0]["text"].as_str().unwrap();
+    let cevents = EventStream::open(&server.url("/v1/completions"), &body(true)).all();
+    let cstreamed: String = cevents
+        .iter()
+        .filter(|e| *e != "[DONE]")
+        .map(|e| serde_json::from_str::<Value>(e).unwrap())
+        .filter_map(|v| v["choices"][0]["text"].as_str().map(String::from))
+        .collect();
+    assert_eq!(cstreamed, ctext);
+    assert!(c["usage"]["completion_tokens"].as_u64().unwrap() <= 10);
+}
+
+#[test]
+fn ten_concurrent_requests_are_all_answered_correctly() {
+    let server = Server::start(&qwen2(), &[]);
+    let prompts = ["permission is hereby granted", "copyright", "the software"];
+    let expected: Vec<String> = prompts.iter().map(|p| answer(&server, p, 6)).collect();
+    let server = std::sync::Arc::new(server);
+    let handles: Vec<_> = (0..10)
+        .map(|i| {
+            let s = server.clone();
+            std::thread::spawn(move || {
+                let p = prompts[i % 3];
+                if i % 2 == 0 {
+                    (i, answer(&s, p, 6))
+                } else {
+                    (i, streamed_answer(&s, p, 6))
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        let (i, got) = h.join().unwrap();
+        assert_eq!(got, expected[i % 3], "request {i}");
+    }
+    let h = wait_health(&server, |h| h["busy"] == false && h["queued"] == 0);
+    assert_eq!(h["served"], 13);
+    assert_eq!(h["failed"], 0);
+}
+
+#[test]
+fn full_queue_is_503_and_a_disconnect_frees_the_engine() {
+    // a long context so the first answer runs until it is cancelled
+    let server = Server::start(&qwen2(), &["--queue", "1", "-c", "16384"]);
+    let long = json!({
+        "messages": [{"role": "user", "content": "go on"}],
+        "max_tokens": 16000, "ignore_eos": true, "temperature": 0, "stream": true,
+    })
+    .to_string();
+    let mut stream = EventStream::open(&server.url("/v1/chat/completions"), &long);
+    for _ in 0..3 {
+        let d = stream.next_data().expect("chunks arrive");
+        assert_ne!(d, "[DONE]");
+    }
+    wait_health(&server, |h| h["busy"] == true);
+    // one request waits in the queue...
+    let url = server.url("/v1/chat/completions");
+    let waiting = std::thread::spawn(move || post(&url, &chat_body("copyright", 4, false)));
+    wait_health(&server, |h| h["queued"] == 1);
+    // ...so the next one finds the queue full
+    let (status, err) = post(
+        &server.url("/v1/chat/completions"),
+        &chat_body("x", 4, false),
+    );
+    assert_eq!(status, 503, "{err}");
+    assert_eq!(err["error"]["code"], "queue_full");
+    assert!(err["error"]["message"].as_str().unwrap().contains("busy"));
+    // the first client goes away: its generation stops and the waiting one runs
+    drop(stream);
+    let (status, v) = waiting.join().unwrap();
+    assert_eq!(status, 200, "{v}");
+    assert!(v["choices"][0]["message"]["content"].is_string());
+    let h = wait_health(&server, |h| h["busy"] == false && h["queued"] == 0);
+    assert_eq!(h["cancelled"], 1);
+    assert_eq!(h["served"], 2);
+    assert!(server.log().contains("stop Cancelled"), "{}", server.log());
+    // and the server keeps serving
+    let (status, _) = post(
+        &server.url("/v1/chat/completions"),
+        &chat_body("x", 2, false),
+    );
+    assert_eq!(status, 200);
+}
+
+fn assert_error(status: u16, v: &Value, want: u16, param: Option<&str>, words: &str) {
+    assert_eq!(status, want, "{v}");
+    let e = &v["error"];
+    let msg = e["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no error message: {v}"));
+    assert!(msg.contains(words), "{msg:?} lacks {words:?}");
+    assert!(e["type"].is_string(), "{v}");
+    if let Some(p) = param {
+        assert_eq!(e["param"], p, "{v}");
+    }
+}
+
+fn png_data_url(rel: &str) -> String {
+    let bytes = std::fs::read(common::fixture(rel)).unwrap();
+    format!(
+        "data:image/png;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    )
+}
+
+#[test]
+fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
+    let server = Server::start(
+        &qwen2(),
+        &[
+            "--max-body",
+            "64KiB",
+            "--max-prompt-tokens",
+            "64",
+            "--max-tokens",
+            "100",
+        ],
+    );
+    let chat = server.url("/v1/chat/completions");
+    let cmpl = server.url("/v1/completions");
+    let user = |content: Value| json!({"messages": [{"role": "user", "content": content}]});
+
+    let (s, v) = post(&chat, r#"{"messages": [{"role": "user", "#);
+    assert_error(s, &v, 400, None, "malformed JSON");
+    let (s, v) = post(&chat, r#"{"messages": []} trailing"#);
+    assert_error(s, &v, 400, None, "malformed JSON");
+    let (s, v) = post(&chat, r#"{"model": "m"}"#);
+    assert_error(s, &v, 400, None, "messages");
+    let (s, v) = post(&chat, r#"{"messages": []}"#);
+    assert_error(s, &v, 400, Some("messages"), "must not be empty");
+    let mut wrong = user(json!("hi"));
+    wrong["temperature"] = json!("hot");
+    let (s, v) = post(&chat, &wrong.to_string());
+    assert_error(s, &v, 400, Some("temperature"), "invalid type");
+    let mut wrong = user(json!("hi"));
+    wrong["stream"] = json!("yes");
+    let (s, v) = post(&chat, &wrong.to_string());
+    assert_error(s, &v, 400, Some("stream"), "invalid type");
+    let (s, v) = post(&chat, &user(json!(5)).to_string());
+    assert_error(s, &v, 400, Some("messages[0].content"), "string or a list");
+    let (s, v) = post(
+        &chat,
+        &json!({"messages": [{"role": "wizard", "content": "hi"}]}).to_string(),
+    );
+    assert_error(s, &v, 400, Some("messages[0].role"), "unknown role");
+    let (s, v) = post(&chat, &user(json!([{"type": "input_audio"}])).to_string());
+    assert_error(
+        s,
+        &v,
+        400,
+        Some("messages[0].content[0].type"),
+        "input_audio",
+    );
+
+    // images: undecodable bytes, then a valid image on a model without a projector
+    let junk = format!(
+        "data:image/png;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(b"not an image at all")
+    );
+    let image = |url: &str| {
+        user(json!([
+            {"type": "text", "text": "what is this?"},
+            {"type": "image_url", "image_url": {"url": url}},
+        ]))
+        .to_string()
+    };
+    let (s, v) = post(&chat, &image(&junk));
+    assert_error(
+        s,
+        &v,
+        400,
+        Some("messages[0].content[1].image_url.url"),
+        "cannot decode the image",
+    );
+    let (s, v) = post(&chat, &image("data:image/png;base64,@@@"));
+    assert_error(s, &v, 400, None, "base64");
+    let (s, v) = post(&chat, &image("https://example.invalid/cat.png"));
+    assert_error(s, &v, 400, None, "data URL");
+    let (s, v) = post(&chat, &image(&png_data_url("vl_images/small.png")));
+    assert_error(s, &v, 400, None, "started without --mmproj");
+
+    // limits and features not served
+    let mut many = user(json!("hi"));
+    many["n"] = json!(2);
+    let (s, v) = post(&chat, &many.to_string());
+    assert_error(s, &v, 400, Some("n"), "n=1");
+    let mut big = user(json!("hi"));
+    big["max_tokens"] = json!(101);
+    let (s, v) = post(&chat, &big.to_string());
+    assert_error(s, &v, 400, Some("max_tokens"), "limit of 100");
+    let long = "copyright notice ".repeat(40);
+    let (s, v) = post(&chat, &user(json!(long)).to_string());
+    assert_error(s, &v, 400, Some("messages"), "limit of 64");
+    assert_eq!(v["error"]["code"], "context_length_exceeded");
+    let huge = user(json!("a".repeat(80 * 1024))).to_string();
+    let (s, v) = post(&chat, &huge);
+    assert_error(s, &v, 413, None, "--max-body");
+    let (s, v) = post(&cmpl, r#"{"prompt": 5}"#);
+    assert_error(s, &v, 400, Some("prompt"), "prompt must be");
+    let (s, v) = post(&cmpl, r#"{"prompt": [1, 2, 99999]}"#);
+    assert_error(s, &v, 400, Some("prompt"), "outside the vocabulary");
+    let (s, v) = post(&cmpl, r#"{"prompt": ""}"#);
+    assert_error(s, &v, 400, Some("prompt"), "empty");
+
+    // routes
+    let (s, v) = get(&server.url("/v1/nothing"));
+    assert_error(s, &v, 404, None, "/v1/nothing");
+    let (s, v) = get(&chat);
+    assert_error(s, &v, 405, None, "GET");
+
+    // still serving, and nothing reached the engine
+    let (s, v) = post(
+        &cmpl,
+        r#"{"prompt": [1, 2, 3], "max_tokens": 3, "temperature": 0}"#,
+    );
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["usage"]["prompt_tokens"], 3);
+    let (_, h) = get(&server.url("/health"));
+    assert_eq!(h["served"], 1);
+    assert_eq!(h["failed"], 0);
+}
+
+#[test]
+fn image_request_on_the_vl_fixture() {
+    // Qwen2-VL's text model, served without its projector: the image is
+    // decoded, then refused with the reason.
+    let server = Server::start(&common::fixture("qwen2_vl/qwen2_vl-f32.gguf"), &[]);
+    let body = json!({"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": png_data_url("vl_images/large.png"), "detail": "auto"}},
+        {"type": "text", "text": "Describe the image."},
+    ]}], "max_tokens": 4});
+    let (s, v) = post(&server.url("/v1/chat/completions"), &body.to_string());
+    assert_error(
+        s,
+        &v,
+        400,
+        Some("messages[0].content[0].image_url.url"),
+        "--mmproj",
+    );
+    // text still works on it
+    let (s, v) = post(
+        &server.url("/v1/chat/completions"),
+        &chat_body("Describe the image.", 4, false),
+    );
+    assert_eq!(s, 200, "{v}");
+}
+
+#[test]
+fn smollm2_answers_a_question() {
+    let Some(model) = ats_tests::smollm2() else {
+        return;
+    };
+    let server = Server::start(&model, &["-c", "512"]);
+    let (status, v) = post(
+        &server.url("/v1/completions"),
+        r#"{"prompt": "The capital of France is", "max_tokens": 4, "temperature": 0}"#,
+    );
+    assert_eq!(status, 200, "{v}");
+    let text = v["choices"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with(" Paris"), "{text:?}");
+    let got = answer(&server, "Hello! Who are you?", 16);
+    assert!(!got.trim().is_empty());
+    assert_eq!(streamed_answer(&server, "Hello! Who are you?", 16), got);
+}
+
+/// The server's resident memory, from /proc (Linux).
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+#[test]
+fn load_of_200_requests_8_at_a_time_is_answered_or_cleanly_refused() {
+    // a short queue, so that some of the load is refused with 503s
+    let server = std::sync::Arc::new(Server::start(&qwen2(), &["--queue", "4"]));
+    let prompts = ["permission is hereby granted", "copyright", "the software"];
+    // the expected answers, and a warm server for the memory baseline
+    let expected: Vec<String> = prompts.iter().map(|p| answer(&server, p, 4)).collect();
+    let baseline = rss_kib(server.pid());
+    let handles: Vec<_> = (0..8)
+        .map(|t| {
+            let s = server.clone();
+            let expected = expected.clone();
+            std::thread::spawn(move || {
+                let (mut ok, mut busy) = (0, 0);
+                for i in 0..25 {
+                    let k = (t + i) % 3;
+                    let (status, v) = post(
+                        &s.url("/v1/chat/completions"),
+                        &chat_body(prompts[k], 4, false),
+                    );
+                    match status {
+                        200 => {
+                            assert_eq!(v["choices"][0]["message"]["content"], expected[k]);
+                            ok += 1;
+                        }
+                        503 => {
+                            assert_eq!(v["error"]["code"], "queue_full", "{v}");
+                            busy += 1;
+                        }
+                        _ => panic!("status {status}: {v}"),
+                    }
+                }
+                (ok, busy)
+            })
+        })
+        .collect();
+    let (mut ok, mut busy) = (0, 0);
+    for h in handles {
+        let (o, b) = h.join().unwrap();
+        ok += o;
+        busy += b;
+    }
+    assert_eq!(ok + busy, 200);
+    assert!(ok > 0, "nothing answered");
+    let h = wait_health(&server, |h| h["busy"] == false && h["queued"] == 0);
+    assert_eq!(h["served"], 3 + ok);
+    assert_eq!(h["failed"], 0);
+    // memory comes back near where it was: nothing grows per request
+    if let (Some(before), Some(after)) = (baseline, rss_kib(server.pid())) {
+        eprintln!(
+            "server RSS: {before} KiB warm, {after} KiB after 200 requests ({ok} answered, {busy} refused)"
+        );
+        assert!(
+            after < before + 64 * 1024,
+            "RSS {before} KiB -> {after} KiB"
+        );
+    }
+    // and it still answers
+    assert_eq!(answer(&server, prompts[0], 4), expected[0]);
+}
