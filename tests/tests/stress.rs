@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use ats_core::device::{Device, KvType};
+use ats_core::ledger::Region;
 use ats_core::spec::ModelSpec;
 use ats_core::synth::SynthSpec;
 use ats_cpu::CpuDevice;
@@ -220,8 +221,8 @@ fn rss_bytes() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-/// 16 generations of `max_tokens` 100000 into a 256-token context: 4000+
-/// tokens in all. Each stops with `ContextFull` (ATS stops; it does not shift
+/// 16 sessions decoding into a 256-token context until it is full (3968
+/// tokens in all). Each ends with the context full (ATS stops; it does not shift
 /// the cache), a decode past the end is refused without changing the
 /// session, and neither the GPU ledger nor the process grows after the first.
 #[test]
@@ -234,7 +235,7 @@ fn long_generation_past_the_context_stops_cleanly_without_growth() {
     // the synthetic model has no tokenizer: drive the loop by ids
     let prompt: Vec<u32> = (1..=8).collect();
     let mut total = 0usize;
-    let (mut ledger_after_first, mut rss_after_first) = (0, 0);
+    let (mut fixed_after_first, mut rss_after_first) = ((0, 0), 0);
     for round in 0..16 {
         e.reset();
         e.prefill(&prompt, false).unwrap();
@@ -258,20 +259,27 @@ fn long_generation_past_the_context_stops_cleanly_without_growth() {
             "the refused decode left the session as it was"
         );
         assert_eq!(e.history().len(), n_ctx);
-        let used = gpu.ledger().used();
+        // re-plans move streamed weights between slots, so what is in use
+        // varies with the plan; the KV cache and resident weights do not, and
+        // the total stays within what the plan promised
+        let l = gpu.ledger();
+        let fixed = (l.used_in(Region::Kv), l.used_in(Region::Resident));
+        assert!(l.used() <= e.plan_set().report.peak_bytes.max(1));
         if round == 1 {
-            (ledger_after_first, rss_after_first) = (used, rss_bytes());
+            (fixed_after_first, rss_after_first) = (fixed, rss_bytes());
         } else if round > 1 {
             assert_eq!(
-                used, ledger_after_first,
-                "round {round}: GPU memory in use changed"
+                fixed, fixed_after_first,
+                "round {round}: KV or resident bytes changed"
             );
         }
     }
     let growth = rss_bytes().saturating_sub(rss_after_first);
     eprintln!(
-        "long generation: {total} tokens in 16 sessions of {n_ctx}; GPU ledger {} B in use, RSS growth after the first sessions {growth} B",
-        ledger_after_first
+        "long generation: {total} tokens in 16 sessions of {n_ctx}; GPU KV {} B, resident {} B, peak {} B; RSS growth after the first sessions {growth} B",
+        fixed_after_first.0,
+        fixed_after_first.1,
+        gpu.ledger().peak()
     );
     assert!(total >= 16 * (n_ctx - 8));
     // 14 sessions of 248 tokens; a per-token leak of one logits vector alone
