@@ -159,18 +159,13 @@ pub fn length_fields(b: &[u8]) -> Vec<LengthField> {
     for p in 0..end {
         if p + 8 <= b.len() {
             let v = u64::from_le_bytes(b[p..p + 8].try_into().unwrap());
-            if (1..=256).contains(&v)
+            let string = (1..=256).contains(&v)
                 && p + 8 + v as usize <= b.len()
                 && b[p + 8..p + 8 + v as usize]
                     .iter()
-                    .all(|c| c.is_ascii_graphic() || *c == b' ')
-            {
-                out.push(LengthField {
-                    pos: p,
-                    width: 8,
-                    big_endian: false,
-                });
-            } else if p % 4 == 0 && (2..=1 << 20).contains(&v) && b[p + 4..p + 8] == [0; 4] {
+                    .all(|c| c.is_ascii_graphic() || *c == b' ');
+            let count = p % 4 == 0 && (2..=1 << 20).contains(&v) && b[p + 4..p + 8] == [0; 4];
+            if string || count {
                 out.push(LengthField {
                     pos: p,
                     width: 8,

@@ -68,10 +68,10 @@ fn engine(spec: ModelSpec, n_ctx: usize) -> Engine {
 }
 
 fn gguf_err(bytes: Vec<u8>) -> GgufErrorKind {
-    GgufFile::from_bytes(bytes)
-        .err()
-        .expect("the file must be rejected")
-        .kind
+    let Err(e) = GgufFile::from_bytes(bytes) else {
+        panic!("the file must be rejected")
+    };
+    e.kind
 }
 
 #[test]
@@ -177,10 +177,9 @@ fn nan_weights_stop_generation_with_a_typed_error() {
     let logits = e.prefill(&ids, false).unwrap();
     assert!(logits.iter().all(|l| l.is_nan()));
     e.reset();
-    let err = e
-        .generate(&ids, &GenParams::default(), &mut |_| true)
-        .err()
-        .expect("NaN logits cannot be sampled");
+    let Err(err) = e.generate(&ids, &GenParams::default(), &mut |_| true) else {
+        panic!("NaN logits cannot be sampled")
+    };
     assert!(
         matches!(err, EngineError::NonFiniteLogits { position } if position == ids.len()),
         "{err}"
@@ -286,7 +285,9 @@ fn a_prompt_over_the_context_is_refused_and_the_session_survives() {
 fn token_ids_outside_the_vocabulary_are_refused() {
     let mut e = engine(spec_of(llama_bytes()).unwrap(), 16);
     for bad in [512u32, 9999, u32::MAX] {
-        let err = e.prefill(&[1, bad], false).err().expect("out of range");
+        let Err(err) = e.prefill(&[1, bad], false) else {
+            panic!("{bad} is out of range")
+        };
         assert!(err.to_string().contains(&bad.to_string()), "{err}");
         assert_eq!(e.past(), 0);
     }
@@ -340,7 +341,12 @@ fn a_zero_context_is_an_error() {
         force_kind: None,
         resched: Default::default(),
     };
-    let planner = Planner::new(Arc::new(spec.graph().unwrap()), &[cpu.clone()], cost, pcfg);
+    let planner = Planner::new(
+        Arc::new(spec.graph().unwrap()),
+        std::slice::from_ref(&cpu),
+        cost,
+        pcfg,
+    );
     let cfg = EngineConfig {
         n_ctx: Some(0),
         ..EngineConfig::default()
