@@ -1,6 +1,8 @@
 //! Helpers shared by the workspace integration tests: where the fixtures
 //! are, reading reference arrays, comparing logits.
 
+pub mod fuzz;
+
 use std::path::PathBuf;
 
 use safetensors::SafeTensors;
@@ -141,6 +143,18 @@ pub fn engine_on(
     policy: ats_sched::engine::Policy,
     all_logits: bool,
 ) -> ats_sched::engine::Engine {
+    try_engine_on(spec, devices, n_ctx, kv, policy, all_logits).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`engine_on`] that returns planning and loading failures as their messages.
+pub fn try_engine_on(
+    spec: std::sync::Arc<ats_core::spec::ModelSpec>,
+    devices: Vec<std::sync::Arc<dyn ats_core::device::Device>>,
+    n_ctx: usize,
+    kv: ats_core::device::KvType,
+    policy: ats_sched::engine::Policy,
+    all_logits: bool,
+) -> Result<ats_sched::engine::Engine, String> {
     use ats_sched::engine::{Engine, EngineConfig};
     use ats_sched::planner::{Planner, PlannerConfig};
     use ats_sched::profile::{CostModel, DeviceProfile};
@@ -180,7 +194,7 @@ pub fn engine_on(
         force_kind: None,
         resched: Default::default(),
     };
-    let graph = std::sync::Arc::new(spec.graph().unwrap());
-    let planner = Planner::new(graph, &devices, cost, pcfg).unwrap_or_else(|e| panic!("{e}"));
-    Engine::new(spec, devices, planner, cfg).unwrap_or_else(|e| panic!("{e}"))
+    let graph = std::sync::Arc::new(spec.graph().map_err(|e| e.to_string())?);
+    let planner = Planner::new(graph, &devices, cost, pcfg).map_err(|e| e.to_string())?;
+    Engine::new(spec, devices, planner, cfg).map_err(|e| e.to_string())
 }

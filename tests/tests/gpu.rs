@@ -80,10 +80,10 @@ fn plan(g: &ats_core::graph::Graph, rng: &mut Rng, mode: usize) -> ExecPlan {
         };
     }
     for (i, n) in g.nodes.iter().enumerate() {
-        if let Op::Attention(a) = &n.op {
-            if let Some(c) = a.cache {
-                p.kv_device[c] = p.node_device[i];
-            }
+        if let Op::Attention(a) = &n.op
+            && let Some(c) = a.cache
+        {
+            p.kv_device[c] = p.node_device[i];
         }
     }
     p

@@ -20,4 +20,13 @@ pub enum EngineError {
     /// A bad request (empty prompt, prompt over the context, ...).
     #[error("{0}")]
     Input(String),
+    /// The model computed NaN logits (NaN or infinite weights, or an overflow):
+    /// nothing can be sampled from them, and sampling anyway would emit garbage.
+    #[error(
+        "the model produced NaN logits after {position} tokens (NaN weights in the file, or an overflow)"
+    )]
+    NonFiniteLogits {
+        /// Tokens in the context when the logits were computed.
+        position: usize,
+    },
 }

@@ -99,6 +99,12 @@ impl Engine {
         let (mut decode_rounds, mut decode_ms) = (0usize, 0.0f64);
         let mut stop = StopReason::MaxTokens;
         while tokens.len() < params.max_tokens {
+            // The sampler reads NaN as -inf and would quietly pick token 0.
+            if logits.iter().any(|l| l.is_nan()) {
+                return Err(EngineError::NonFiniteLogits {
+                    position: self.past(),
+                });
+            }
             let id = sampler.sample(&logits, self.history());
             if tokens.is_empty() {
                 ttft_ms = Engine::ms_since(t0);

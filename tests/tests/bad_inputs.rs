@@ -1,0 +1,558 @@
+//! The bad-input matrix of `docs/reliability.md`: each hostile or mistaken
+//! input, and what ATS does with it (a typed error that names the thing, or a
+//! documented clean outcome), one test per row.
+
+use std::io::Cursor;
+use std::sync::Arc;
+
+use ats_core::chat::{ChatError, ChatMessage, ChatTemplate};
+use ats_core::device::{Device, KvType};
+use ats_core::gguf::{GgufErrorKind, GgufFile, GgufWriter, TensorInfo, Value};
+use ats_core::spec::{ModelSpec, SpecError};
+use ats_core::tokenizer::{Tokenizer, TokenizerError};
+use ats_cpu::CpuDevice;
+use ats_sched::engine::{Engine, EngineError, GenParams, Policy, StopReason};
+use ats_sched::size::parse_size;
+use ats_tests::{engine_on, fixtures};
+use ats_vision::preprocess::{
+    DecodeLimits, PreprocessConfig, PreprocessError, decode_image, preprocess_bytes,
+};
+
+fn llama_bytes() -> Vec<u8> {
+    std::fs::read(fixtures().join("llama/llama-f32.gguf")).unwrap()
+}
+
+/// The llama fixture rewritten: `kv` may replace (Some) or drop (None) each
+/// metadata value, `data` may replace each tensor's bytes.
+fn rewrite(
+    kv: impl Fn(&str, &Value) -> Option<Value>,
+    data: impl Fn(&TensorInfo, &[u8]) -> Vec<u8>,
+) -> Vec<u8> {
+    let f = GgufFile::open(fixtures().join("llama/llama-f32.gguf")).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in f.metadata.iter() {
+        if let Some(v) = kv(k, v) {
+            w.kv(k, v);
+        }
+    }
+    let mut bytes = Vec::new();
+    for t in f.tensors() {
+        w.tensor(&t.name, t.ne.clone(), t.dtype().unwrap());
+        bytes.push(data(t, f.tensor_data(t)));
+    }
+    w.to_bytes(&bytes).unwrap()
+}
+
+fn keep(_: &str, v: &Value) -> Option<Value> {
+    Some(v.clone())
+}
+
+fn same(_: &TensorInfo, d: &[u8]) -> Vec<u8> {
+    d.to_vec()
+}
+
+fn spec_of(bytes: Vec<u8>) -> Result<ModelSpec, SpecError> {
+    ModelSpec::from_gguf(Arc::new(GgufFile::from_bytes(bytes)?))
+}
+
+fn engine(spec: ModelSpec, n_ctx: usize) -> Engine {
+    let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
+    engine_on(
+        Arc::new(spec),
+        vec![cpu],
+        n_ctx,
+        KvType::F32,
+        Policy::Ats,
+        false,
+    )
+}
+
+fn gguf_err(bytes: Vec<u8>) -> GgufErrorKind {
+    let Err(e) = GgufFile::from_bytes(bytes) else {
+        panic!("the file must be rejected")
+    };
+    e.kind
+}
+
+#[test]
+fn truncated_gguf_names_what_was_cut() {
+    let good = llama_bytes();
+    for cut in [
+        0,
+        3,
+        4,
+        10,
+        23,
+        24,
+        200,
+        5000,
+        good.len() / 2,
+        good.len() - 1,
+    ] {
+        let kind = gguf_err(good[..cut].to_vec());
+        let msg = kind.to_string();
+        assert!(
+            matches!(
+                kind,
+                GgufErrorKind::Truncated { .. }
+                    | GgufErrorKind::CountTooLarge { .. }
+                    | GgufErrorKind::BadTensor { .. }
+            ),
+            "cut at {cut}: {msg}"
+        );
+    }
+    // from a path, the error names the file
+    let dir = std::env::temp_dir().join(format!("ats-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("cut.gguf");
+    std::fs::write(&p, &good[..good.len() / 3]).unwrap();
+    let e = ModelSpec::open(&p).err().unwrap().to_string();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(e.contains("cut.gguf"), "{e}");
+}
+
+#[test]
+fn wrong_magic_is_not_a_gguf_file() {
+    let mut b = llama_bytes();
+    b[..4].copy_from_slice(b"GGML");
+    let kind = gguf_err(b);
+    assert!(matches!(kind, GgufErrorKind::BadMagic(m) if &m == b"GGML"));
+    assert!(kind.to_string().contains("not a GGUF file"));
+    // a PNG handed over as a model
+    let png = std::fs::read(fixtures().join("vl_images/small.png")).unwrap();
+    assert!(matches!(gguf_err(png), GgufErrorKind::BadMagic(_)));
+}
+
+/// GGUF header bytes with one tensor of the given dimensions and type.
+fn one_tensor(ne: &[u64], ty: u32, data: usize) -> Vec<u8> {
+    let mut v = b"GGUF".to_vec();
+    v.extend_from_slice(&3u32.to_le_bytes());
+    v.extend_from_slice(&1u64.to_le_bytes());
+    v.extend_from_slice(&0u64.to_le_bytes());
+    v.extend_from_slice(&4u64.to_le_bytes());
+    v.extend_from_slice(b"huge");
+    v.extend_from_slice(&(ne.len() as u32).to_le_bytes());
+    for d in ne {
+        v.extend_from_slice(&d.to_le_bytes());
+    }
+    v.extend_from_slice(&ty.to_le_bytes());
+    v.extend_from_slice(&0u64.to_le_bytes());
+    v.resize(v.len().next_multiple_of(32) + data, 0);
+    v
+}
+
+#[test]
+fn a_2_pow_62_element_tensor_is_refused_before_any_allocation() {
+    for (ne, ty) in [
+        (vec![1u64 << 31, 1 << 31], 0u32), // 2^62 f32: 2^64 bytes, overflows
+        (vec![1 << 62], 1),                // f16: 2^63 bytes
+        (vec![1 << 62], 8),                // q8_0 blocks
+        (vec![u64::MAX, 2], 0),            // element count overflows
+        (vec![0, 7], 0),                   // zero-sized dimension
+    ] {
+        let kind = gguf_err(one_tensor(&ne, ty, 64));
+        let msg = kind.to_string();
+        assert!(
+            matches!(kind, GgufErrorKind::BadTensor { ref name, .. } if name == "huge"),
+            "{ne:?} type {ty}: {msg}"
+        );
+    }
+    // an unknown type id names the tensor and the id
+    let msg = gguf_err(one_tensor(&[32], 99, 64)).to_string();
+    assert!(msg.contains("huge") && msg.contains("99"), "{msg}");
+}
+
+#[test]
+fn nan_weights_stop_generation_with_a_typed_error() {
+    let b = rewrite(keep, |t, d| {
+        if t.name == "output_norm.weight" {
+            d.chunks(4).flat_map(|_| f32::NAN.to_le_bytes()).collect()
+        } else {
+            d.to_vec()
+        }
+    });
+    let mut e = engine(spec_of(b).unwrap(), 32);
+    let ids = e.tokenizer().unwrap().encode("Hello", true, false).unwrap();
+    // the forward pass itself reports what it computed
+    let logits = e.prefill(&ids, false).unwrap();
+    assert!(logits.iter().all(|l| l.is_nan()));
+    e.reset();
+    let Err(err) = e.generate(&ids, &GenParams::default(), &mut |_| true) else {
+        panic!("NaN logits cannot be sampled")
+    };
+    assert!(
+        matches!(err, EngineError::NonFiniteLogits { position } if position == ids.len()),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_tokenizer_with_missing_merges_is_a_named_error() {
+    let b = rewrite(
+        |k, v| (k != "tokenizer.ggml.merges").then(|| v.clone()),
+        same,
+    );
+    let f = GgufFile::from_bytes(b.clone()).unwrap();
+    let e = Tokenizer::from_gguf(&f.metadata).err().unwrap();
+    assert!(
+        matches!(e, TokenizerError::MissingKey { key } if key == "tokenizer.ggml.merges"),
+        "{e}"
+    );
+    // the model still loads (it can run from token ids); asking for text fails with the reason
+    let eng = engine(spec_of(b).unwrap(), 16);
+    let msg = eng.tokenizer().err().unwrap().to_string();
+    assert!(msg.contains("tokenizer.ggml.merges"), "{msg}");
+    // merges that name tokens absent from the vocabulary
+    let b = rewrite(
+        |k, v| {
+            Some(if k == "tokenizer.ggml.merges" {
+                Value::strings(["zzq qqz", "h e"])
+            } else {
+                v.clone()
+            })
+        },
+        same,
+    );
+    let f = GgufFile::from_bytes(b).unwrap();
+    let e = Tokenizer::from_gguf(&f.metadata).err().unwrap().to_string();
+    assert!(e.contains("merges"), "{e}");
+}
+
+#[test]
+fn an_unknown_architecture_is_named() {
+    let b = rewrite(
+        |k, v| {
+            Some(if k == "general.architecture" {
+                Value::str("mamba9")
+            } else {
+                v.clone()
+            })
+        },
+        same,
+    );
+    let e = spec_of(b).err().unwrap();
+    assert!(
+        matches!(e, SpecError::UnknownArch(ref a) if a == "mamba9"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("supported: llama"));
+    // a missing hyperparameter names the key
+    let b = rewrite(|k, v| (k != "llama.block_count").then(|| v.clone()), same);
+    let e = spec_of(b).err().unwrap();
+    assert!(e.to_string().contains("llama.block_count"), "{e}");
+}
+
+#[test]
+fn zero_and_absurd_hyperparameters_are_errors() {
+    for (key, value) in [
+        ("llama.attention.head_count", Value::U32(0)),
+        ("llama.attention.head_count_kv", Value::U32(0)),
+        ("llama.attention.head_count", Value::U32(7)),
+        ("llama.embedding_length", Value::U32(0)),
+        ("llama.block_count", Value::U32(1 << 30)),
+        ("llama.rope.freq_base", Value::str("fast")),
+    ] {
+        let b = rewrite(
+            |k, v| Some(if k == key { value.clone() } else { v.clone() }),
+            same,
+        );
+        match spec_of(b) {
+            Err(e) => assert!(!e.to_string().is_empty()),
+            Ok(_) => panic!("{key} = {value:?} must be rejected"),
+        }
+    }
+}
+
+#[test]
+fn a_prompt_over_the_context_is_refused_and_the_session_survives() {
+    let mut e = engine(spec_of(llama_bytes()).unwrap(), 16);
+    let ids: Vec<u32> = (1..=17).collect();
+    let err = e.prefill(&ids, false).err().unwrap();
+    assert!(matches!(err, EngineError::Input(_)), "{err}");
+    assert!(err.to_string().contains("do not fit the context"), "{err}");
+    assert_eq!(e.past(), 0, "a refused prompt leaves nothing behind");
+    let l = e.prefill(&ids[..16], false).unwrap();
+    assert_eq!(l.len(), 512);
+    let err = e.decode(1).err().unwrap();
+    assert!(err.to_string().contains("do not fit the context"), "{err}");
+    assert!(matches!(
+        e.prefill(&[], false).err().unwrap(),
+        EngineError::Input(_)
+    ));
+}
+
+#[test]
+fn token_ids_outside_the_vocabulary_are_refused() {
+    let mut e = engine(spec_of(llama_bytes()).unwrap(), 16);
+    for bad in [512u32, 9999, u32::MAX] {
+        let Err(err) = e.prefill(&[1, bad], false) else {
+            panic!("{bad} is out of range")
+        };
+        assert!(err.to_string().contains(&bad.to_string()), "{err}");
+        assert_eq!(e.past(), 0);
+    }
+    e.prefill(&[1, 2], false).unwrap();
+    assert!(e.decode(u32::MAX).is_err());
+    assert_eq!(e.past(), 2);
+    // decoding arbitrary ids back to text is an error, not a panic
+    let tok = e.tokenizer().unwrap();
+    assert!(tok.decode(&[1, u32::MAX]).is_err());
+}
+
+#[test]
+fn a_huge_max_tokens_stops_at_the_full_context() {
+    let n_ctx = 24;
+    let mut e = engine(spec_of(llama_bytes()).unwrap(), n_ctx);
+    let ids = e.tokenizer().unwrap().encode("Hello", true, false).unwrap();
+    let params = GenParams {
+        max_tokens: usize::MAX,
+        ignore_eos: true,
+        ..GenParams::default()
+    };
+    let g = e.generate(&ids, &params, &mut |_| true).unwrap();
+    assert_eq!(g.stop, StopReason::ContextFull);
+    // every context slot is used; the last sampled token is returned, not decoded
+    assert_eq!(e.past(), n_ctx);
+    assert_eq!(g.tokens.len(), n_ctx - ids.len() + 1);
+}
+
+#[test]
+fn a_zero_context_is_an_error() {
+    use ats_sched::engine::EngineConfig;
+    use ats_sched::planner::{Planner, PlannerConfig};
+    use ats_sched::profile::{CostModel, DeviceProfile};
+    let spec = Arc::new(spec_of(llama_bytes()).unwrap());
+    let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(1).unwrap());
+    let cost = CostModel::new(vec![(
+        DeviceProfile {
+            device: cpu.info().name.clone(),
+            kind: "cpu".into(),
+            ..Default::default()
+        },
+        1,
+    )]);
+    let pcfg = PlannerConfig {
+        policy: Policy::Ats,
+        n_ctx: 1,
+        kv_type: KvType::F32,
+        slots_per_role: 2,
+        all_logits: false,
+        max_tier: None,
+        force_kind: None,
+        resched: Default::default(),
+    };
+    let planner = Planner::new(
+        Arc::new(spec.graph().unwrap()),
+        std::slice::from_ref(&cpu),
+        cost,
+        pcfg,
+    );
+    let cfg = EngineConfig {
+        n_ctx: Some(0),
+        ..EngineConfig::default()
+    };
+    let err = Engine::new(spec, vec![cpu], planner.unwrap(), cfg)
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("context length"), "{err}");
+}
+
+#[test]
+fn hostile_chat_templates_end_within_the_default_limits() {
+    let msgs = [ChatMessage::text("user", "hi")];
+    let render =
+        |src: &str| ChatTemplate::new(src, "<s>", "</s>").and_then(|t| t.render(&msgs, true));
+    // a loop of 10^10 iterations
+    let e =
+        render("{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}");
+    assert!(
+        matches!(
+            e,
+            Err(ChatError::OutOfFuel { .. } | ChatError::OutputTooLarge { .. })
+        ),
+        "{e:?}"
+    );
+    // a string of 10^12 bytes
+    let e = render("{{ 'x' * 1000000000000 }}");
+    assert!(e.is_err(), "{e:?}");
+    // doubling a string 64 times
+    let e = render(
+        "{% set ns = namespace(s='xy') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
+    );
+    assert!(e.is_err(), "{e:?}");
+    // unbounded recursion
+    let e = render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
+    assert!(e.is_err(), "{e:?}");
+    // not a template at all
+    assert!(matches!(render("{% for %}"), Err(ChatError::Syntax(_))));
+    // a template that rejects the conversation says why
+    assert!(matches!(
+        render("{{ raise_exception('roles must alternate') }}"),
+        Err(ChatError::Raised(m)) if m == "roles must alternate"
+    ));
+}
+
+#[test]
+fn a_zero_byte_image_is_empty() {
+    assert!(matches!(decode_image(&[]), Err(PreprocessError::Empty)));
+    let cfg = PreprocessConfig::default();
+    assert!(matches!(
+        preprocess_bytes(&[], &cfg, &DecodeLimits::default()),
+        Err(PreprocessError::Empty)
+    ));
+    assert!(matches!(
+        decode_image(b"not an image at all"),
+        Err(PreprocessError::UnknownFormat { .. })
+    ));
+}
+
+fn crc32(data: &[u8]) -> u32 {
+    let mut c = 0xffff_ffffu32;
+    for &b in data {
+        c ^= u32::from(b);
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                0xedb8_8320 ^ (c >> 1)
+            } else {
+                c >> 1
+            };
+        }
+    }
+    !c
+}
+
+/// A valid 1x1 PNG whose header then claims `w` x `h`: what a decompression
+/// bomb looks like to a decoder that trusts its header.
+fn png_claiming(w: u32, h: u32) -> Vec<u8> {
+    let img = image::RgbImage::from_pixel(1, 1, image::Rgb([9, 9, 9]));
+    let mut out = Cursor::new(Vec::new());
+    img.write_to(&mut out, image::ImageFormat::Png).unwrap();
+    let mut b = out.into_inner();
+    // IHDR data starts at 16: width, height (BE); its CRC covers type + data
+    b[16..20].copy_from_slice(&w.to_be_bytes());
+    b[20..24].copy_from_slice(&h.to_be_bytes());
+    let crc = crc32(&b[12..29]);
+    b[29..33].copy_from_slice(&crc.to_be_bytes());
+    b
+}
+
+#[test]
+fn a_decompression_bomb_png_is_refused_from_its_header() {
+    let cfg = PreprocessConfig::default();
+    let limits = DecodeLimits::default();
+    // 60000 x 60000 = 3.6 Gpx: over max_pixels
+    let e = preprocess_bytes(&png_claiming(60_000, 60_000), &cfg, &limits).err();
+    assert!(
+        matches!(e, Some(PreprocessError::TooLarge { width: 60_000, .. })),
+        "{e:?}"
+    );
+    // 20000 x 20000 RGB = 1.2 GB in memory: a full decode is refused before any pixel...
+    let bomb = png_claiming(20_000, 20_000);
+    let e = decode_image(&bomb).err();
+    assert!(matches!(e, Some(PreprocessError::TooLarge { .. })), "{e:?}");
+    // ...and the streaming path (bounded memory) fails on the missing rows
+    let e = preprocess_bytes(&bomb, &cfg, &limits).err();
+    assert!(
+        matches!(
+            e,
+            Some(PreprocessError::Truncated { .. } | PreprocessError::Corrupt { .. })
+        ),
+        "{e:?}"
+    );
+    // tighter limits refuse it outright
+    let tight = DecodeLimits {
+        max_pixels: 4 << 20,
+        ..limits
+    };
+    assert!(matches!(
+        preprocess_bytes(&bomb, &cfg, &tight),
+        Err(PreprocessError::TooLarge { .. })
+    ));
+}
+
+#[test]
+fn truncated_and_degenerate_images_are_errors() {
+    let png = std::fs::read(fixtures().join("vl_images/small.png")).unwrap();
+    let cfg = PreprocessConfig::default();
+    let limits = DecodeLimits::default();
+    for cut in [8, 20, 40, png.len() / 2, png.len() - 13] {
+        assert!(
+            preprocess_bytes(&png[..cut], &cfg, &limits).is_err(),
+            "cut at {cut}"
+        );
+    }
+    assert!(matches!(
+        preprocess_bytes(&png_claiming(0, 5), &cfg, &limits),
+        Err(PreprocessError::ZeroSized { .. } | PreprocessError::Corrupt { .. })
+    ));
+    // a 1 x 400 strip: beyond the aspect ratio the resizer accepts
+    let strip = image::RgbImage::from_pixel(1, 400, image::Rgb([1, 2, 3]));
+    let mut out = Cursor::new(Vec::new());
+    strip.write_to(&mut out, image::ImageFormat::Png).unwrap();
+    let e = preprocess_bytes(&out.into_inner(), &cfg, &limits).err();
+    assert!(e.is_some_and(|e| e.to_string().contains("aspect")));
+}
+
+#[test]
+fn sizes_users_get_wrong_are_errors() {
+    assert_eq!(parse_size("1K"), Ok(1000));
+    for bad in [
+        "", "0", "0.1", "-1G", "1e30T", "2X", "NaN", "G", "1..5G", "٣G", "1 G B",
+    ] {
+        assert!(parse_size(bad).is_err(), "{bad:?}");
+    }
+    assert_eq!(parse_size("  2 GiB "), Ok(2 << 30));
+}
+
+/// `--vram 1K`: parses, then planning says the budget is too small and names
+/// the least that works (tests/tests/budget.rs checks that the minimum runs).
+#[test]
+fn vram_1k_names_the_minimum() {
+    use ats_sched::planner::{PlanError, Planner, PlannerConfig};
+    use ats_sched::profile::{CostModel, DeviceProfile};
+    use ats_sched::sim::{SimGpu, SimGpuConfig};
+    let budget = parse_size("1K").unwrap();
+    let spec = spec_of(llama_bytes()).unwrap();
+    let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(1).unwrap());
+    let gpu: Arc<dyn Device> = Arc::new(SimGpu::new(
+        cpu.clone(),
+        SimGpuConfig {
+            memory: budget,
+            ..SimGpuConfig::default()
+        },
+    ));
+    let devs = vec![cpu, gpu];
+    let cost = CostModel::new(
+        devs.iter()
+            .zip(["cpu", "gpu"])
+            .map(|(d, kind)| {
+                (
+                    DeviceProfile {
+                        device: d.info().name.clone(),
+                        kind: kind.into(),
+                        ..Default::default()
+                    },
+                    1,
+                )
+            })
+            .collect(),
+    );
+    let pcfg = PlannerConfig {
+        policy: Policy::Ats,
+        n_ctx: 64,
+        kv_type: KvType::F16,
+        slots_per_role: 2,
+        all_logits: false,
+        max_tier: None,
+        force_kind: None,
+        resched: Default::default(),
+    };
+    let e = Planner::new(Arc::new(spec.graph().unwrap()), &devs, cost, pcfg)
+        .err()
+        .unwrap();
+    assert!(
+        matches!(e, PlanError::BudgetTooSmall { budget: 1000, minimum, .. } if minimum > 1000),
+        "{e}"
+    );
+    assert!(e.to_string().contains("give at least --vram"));
+}
