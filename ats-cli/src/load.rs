@@ -111,6 +111,21 @@ pub fn load(args: &ModelArgs, all_logits: bool, quiet: bool) -> Result<Loaded> {
             .with_context(|| format!("cannot load {}", args.model.display()))?,
     );
     let devices = devices(args, quiet)?;
+    let mut loaded = load_on(args, spec, devices, all_logits, quiet)?;
+    loaded.load_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    Ok(loaded)
+}
+
+/// Plans an opened model and loads it onto `devices` (already made: the
+/// VLM path encodes its images on them first).
+pub fn load_on(
+    args: &ModelArgs,
+    spec: Arc<ModelSpec>,
+    devices: Vec<Arc<dyn Device>>,
+    all_logits: bool,
+    quiet: bool,
+) -> Result<Loaded> {
+    let t0 = Instant::now();
     let cost = cost_model(args, &devices)?;
     let n_ctx = args.ctx.unwrap_or(spec.hp.n_ctx_train.min(4096));
     if n_ctx == 0 {

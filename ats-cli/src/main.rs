@@ -17,6 +17,7 @@ struct Cli {
 
 const EXAMPLES: &str = "Examples:
   ats-cli run -m SmolLM2-135M-Instruct.Q4_1.gguf -p \"The capital of France is\" -n 32 --temp 0
+  ats-cli vlm -m Qwen2.5-VL-3B.gguf --mmproj mmproj.gguf --image scene.png --vram 2G
   ats-cli bench -m model.gguf -p 512 -n 128 -t 2
   ats-cli plan -m model.gguf --vram 2G --sim-gpu
   ats-cli inspect model.gguf --tensors";
@@ -25,6 +26,8 @@ const EXAMPLES: &str = "Examples:
 enum Cmd {
     /// Generate text from a prompt.
     Run(cmd::run::RunArgs),
+    /// Describe images with a vision-language model.
+    Vlm(cmd::vlm::VlmArgs),
     /// Write the logits of every position.
     Eval(cmd::eval::EvalArgs),
     /// Perplexity over a text file (llama.cpp's method).
@@ -45,6 +48,7 @@ fn main() {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Run(a) => cmd::run::run(a),
+        Cmd::Vlm(a) => cmd::vlm::run(a),
         Cmd::Eval(a) => cmd::eval::run(a),
         Cmd::Perplexity(a) => cmd::perplexity::run(a),
         Cmd::Bench(a) => cmd::bench::run(a),

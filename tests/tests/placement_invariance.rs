@@ -110,6 +110,7 @@ fn random_placements_give_the_cpu_logits() {
             kv_capacity: 64,
             kv_type: KvType::F32,
             slots_per_role: 2,
+            region: None,
         };
         let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
         let mut base = Executor::new(
