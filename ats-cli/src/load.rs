@@ -27,11 +27,21 @@ pub fn threads(flag: Option<usize>) -> Result<usize> {
     }
 }
 
+/// The devices of a run: the host CPU and, when asked for and available, a
+/// GPU (device 1), with the simulated GPU's settings when it is simulated.
+pub struct Devices {
+    /// Device 0 is the host CPU.
+    pub list: Vec<Arc<dyn Device>>,
+    /// Settings of the simulated GPU, if device 1 is one.
+    pub sim: Option<SimGpuConfig>,
+}
+
 /// The host CPU and, when asked for and available, a GPU (device 1).
-pub fn devices(args: &ModelArgs, quiet: bool) -> Result<Vec<Arc<dyn Device>>> {
+pub fn devices(args: &ModelArgs, quiet: bool) -> Result<Devices> {
     let t = threads(args.threads)?;
     let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(t)?);
     let mut devs = vec![cpu];
+    let mut sim = None;
     if let Some(spec) = &args.sim_gpu {
         let mut cfg = SimGpuConfig::parse(spec).map_err(anyhow::Error::msg)?;
         if let Some(v) = args.vram {
@@ -50,20 +60,31 @@ pub fn devices(args: &ModelArgs, quiet: bool) -> Result<Vec<Arc<dyn Device>>> {
                 cfg.speed
             );
         }
-        devs.push(Arc::new(SimGpu::new(inner, cfg)));
+        devs.push(Arc::new(SimGpu::new(inner, cfg.clone())));
+        sim = Some(cfg);
     } else if args.vram.is_some() {
         match ats_cuda::open_device(args.vram) {
             Ok(gpu) => devs.push(gpu),
             Err(e) => eprintln!("ats: no usable GPU ({e}): running on the CPU"),
         }
     }
-    Ok(devs)
+    Ok(Devices { list: devs, sim })
 }
 
-/// The machine's profile (or `--profile FILE`), turned into a cost model for `devices`.
-pub fn cost_model(args: &ModelArgs, devices: &[Arc<dyn Device>]) -> Result<CostModel> {
-    let names: Vec<String> = devices.iter().map(|d| d.info().name.clone()).collect();
-    let fp = hardware_fingerprint(&names);
+/// The names of the real devices, which key the machine's profile.
+pub fn real_device_names(devices: &[Arc<dyn Device>]) -> Vec<String> {
+    devices
+        .iter()
+        .filter(|d| d.info().kind != ats_core::device::DeviceKind::SimulatedGpu)
+        .map(|d| d.info().name.clone())
+        .collect()
+}
+
+/// The machine's profile (or `--profile FILE`), turned into a cost model for
+/// the devices; a simulated GPU's profile is derived from the CPU's.
+pub fn cost_model(args: &ModelArgs, devs: &Devices) -> Result<CostModel> {
+    let devices = &devs.list;
+    let fp = hardware_fingerprint(&real_device_names(devices));
     let profile: Option<Profile> = match &args.profile {
         Some(p) => Some(
             load_profile(p, None)
@@ -75,20 +96,31 @@ pub fn cost_model(args: &ModelArgs, devices: &[Arc<dyn Device>]) -> Result<CostM
             None => None,
         },
     };
+    let empty = |d: &Arc<dyn Device>| DeviceProfile {
+        device: d.info().name.clone(),
+        kind: match d.info().kind {
+            ats_core::device::DeviceKind::Cpu => "cpu".into(),
+            ats_core::device::DeviceKind::Gpu => "gpu".into(),
+            ats_core::device::DeviceKind::SimulatedGpu => "simulated_gpu".into(),
+        },
+        ..Default::default()
+    };
+    let cpu_profile = profile
+        .as_ref()
+        .and_then(|p| p.device(&devices[0].info().name).cloned())
+        .unwrap_or_else(|| empty(&devices[0]));
     let per_device = devices
         .iter()
         .map(|d| {
-            let dp = profile
-                .as_ref()
-                .and_then(|p| p.device(&d.info().name).cloned())
-                .unwrap_or_else(|| DeviceProfile {
-                    device: d.info().name.clone(),
-                    kind: match d.info().kind {
-                        ats_core::device::DeviceKind::Cpu => "cpu".into(),
-                        _ => "gpu".into(),
-                    },
-                    ..Default::default()
-                });
+            let dp = match (&devs.sim, d.info().kind) {
+                (Some(cfg), ats_core::device::DeviceKind::SimulatedGpu) => {
+                    cfg.derive_profile(&d.info().name, &cpu_profile)
+                }
+                _ => profile
+                    .as_ref()
+                    .and_then(|p| p.device(&d.info().name).cloned())
+                    .unwrap_or_else(|| empty(d)),
+            };
             (dp, d.info().parallelism.unwrap_or(1))
         })
         .collect();
@@ -110,23 +142,24 @@ pub fn load(args: &ModelArgs, all_logits: bool, quiet: bool) -> Result<Loaded> {
         ModelSpec::open(&args.model)
             .with_context(|| format!("cannot load {}", args.model.display()))?,
     );
-    let devices = devices(args, quiet)?;
-    let mut loaded = load_on(args, spec, devices, all_logits, quiet)?;
+    let devs = devices(args, quiet)?;
+    let mut loaded = load_on(args, spec, devs, all_logits, quiet)?;
     loaded.load_ms = t0.elapsed().as_secs_f64() * 1000.0;
     Ok(loaded)
 }
 
-/// Plans an opened model and loads it onto `devices` (already made: the
+/// Plans an opened model and loads it onto `devs` (already made: the
 /// VLM path encodes its images on them first).
 pub fn load_on(
     args: &ModelArgs,
     spec: Arc<ModelSpec>,
-    devices: Vec<Arc<dyn Device>>,
+    devs: Devices,
     all_logits: bool,
     quiet: bool,
 ) -> Result<Loaded> {
     let t0 = Instant::now();
-    let cost = cost_model(args, &devices)?;
+    let cost = cost_model(args, &devs)?;
+    let devices = devs.list;
     let n_ctx = args.ctx.unwrap_or(spec.hp.n_ctx_train.min(4096));
     if n_ctx == 0 {
         bail!("--ctx-size must be at least 1");
@@ -149,6 +182,7 @@ pub fn load_on(
         slots_per_role: cfg.slots_per_role,
         all_logits,
         max_tier: args.batch,
+        force_kind: None,
         resched: cfg.resched.clone(),
     };
     let planner = Planner::new(graph, &devices, cost, pcfg)?;

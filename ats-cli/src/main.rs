@@ -42,6 +42,8 @@ enum Cmd {
     Inspect(cmd::inspect::InspectArgs),
     /// Write a random-weight model of a real architecture's shapes.
     Synth(cmd::synth::SynthArgs),
+    /// List the GPUs: memory, compute capability, PCIe link, measured bandwidth.
+    Devices(cmd::devices::DevicesArgs),
 }
 
 fn main() {
@@ -56,6 +58,7 @@ fn main() {
         Cmd::Profile(a) => cmd::profile::run(a),
         Cmd::Inspect(a) => cmd::inspect::run(a),
         Cmd::Synth(a) => cmd::synth::run(a),
+        Cmd::Devices(a) => cmd::devices::run(a),
     };
     if let Err(e) = r {
         eprintln!("error: {e:#}");

@@ -345,6 +345,24 @@ pub trait Device: Send + Sync {
         Err(self.unsupported("asynchronous copies"))
     }
 
+    /// On the transfer stream, copies from a stacked expert tensor in host
+    /// memory (`src`, `per_expert` bytes per expert) into `dst` at the same
+    /// offsets only the experts that `routing` selects. `routing` is on this
+    /// device: `rows` rows of `top_k` expert ids (as f32) then `top_k`
+    /// weights, read on the device after earlier work (order it with an
+    /// event): the host never waits for the ids.
+    fn copy_routed_async(
+        &self,
+        _dst: &Buffer,
+        _src: &HostBytes,
+        _per_expert: usize,
+        _routing: &Buffer,
+        _rows: usize,
+        _top_k: usize,
+    ) -> Result<(), DeviceError> {
+        Err(self.unsupported("routed expert copies"))
+    }
+
     /// Records an event after the work submitted so far to `stream`.
     fn record_event(&self, _stream: Stream) -> Result<Event, DeviceError> {
         Err(self.unsupported("events"))

@@ -177,6 +177,7 @@ pub fn engine_on(
         slots_per_role: 2,
         all_logits,
         max_tier: None,
+        force_kind: None,
         resched: Default::default(),
     };
     let graph = std::sync::Arc::new(spec.graph().unwrap());

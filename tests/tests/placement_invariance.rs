@@ -224,3 +224,86 @@ fn every_policy_gives_the_cpu_logits_under_budgets() {
         }
     }
 }
+
+#[test]
+fn decode_streams_only_the_routed_experts() {
+    let spec = ModelSpec::open(fixtures().join("qwen3_moe/qwen3_moe-f32.gguf")).unwrap();
+    let graph = Arc::new(spec.graph().unwrap());
+    let host: Arc<dyn HostMemory> = spec.gguf.backing().clone();
+    let cfg = ExecConfig {
+        kv_capacity: 64,
+        kv_type: KvType::F32,
+        slots_per_role: 2,
+        region: None,
+    };
+    let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
+    let ids = Reference::open("qwen3_moe/reference.safetensors").ids("full_ids");
+    for router_on_gpu in [false, true] {
+        let inner: Arc<dyn Device> = Arc::new(CpuDevice::new(1).unwrap());
+        let sim = Arc::new(SimGpu::new(
+            inner,
+            SimGpuConfig {
+                launch_us: 0.0,
+                sync_us: 0.0,
+                ..SimGpuConfig::default()
+            },
+        ));
+        let gpu: Arc<dyn Device> = sim.clone();
+        // everything on the GPU, every weight streamed; optionally the routers on the CPU
+        let mut plan = ExecPlan::all_cpu(&graph);
+        plan.node_device = graph
+            .nodes
+            .iter()
+            .map(|n| usize::from(router_on_gpu || !matches!(n.op, Op::MoeRouter { .. })))
+            .collect();
+        plan.kv_device = vec![1; graph.kv_caches.len()];
+        let mut ex = Executor::new(
+            graph.clone(),
+            host.clone(),
+            vec![cpu.clone(), gpu],
+            cfg.clone(),
+            plan,
+        )
+        .unwrap();
+        let mut base = Executor::new(
+            graph.clone(),
+            host.clone(),
+            vec![cpu.clone()],
+            cfg.clone(),
+            ExecPlan::all_cpu(&graph),
+        )
+        .unwrap();
+        let prompt = Round::text(ids[..8].to_vec(), 0, false);
+        ex.run(&Arc::new(prompt.clone())).unwrap();
+        base.run(&Arc::new(prompt)).unwrap();
+        sim.reset_stats();
+        let step = Arc::new(Round::text(vec![ids[8]], 8, false));
+        let got = ex.run(&step).unwrap();
+        let want = base.run(&step).unwrap();
+        assert_eq!(got, want, "router on gpu: {router_on_gpu}");
+        // per layer: 2 of 8 experts of each stacked tensor, the rest whole
+        let expert_bytes: u64 = graph
+            .weights
+            .iter()
+            .filter(|w| w.n_mats() > 1)
+            .map(|w| w.bytes)
+            .sum();
+        // every other weight whole (the embedding lookup runs on the GPU here too),
+        // the routers' only when they run on the GPU
+        let other_bytes: u64 = graph
+            .weights
+            .iter()
+            .filter(|w| w.n_mats() == 1 && (router_on_gpu || !w.name.contains("ffn_gate_inp")))
+            .map(|w| w.bytes)
+            .sum();
+        // weight copies only (activations are not in the copy log)
+        let log = sim.drain_timings().copies;
+        let copied: u64 = log.iter().map(|c| c.0).sum();
+        let routed = copied - other_bytes;
+        assert_eq!(
+            routed,
+            expert_bytes * 2 / 8,
+            "router on gpu: {router_on_gpu}: {copied} bytes copied"
+        );
+    }
+}

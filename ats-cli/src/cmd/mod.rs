@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod devices;
 pub mod eval;
 pub mod inspect;
 pub mod perplexity;

@@ -36,16 +36,17 @@ pub fn run(a: PlanArgs) -> Result<()> {
             .with_context(|| format!("cannot load {}", a.model.model.display()))?,
     );
     let mut margs = a.model.clone();
-    let mut devices = load::devices(&margs, a.json)?;
-    if devices.len() == 1 && margs.vram.is_some() {
+    let mut devs = load::devices(&margs, a.json)?;
+    if devs.list.len() == 1 && margs.vram.is_some() {
         // planning needs a GPU to plan for: say so and use a simulated one
         eprintln!(
             "ats: no GPU here: planning for a simulated GPU with the given budget (--sim-gpu SPEC sets its speed)"
         );
         margs.sim_gpu = Some(String::new());
-        devices = load::devices(&margs, true)?;
+        devs = load::devices(&margs, true)?;
     }
-    let cost = load::cost_model(&margs, &devices)?;
+    let cost = load::cost_model(&margs, &devs)?;
+    let devices = devs.list;
     let n_ctx = margs.ctx.unwrap_or(spec.hp.n_ctx_train.min(4096));
     let cfg = PlannerConfig {
         policy: margs.policy,
@@ -54,6 +55,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
         slots_per_role: 2,
         all_logits: false,
         max_tier: margs.batch,
+        force_kind: None,
         resched: Default::default(),
     };
     let planner = Planner::new(Arc::new(spec.graph()?), &devices, cost, cfg)?;

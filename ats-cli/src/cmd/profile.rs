@@ -43,7 +43,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         profile: None,
         batch: None,
     };
-    let devices = load::devices(&margs, false)?;
+    let devices = load::devices(&margs, false)?.list;
     let threads = load::threads(a.threads)?;
     let opts = BenchOptions::new(a.quick, threads);
     let make_cpu = |t: usize| -> Result<Arc<dyn Device>, String> {
@@ -64,7 +64,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
     if tty {
         eprintln!();
     }
-    let names: Vec<String> = devices.iter().map(|d| d.info().name.clone()).collect();
+    let names = load::real_device_names(&devices);
     let path = match a.out {
         Some(p) => p,
         None => default_profile_path(&hardware_fingerprint(&names))

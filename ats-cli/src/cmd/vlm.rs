@@ -80,8 +80,6 @@ pub struct VlmArgs {
 
 /// The vision phase and the language engine, in that order of life.
 pub struct Prepared {
-    /// The model pair.
-    pub vlm: Vlm,
     /// What encoding did.
     pub vision: VisionPhase,
     /// Milliseconds to read and preprocess the images.
@@ -118,7 +116,7 @@ pub fn prepare(
         .collect::<Result<_, _>>()?;
     let preprocess_ms = t0.elapsed().as_secs_f64() * 1000.0;
     let devices = load::devices(model, quiet)?;
-    let vision = vlm.encode_images(&devices, EncoderConfig::default(), &pixels)?;
+    let vision = vlm.encode_images(&devices.list, EncoderConfig::default(), &pixels)?;
     if !quiet {
         for (path, img) in image.images.iter().zip(&vision.images) {
             if let Some(n) = &img.stats.note {
@@ -149,7 +147,6 @@ pub fn prepare(
         );
     }
     Ok(Prepared {
-        vlm,
         vision,
         preprocess_ms,
         engine: loaded.engine,

@@ -197,23 +197,50 @@ impl Engine {
         let (plan, _) = self.planner.choose(round.n_rows);
         let n = round.n_rows;
         let tokens = round.tokens.clone();
+        let shape = round.shape();
         let out = self.executor.run_with(&Arc::new(round), plan)?;
-        self.after_round(n);
+        self.after_round(shape);
         self.past += n;
         self.next_pos += advance_pos;
         self.history.extend(tokens);
         Ok(out)
     }
 
-    fn after_round(&mut self, n_tokens: usize) {
+    fn after_round(&mut self, shape: ats_core::graph::cost::RoundShape) {
         let stats = self.executor.last_stats().clone();
-        self.planner.observe(&self.executor, &stats, n_tokens);
+        self.planner.observe(&self.executor, &stats, shape);
         if let Some(new_set) = self.planner.maybe_replan() {
             // a re-plan keeps weight homes and KV devices: only node devices and streams change
             if self.executor.set_plans(new_set.plans.clone()).is_err() {
                 self.planner.revert();
             }
         }
+    }
+
+    /// Re-plans now with the live costs (as the load-aware re-scheduler would)
+    /// and switches the executor to the new plans; the KV cache is kept.
+    /// Returns whether a re-plan happened (none without a GPU).
+    pub fn force_replan(&mut self) -> Result<bool, EngineError> {
+        let Some(set) = self.planner.replan_now() else {
+            return Ok(false);
+        };
+        let plans = set.plans.clone();
+        if let Err(e) = self.executor.set_plans(plans) {
+            self.planner.revert();
+            return Err(e.into());
+        }
+        Ok(true)
+    }
+
+    /// Runs with the given plans (same layout) until the next re-plan: for
+    /// experiments that measure plans the planner did not choose.
+    pub fn set_plans_for_experiment(
+        &mut self,
+        set: crate::planner::PlanSet,
+    ) -> Result<(), EngineError> {
+        self.executor.set_plans(set.plans.clone())?;
+        self.planner.install(set);
+        Ok(())
     }
 
     /// Processes `tokens` in chunks (the tier choice) and returns the logits
@@ -283,8 +310,9 @@ impl Engine {
                     n as i64
                 }
             };
+            let shape = round.shape();
             let logits = self.executor.run_with(&Arc::new(round), plan)?;
-            self.after_round(n);
+            self.after_round(shape);
             self.past += n;
             self.next_pos += advance;
             self.history.extend_from_slice(&tokens[start..end]);

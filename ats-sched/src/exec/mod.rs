@@ -91,6 +91,9 @@ struct StreamPlan {
     queue: Vec<Vec<Vec<usize>>>,
     /// Per device, per weight: the last node on that device reading it.
     last_reader: HashMap<(usize, usize), usize>,
+    /// Streamed expert weights `(device, weight)`, copied only once their
+    /// layer's routing is known: `router node -> [(device, weight, top_k)]`.
+    after_router: HashMap<usize, Vec<(usize, usize, usize)>>,
 }
 
 /// Runs rounds of one graph on a set of devices under a plan.
@@ -396,10 +399,26 @@ impl Executor {
                     slot_of.insert((d, w), s);
                 }
             }
+            let producers = g.producers();
+            let mut after_router: HashMap<usize, Vec<(usize, usize, usize)>> = HashMap::new();
+            for (ni, n) in g.nodes.iter().enumerate() {
+                if let Op::MoeExperts { top_k, .. } = n.op {
+                    let d = plan.node_device[ni];
+                    let Some(router) = n.inputs.get(1).and_then(|&v| producers[v]) else {
+                        continue;
+                    };
+                    for &w in &n.weights {
+                        if slot_of.contains_key(&(d, w)) {
+                            after_router.entry(router).or_default().push((d, w, top_k));
+                        }
+                    }
+                }
+            }
             all.push(StreamPlan {
                 slot_of,
                 queue,
                 last_reader,
+                after_router,
             });
         }
         for (d, sz) in sizes.iter().enumerate() {
@@ -441,28 +460,21 @@ impl Executor {
     fn ensure_activations(&mut self, s: &Schedule) -> Result<(), ExecError> {
         for (d, sizes) in s.slot_bytes.iter().enumerate() {
             let bufs = &mut self.act[d];
+            let fits = sizes.len() <= bufs.len()
+                && sizes.iter().zip(bufs.iter()).all(|(&n, b)| b.len() >= n);
+            if fits {
+                continue;
+            }
+            // release everything, then take exactly what this schedule needs:
+            // the device's compute peak is then the largest schedule's, never
+            // a mix of several schedules' largest slots
+            bufs.clear();
             for (i, &need) in sizes.iter().enumerate() {
-                if i < bufs.len() && bufs[i].len() >= need {
-                    continue;
-                }
-                // grow: release the old slot before reserving the larger one
-                if i < bufs.len() {
-                    let dev = &self.devices[d];
-                    let placeholder =
-                        dev.alloc(self.cfg.region_for(Region::Compute), 0, "placeholder")?;
-                    bufs[i] = placeholder;
-                    bufs[i] = dev.alloc(
-                        self.cfg.region_for(Region::Compute),
-                        need,
-                        &format!("activation slot {i}"),
-                    )?;
-                } else {
-                    bufs.push(self.devices[d].alloc(
-                        self.cfg.region_for(Region::Compute),
-                        need,
-                        &format!("activation slot {i}"),
-                    )?);
-                }
+                bufs.push(self.devices[d].alloc(
+                    self.cfg.region_for(Region::Compute),
+                    need,
+                    &format!("activation slot {i}"),
+                )?);
             }
         }
         Ok(())
@@ -525,6 +537,8 @@ impl Executor {
 
         // weight streaming state for this round
         let mut ready: HashMap<(usize, usize), Option<Event>> = HashMap::new();
+        // expert weights whose slot is free but whose routing is not known yet
+        let mut deferred: HashMap<(usize, usize), (usize, Option<Event>)> = HashMap::new();
         let streams = self.streams[p].clone();
         let mut next_in_slot: Vec<Vec<VecDeque<usize>>> = streams
             .queue
@@ -533,7 +547,16 @@ impl Executor {
             .collect();
         for d in 0..self.devices.len() {
             for slot in 0..next_in_slot[d].len() {
-                self.issue_copy(d, slot, &mut next_in_slot, &mut ready, None, &mut stats)?;
+                self.issue_copy(
+                    d,
+                    slot,
+                    &streams,
+                    &mut next_in_slot,
+                    &mut ready,
+                    &mut deferred,
+                    None,
+                    &mut stats,
+                )?;
             }
         }
 
@@ -616,11 +639,36 @@ impl Executor {
                             self.issue_copy(
                                 d,
                                 slot,
+                                &streams,
                                 &mut next_in_slot,
                                 &mut ready,
+                                &mut deferred,
                                 freed,
                                 &mut stats,
                             )?;
+                        }
+                    }
+                    // routing known: copy the experts it selects
+                    if let Some(list) = streams.after_router.get(node) {
+                        for &(gd, w, top_k) in list {
+                            let (slot, freed) = deferred.remove(&(gd, w)).ok_or_else(|| {
+                                ExecError::Plan(format!(
+                                    "expert weight {} has no free slot when its routing is ready",
+                                    g.weights[w].name
+                                ))
+                            })?;
+                            let ev = self.copy_routed(
+                                d,
+                                gd,
+                                slot,
+                                w,
+                                &out_buf,
+                                round.n_rows,
+                                top_k,
+                                freed,
+                                &mut stats,
+                            )?;
+                            ready.insert((gd, w), ev);
                         }
                     }
                 }
@@ -642,18 +690,30 @@ impl Executor {
 
     /// Starts the copy of the next weight queued for `slot` on device `d`,
     /// after `freed` (the event of the kernel that last read the slot).
+    #[allow(clippy::too_many_arguments)]
     fn issue_copy(
         &self,
         d: usize,
         slot: usize,
+        streams: &StreamPlan,
         queue: &mut [Vec<VecDeque<usize>>],
         ready: &mut HashMap<(usize, usize), Option<Event>>,
+        deferred: &mut HashMap<(usize, usize), (usize, Option<Event>)>,
         freed: Option<Event>,
         stats: &mut RoundStats,
     ) -> Result<(), ExecError> {
         let Some(w) = queue[d][slot].pop_front() else {
             return Ok(());
         };
+        if streams
+            .after_router
+            .values()
+            .flatten()
+            .any(|&(gd, gw, _)| gd == d && gw == w)
+        {
+            deferred.insert((d, w), (slot, freed));
+            return Ok(());
+        }
         let dev = &self.devices[d];
         let info = &self.graph.weights[w];
         let dst = &self.temp[d][slot];
@@ -677,6 +737,96 @@ impl Executor {
             ready.insert((d, w), None);
         }
         Ok(())
+    }
+
+    /// Copies the experts a router selected into the weight's slot on device
+    /// `gd`: from the host's copy of the routing when the router ran on the
+    /// CPU, with a device-side routed copy when it ran on `gd` itself (no
+    /// host readback), else the whole tensor. Returns the copy's event.
+    #[allow(clippy::too_many_arguments)]
+    fn copy_routed(
+        &self,
+        router_dev: usize,
+        gd: usize,
+        slot: usize,
+        w: usize,
+        routing: &Buffer,
+        rows: usize,
+        top_k: usize,
+        freed: Option<Event>,
+        stats: &mut RoundStats,
+    ) -> Result<Option<Event>, ExecError> {
+        let dev = &self.devices[gd];
+        let info = &self.graph.weights[w];
+        let dst = &self.temp[gd][slot];
+        let n_expert = info.n_mats().max(1);
+        let per = info.bytes as usize / n_expert;
+        let full = HostBytes {
+            owner: self.host.clone(),
+            offset: info.file_offset as usize,
+            len: info.bytes as usize,
+        };
+        let t = Instant::now();
+        if router_dev == 0 {
+            let mut raw = vec![0u8; rows * 2 * top_k * 4];
+            self.devices[0].read(routing, 0, &mut raw)?;
+            let mut hit = vec![false; n_expert];
+            for r in 0..rows {
+                for k in 0..top_k {
+                    let o = (r * 2 * top_k + k) * 4;
+                    let e =
+                        f32::from_le_bytes([raw[o], raw[o + 1], raw[o + 2], raw[o + 3]]) as usize;
+                    if e < n_expert {
+                        hit[e] = true;
+                    }
+                }
+            }
+            if dev.supports_async() {
+                if let Some(ev) = &freed {
+                    dev.wait_event(Stream::Transfer, ev)?;
+                }
+            }
+            let mut bytes = 0u64;
+            for e in (0..n_expert).filter(|&e| hit[e]) {
+                let src = HostBytes {
+                    offset: full.offset + e * per,
+                    len: per,
+                    owner: full.owner.clone(),
+                };
+                if dev.supports_async() {
+                    dev.copy_async(dst, e * per, &src)?;
+                } else {
+                    dev.write(dst, e * per, src.bytes())?;
+                }
+                bytes += per as u64;
+            }
+            if !dev.supports_async() {
+                stats.copy_secs.push((w, bytes, t.elapsed().as_secs_f64()));
+                return Ok(None);
+            }
+            return Ok(Some(dev.record_event(Stream::Transfer)?));
+        }
+        if !dev.supports_async() {
+            dev.write(dst, 0, full.bytes())?;
+            stats
+                .copy_secs
+                .push((w, info.bytes, t.elapsed().as_secs_f64()));
+            return Ok(None);
+        }
+        if let Some(ev) = &freed {
+            dev.wait_event(Stream::Transfer, ev)?;
+        }
+        if router_dev == gd {
+            let routed = dev.record_event(Stream::Compute)?;
+            dev.wait_event(Stream::Transfer, &routed)?;
+            match dev.copy_routed_async(dst, &full, per, routing, rows, top_k) {
+                Ok(()) => return Ok(Some(dev.record_event(Stream::Transfer)?)),
+                Err(ats_core::device::DeviceError::Unsupported { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        dev.copy_async(dst, 0, &full)?;
+        Ok(Some(dev.record_event(Stream::Transfer)?))
     }
 
     fn weight_data<'a>(&'a self, streams: &StreamPlan, d: usize, w: usize) -> WeightData<'a> {

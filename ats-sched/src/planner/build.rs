@@ -33,6 +33,10 @@ pub struct PlannerConfig {
     pub all_logits: bool,
     /// Largest tier to plan for (`None`: chosen by the planner).
     pub max_tier: Option<usize>,
+    /// Use only this plan shape where the layout allows it (experiments
+    /// that measure each shape against the planner's choice).
+    #[serde(skip)]
+    pub force_kind: Option<PlanKind>,
     /// Re-scheduling thresholds.
     #[serde(skip)]
     pub resched: ReschedConfig,
@@ -120,6 +124,14 @@ impl Ctx<'_> {
         Schedule::build(self.g, &plan, self.n_devices, tier, outs).compute_bytes(self.gpu) as u64
     }
 
+    /// The compute reserve the layout search starts from: the all-GPU
+    /// schedule's buffers, padded because plans that split the graph hold a
+    /// few more activation copies on the GPU (each layout is then checked
+    /// with its exact schedules).
+    fn padded_reserve(&self, tier: usize) -> u64 {
+        self.compute_reserve(tier) * 9 / 8 + 64 * 1024
+    }
+
     /// Temp slot bytes for streaming the non-resident items.
     fn temp_reserve(&self, resident: &[bool]) -> u64 {
         let mut by_role: HashMap<std::borrow::Cow<'_, str>, u64> = HashMap::new();
@@ -178,13 +190,18 @@ fn transfer_items(
         .iter()
         .zip(items)
         .zip(resident)
-        .map(|((c, it), &r)| TransferItem {
-            on_gpu: r,
-            promotable: streaming && !r && it.streamable(),
-            cpu_time: c.cpu * contention,
-            gpu_time: c.gpu,
-            copy_time: c.copy,
-            switch_cost: c.switch,
+        .map(|((c, it), &r)| {
+            // routed experts are copied once their router has run, so the
+            // copy cannot hide under earlier work: it adds to their GPU time
+            let routed_copy = it.experts.is_some() && !r;
+            TransferItem {
+                on_gpu: r,
+                promotable: streaming && !r && it.streamable(),
+                cpu_time: c.cpu * contention,
+                gpu_time: if routed_copy { c.gpu + c.copy } else { c.gpu },
+                copy_time: if routed_copy { 0.0 } else { c.copy },
+                switch_cost: c.switch,
+            }
         })
         .collect()
 }
@@ -235,7 +252,12 @@ fn tier_plan(
     );
     let none = vec![false; plain.len()];
     let static_t = round_time(&plain, &none, &params).map_err(alg)?.total;
-    let allowed = kinds(ctx.cfg.policy, tier, streaming);
+    let mut allowed = kinds(ctx.cfg.policy, tier, streaming);
+    if let Some(k) = ctx.cfg.force_kind {
+        if streaming || k == PlanKind::Static {
+            allowed = vec![k];
+        }
+    }
     let mut est: Vec<(PlanKind, Option<f64>, Vec<bool>)> =
         vec![(PlanKind::Static, Some(static_t), none.clone())];
     if streaming {
@@ -425,7 +447,7 @@ fn evaluate(
     max_tier: usize,
     streaming: bool,
 ) -> Result<Option<Layout>, PlanError> {
-    let compute = ctx.compute_reserve(max_tier);
+    let compute = ctx.padded_reserve(max_tier);
     let all_streamable = vec![false; ctx.items.len()];
     let temp_all = if streaming {
         ctx.temp_reserve(&all_streamable)
@@ -468,6 +490,25 @@ fn evaluate(
         let (kind, secs, on_gpu, est) = tier_plan(ctx, t, &resident, streaming)?;
         tiers.push((t, kind, secs, on_gpu, est));
     }
+    // the exact compute buffers: the largest schedule of the tier plans
+    let mut exact = 0u64;
+    for (t, _, _, on_gpu, _) in &tiers {
+        let p = exec_plan(ctx, &resident, on_gpu);
+        let outs = if ctx.cfg.all_logits { *t } else { 1 };
+        exact = exact
+            .max(Schedule::build(ctx.g, &p, ctx.n_devices, *t, outs).compute_bytes(ctx.gpu) as u64);
+    }
+    let held: u64 = ctx
+        .items
+        .iter()
+        .zip(&resident)
+        .filter(|x| *x.1)
+        .map(|x| x.0.bytes())
+        .sum();
+    if held + temp + exact > budget {
+        return Ok(None);
+    }
+    let compute = exact;
     // the workload: 128 decode rounds, plus the prompt in chunks of its best tier
     let decode = tiers.first().map_or(f64::INFINITY, |t| t.2);
     let prompt = tiers
@@ -749,7 +790,7 @@ pub(super) fn plan_set(
         }
     }
     let Some(layout) = best else {
-        let minimum = ctx.compute_reserve(1);
+        let minimum = ctx.padded_reserve(1);
         return Err(PlanError::BudgetTooSmall {
             budget,
             minimum,
@@ -802,6 +843,21 @@ pub(super) fn replan(
         tiers.push((e.tier, kind, secs, on_gpu, est));
     }
     let regions: HashMap<String, u64> = old.report.regions.iter().cloned().collect();
+    // the new plans must fit the layout's compute buffers
+    let mut exact = 0u64;
+    for (t, _, _, on_gpu, _) in &tiers {
+        let p = exec_plan(&ctx, &resident, on_gpu);
+        let outs = if cfg.all_logits { *t } else { 1 };
+        exact = exact.max(Schedule::build(g, &p, n_devices, *t, outs).compute_bytes(gpu) as u64);
+    }
+    let planned = regions.get("compute").copied().unwrap_or(0);
+    if exact > planned {
+        return Err(PlanError::Algorithm(format!(
+            "the re-plan needs {} of compute buffers, the layout has {}",
+            fmt_bytes(exact),
+            fmt_bytes(planned)
+        )));
+    }
     let layout = Layout {
         why: old
             .report

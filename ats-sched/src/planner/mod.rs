@@ -29,6 +29,7 @@ use std::time::Instant;
 
 use ats_core::device::Device;
 use ats_core::graph::Graph;
+use ats_core::graph::cost::RoundShape;
 use serde::Serialize;
 
 use crate::exec::{ExecPlan, Executor, RoundStats};
@@ -83,7 +84,7 @@ pub struct PlanSet {
 
 impl PlanSet {
     /// The plan and chunk size for `n` new tokens: the tier minimising
-    /// `ceil(n / tier) * est(tier)` (ties to the smaller tier).
+    /// `ceil(n / tier) * est(tier)` (ties to the larger tier).
     pub fn choose(&self, n: usize) -> (usize, usize) {
         let n = n.max(1);
         let best = self
@@ -92,7 +93,8 @@ impl PlanSet {
             .min_by(|a, b| {
                 let ca = n.div_ceil(a.tier) as f64 * a.est_secs;
                 let cb = n.div_ceil(b.tier) as f64 * b.est_secs;
-                ca.total_cmp(&cb).then(a.tier.cmp(&b.tier))
+                // ties go to the larger tier: fewer rounds, less fixed cost
+                ca.total_cmp(&cb).then(b.tier.cmp(&a.tier))
             })
             .expect("a plan set has at least one tier");
         (best.plan, best.tier.min(n))
@@ -180,23 +182,29 @@ impl Planner {
     }
 
     /// Takes a round's measurements into the cost model and the re-scheduler.
-    pub fn observe(&mut self, ex: &Executor, stats: &RoundStats, n_tokens: usize) {
+    pub fn observe(&mut self, ex: &Executor, stats: &RoundStats, shape: RoundShape) {
+        let n_tokens = shape.n_tokens;
+        let kv_f16 = self.cfg.kv_type == ats_core::device::KvType::F16;
+        let g = self.graph.clone();
         let mut this_round: std::collections::HashMap<usize, f64> =
             std::collections::HashMap::new();
         for &(node, d, secs) in &stats.node_secs {
-            self.cost.observe(d, node, n_tokens, secs);
+            self.cost.observe(&g, d, node, shape, kv_f16, secs);
             *this_round.entry(node).or_default() += secs;
         }
         let (mut copy_bytes, mut copy_secs) = (0u64, 0.0f64);
-        if let Some(g) = self.gpu {
-            let t = ex.devices()[g].drain_timings();
+        if let Some(gpu) = self.gpu {
+            let t = ex.devices()[gpu].drain_timings();
             for (node, secs) in t.nodes {
-                self.cost.observe(g, node, n_tokens, secs);
+                self.cost.observe(&g, gpu, node, shape, kv_f16, secs);
                 *this_round.entry(node).or_default() += secs;
             }
             for (b, s) in t.copies {
                 copy_bytes += b;
                 copy_secs += s;
+            }
+            if copy_bytes > 0 {
+                self.cost.observe_copy(gpu, copy_bytes as f64, copy_secs);
             }
         }
         let Some(rs) = &mut self.resched else { return };
@@ -247,6 +255,24 @@ impl Planner {
         }
         self.prev = Some(std::mem::replace(&mut self.set, new));
         Some(&self.set)
+    }
+
+    /// The current layout's per-tier plans with every tier forced to one
+    /// shape (`None` when the layout cannot run it, or without a GPU): for
+    /// experiments that measure each shape against the planner's choice.
+    pub fn plans_forced(&self, kind: PlanKind) -> Option<PlanSet> {
+        let gpu = self.gpu?;
+        if kind != PlanKind::Static && !self.set.report.streaming {
+            return None;
+        }
+        let mut cfg = self.cfg.clone();
+        cfg.force_kind = Some(kind);
+        build::replan(&self.graph, &self.cost, &cfg, gpu, &self.set).ok()
+    }
+
+    /// Makes `set` the current plans (the executor must run them).
+    pub fn install(&mut self, set: PlanSet) {
+        self.prev = Some(std::mem::replace(&mut self.set, set));
     }
 
     /// Goes back to the plans before the last re-plan (the executor refused the new ones).

@@ -325,8 +325,11 @@ pub fn profile_devices(
     for dt in dtypes(opts.quick) {
         for &(r, c) in &matmul_shapes(opts.quick) {
             for &t in &token_counts(opts.quick) {
-                // keep the full profile to minutes: skip the largest products
-                if (r * c * t) as f64 > if opts.quick { 3e9 } else { 8e9 } {
+                // keep the full profile to minutes: skip the largest products;
+                // K-quant rows need whole 256-element super-blocks
+                if (r * c * t) as f64 > if opts.quick { 3e9 } else { 8e9 }
+                    || c % dt.block_size() != 0
+                {
                     continue;
                 }
                 micros.push(matmul_micro(dt, r, c, t));

@@ -66,6 +66,11 @@ struct Peaks {
 /// plain roofline, and plans say so.
 fn default_peaks(kind: &str, threads: usize) -> Peaks {
     match kind {
+        // a simulated GPU runs one CPU thread's kernels (speed 1 by default)
+        "simulated_gpu" => Peaks {
+            flops: 25e9,
+            bytes: 10e9,
+        },
         "cpu" => Peaks {
             flops: 25e9 * threads as f64,
             bytes: 10e9 * (threads as f64).min(4.0),
@@ -81,6 +86,9 @@ struct DeviceCosts {
     profile: DeviceProfile,
     threads: usize,
     peaks: Peaks,
+    /// The least any node takes (dispatch or launch overhead): the fastest
+    /// sample measured, or a default.
+    floor: f64,
     exact: HashMap<(OpKey, usize, bool), f64>,
     contention: f64,
 }
@@ -95,6 +103,11 @@ struct Ema {
 pub struct CostModel {
     devices: Vec<DeviceCosts>,
     live: HashMap<(usize, usize, usize), Ema>,
+    /// Per device: moving averages of observed and profiled seconds, whose
+    /// ratio scales the nodes not observed lately (a device under load).
+    scale: Vec<(f64, f64)>,
+    /// Per device: moving ratio of observed to modelled copy seconds.
+    copy_scale: Vec<Option<f64>>,
     /// Weight of a new observation in the moving average.
     pub alpha: f64,
 }
@@ -122,7 +135,7 @@ impl CostModel {
     /// A model from per-device profiles (in the engine's device order) and
     /// the thread count each device runs with.
     pub fn new(devices: Vec<(DeviceProfile, usize)>) -> CostModel {
-        let devices = devices
+        let devices: Vec<DeviceCosts> = devices
             .into_iter()
             .map(|(profile, threads)| {
                 let mut peaks = Peaks {
@@ -151,8 +164,22 @@ impl CostModel {
                 if peaks.bytes <= 0.0 {
                     peaks.bytes = fallback.bytes;
                 }
+                let floor = profile
+                    .samples
+                    .iter()
+                    .filter(|s| !s.contended && s.threads == threads && s.secs > 0.0)
+                    .map(|s| s.secs)
+                    .fold(f64::INFINITY, f64::min);
+                let floor = if floor.is_finite() {
+                    floor
+                } else if profile.kind == "cpu" {
+                    2e-6
+                } else {
+                    5e-6
+                };
                 DeviceCosts {
                     threads,
+                    floor,
                     peaks,
                     exact,
                     contention: if u_sum > 0.0 {
@@ -164,11 +191,36 @@ impl CostModel {
                 }
             })
             .collect();
+        let n = devices.len();
         CostModel {
             devices,
             live: HashMap::new(),
+            scale: vec![(0.0, 0.0); n],
+            copy_scale: vec![None; n],
             alpha: 0.3,
         }
+    }
+
+    /// How much slower than profiled device `d` runs lately (1 = as profiled).
+    pub fn device_scale(&self, d: usize) -> f64 {
+        let (obs, prof) = self.scale[d];
+        if prof > 0.0 { obs / prof } else { 1.0 }
+    }
+
+    /// How much slower than modelled copies to device `d` run lately.
+    pub fn copy_scale(&self, d: usize) -> f64 {
+        self.copy_scale[d].unwrap_or(1.0)
+    }
+
+    /// Records an observed copy of `bytes` to device `d`.
+    pub fn observe_copy(&mut self, d: usize, bytes: f64, secs: f64) {
+        let model = self.h2d_base_secs(d, bytes);
+        if model <= 0.0 || !secs.is_finite() {
+            return;
+        }
+        let r = secs / model;
+        let a = self.alpha;
+        self.copy_scale[d] = Some(self.copy_scale[d].map_or(r, |old| a * r + (1.0 - a) * old));
     }
 
     /// Whether device `d` has measured samples (otherwise estimates are a default roofline).
@@ -181,8 +233,13 @@ impl CostModel {
         self.devices[d].contention
     }
 
-    /// Seconds to copy `bytes` from the host to device `d` (pinned source).
+    /// Seconds to copy `bytes` from the host to device `d` (pinned source),
+    /// scaled by how copies ran lately.
     pub fn h2d_secs(&self, d: usize, bytes: f64) -> f64 {
+        self.h2d_base_secs(d, bytes) * self.copy_scale(d)
+    }
+
+    fn h2d_base_secs(&self, d: usize, bytes: f64) -> f64 {
         let p = &self.devices[d].profile;
         let gbps = p.h2d_pinned_gbps.or(p.h2d_pageable_gbps).unwrap_or(12.0);
         bytes / (gbps * 1e9)
@@ -202,19 +259,39 @@ impl CostModel {
             .unwrap_or(if d == 0 { 0.0 } else { 20e-6 })
     }
 
-    /// Records an observed time for node `node` on device `d` at `tokens` rows.
-    pub fn observe(&mut self, d: usize, node: usize, tokens: usize, secs: f64) {
-        let key = (d, node, tokens);
+    /// Records an observed time for node `node` of `g` on device `d` in a round of `shape`.
+    pub fn observe(
+        &mut self,
+        g: &Graph,
+        d: usize,
+        node: usize,
+        shape: RoundShape,
+        kv_f16: bool,
+        secs: f64,
+    ) {
+        if !secs.is_finite() || secs < 0.0 {
+            return;
+        }
+        let key = (d, node, shape.n_tokens);
         let a = self.alpha;
         self.live
             .entry(key)
             .and_modify(|e| e.value = a * secs + (1.0 - a) * e.value)
             .or_insert(Ema { value: secs });
+        let prof = self.profiled_secs(g, node, d, shape, kv_f16);
+        if prof > 0.0 {
+            // a small decay per observation: the ratio follows recent load
+            let (o, p) = self.scale[d];
+            let k = 0.02;
+            self.scale[d] = (o * (1.0 - k) + secs * k, p * (1.0 - k) + prof * k);
+        }
     }
 
-    /// Forgets live observations (after a re-plan has absorbed them, or to reset).
+    /// Forgets live observations and load scales.
     pub fn clear_live(&mut self) {
         self.live.clear();
+        self.scale.iter_mut().for_each(|s| *s = (0.0, 0.0));
+        self.copy_scale.iter_mut().for_each(|s| *s = None);
     }
 
     /// The live average for a node, if observed.
@@ -253,14 +330,15 @@ impl CostModel {
                 let db = dist(&b.key, &key, b.threads, dc.threads);
                 da.total_cmp(&db)
             });
-        match best {
+        let est = match best {
             Some(s) => {
                 let thread_scale = s.threads as f64 / dc.threads.max(1) as f64;
                 let r_s = roof(s.flops, s.bytes, dc.peaks).max(1e-12);
                 s.secs * thread_scale.max(0.0) * roof(c.flops, bytes, dc.peaks) / r_s
             }
             None => roof(c.flops, bytes, dc.peaks),
-        }
+        };
+        est.max(dc.floor)
     }
 
     /// The estimate for node `node` on device `d`: live average if any, else the profile.
@@ -316,12 +394,35 @@ mod tests {
         };
         let mut c = CostModel::new(vec![(p, 2)]);
         assert!(c.is_measured(0));
-        c.observe(0, 3, 1, 2.0);
-        c.observe(0, 3, 1, 1.0);
-        assert!((c.live_secs(0, 3, 1).unwrap() - 1.7).abs() < 1e-12);
-        assert_eq!(c.live_secs(0, 3, 2), None);
+        let g = tiny_graph();
+        let shape = RoundShape::decode(0);
+        c.observe(&g, 0, 0, shape, true, 2.0);
+        c.observe(&g, 0, 0, shape, true, 1.0);
+        assert!((c.live_secs(0, 0, 1).unwrap() - 1.7).abs() < 1e-12);
+        assert!(c.device_scale(0) > 1.0, "observed far above the profile");
+        c.observe_copy(0, 1e9, 2.0 / 12.0);
+        assert!((c.copy_scale(0) - 2.0).abs() < 1e-9);
+        assert_eq!(c.live_secs(0, 0, 2), None);
         c.clear_live();
-        assert_eq!(c.live_secs(0, 3, 1), None);
+        assert_eq!(c.live_secs(0, 0, 1), None);
+        assert_eq!(c.device_scale(0), 1.0);
+    }
+
+    fn tiny_graph() -> Graph {
+        use ats_core::dtype::DType;
+        use ats_core::graph::{GraphBuilder, GraphInput, SubLayer, WeightInfo};
+        let mut b = GraphBuilder::new(GraphInput::Rows { cols: 1024 });
+        let w = b.weight(WeightInfo {
+            name: "w".into(),
+            dtype: DType::Q4K,
+            ne: vec![1024, 1024],
+            bytes: 1024 * 1024 / 256 * 144,
+            file_offset: 0,
+            layer: None,
+            sublayer: SubLayer::FfnUp,
+        });
+        let out = b.matmul("m", 0, w, None);
+        b.finish(out)
     }
 
     #[test]

@@ -151,6 +151,45 @@ impl SimGpuConfig {
     }
 }
 
+impl SimGpuConfig {
+    /// The profile this simulated GPU would measure, derived from the host
+    /// CPU's profile: each kernel as one CPU thread runs it (samples at the
+    /// fewest threads, scaled to one), divided by `speed`, plus the launch
+    /// cost; copies at `copy_gbps`; switches at `sync_us`.
+    pub fn derive_profile(
+        &self,
+        name: &str,
+        cpu: &crate::profile::DeviceProfile,
+    ) -> crate::profile::DeviceProfile {
+        let min_threads = cpu
+            .samples
+            .iter()
+            .filter(|s| !s.contended)
+            .map(|s| s.threads)
+            .min()
+            .unwrap_or(1);
+        let samples = cpu
+            .samples
+            .iter()
+            .filter(|s| !s.contended && s.threads == min_threads)
+            .map(|s| crate::profile::Sample {
+                threads: 1,
+                secs: self.launch_us * 1e-6 + s.secs * min_threads as f64 / self.speed,
+                ..s.clone()
+            })
+            .collect();
+        crate::profile::DeviceProfile {
+            device: name.to_string(),
+            kind: "simulated_gpu".into(),
+            samples,
+            h2d_pinned_gbps: Some(self.copy_gbps),
+            h2d_pageable_gbps: Some(self.copy_gbps),
+            d2h_gbps: Some(self.copy_gbps),
+            switch_secs: Some(self.sync_us * 1e-6 + self.launch_us * 1e-6),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

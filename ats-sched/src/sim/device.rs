@@ -379,6 +379,60 @@ impl Device for SimGpu {
         Ok(())
     }
 
+    fn copy_routed_async(
+        &self,
+        dst: &Buffer,
+        src: &HostBytes,
+        per_expert: usize,
+        routing: &Buffer,
+        rows: usize,
+        top_k: usize,
+    ) -> Result<(), DeviceError> {
+        let inner = self.inner_buf(dst)?;
+        let routing = self.inner_buf(routing)?;
+        let (sh, src) = (self.shared.clone(), src.clone());
+        self.transfer.submit(move |tl| {
+            let t0 = Instant::now();
+            let mut ids = vec![0u8; rows * 2 * top_k * 4];
+            if let Err(e) = sh.inner.read(&routing, 0, &mut ids) {
+                sh.fail(e);
+                return;
+            }
+            let n_expert = src.len / per_expert.max(1);
+            let mut hit = vec![false; n_expert];
+            for r in 0..rows {
+                for k in 0..top_k {
+                    let o = (r * 2 * top_k + k) * 4;
+                    let e =
+                        f32::from_le_bytes([ids[o], ids[o + 1], ids[o + 2], ids[o + 3]]) as usize;
+                    if e < n_expert {
+                        hit[e] = true;
+                    }
+                }
+            }
+            let mut bytes = 0usize;
+            for (e, _) in hit.iter().enumerate().filter(|x| *x.1) {
+                let off = e * per_expert;
+                if let Err(err) = sh
+                    .inner
+                    .write(&inner, off, &src.bytes()[off..off + per_expert])
+                {
+                    sh.fail(err);
+                }
+                bytes += per_expert;
+            }
+            let secs = sh.copy_secs(bytes);
+            let mut st = sh.stats();
+            st.copies += 1;
+            st.copy_bytes += bytes as u64;
+            st.copy_secs += secs;
+            st.copy_log.push((bytes as u64, secs));
+            drop(st);
+            tl.advance(t0, secs);
+        });
+        Ok(())
+    }
+
     fn record_event(&self, stream: Stream) -> Result<Event, DeviceError> {
         Ok(Event(self.worker(stream).marker()))
     }

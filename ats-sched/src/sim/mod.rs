@@ -14,7 +14,9 @@
 
 mod config;
 mod device;
+mod throttle;
 mod worker;
 
 pub use config::{SIM_GPU_KEYS, SimGpuConfig, Slowdown};
 pub use device::{SimGpu, SimStats};
+pub use throttle::Throttled;

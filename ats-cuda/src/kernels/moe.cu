@@ -1,0 +1,142 @@
+// Mixture of experts on the device, with no host readback of expert ids (the
+// copy pipeline must never wait on routing):
+// - moe_topk: softmax over router logits, top-k (ties to the lower id),
+//   optional renormalisation; writes k ids (as floats) then k weights per token.
+// - moe_index: groups the routed (token, slot) pairs by expert and lays out
+//   the tiles the grouped matmul (matmul.cu, mm_moe_*) runs over.
+// - moe_combine: out[t] = sum over slots, in increasing expert id, of
+//   weight * expert output (the CPU reference's summation order).
+
+// Expert id of a routing entry as the CPU reference reads it (`f as usize`):
+// NaN and negatives give 0; n_expert means "no expert".
+__device__ __forceinline__ int expert_of(float f, int n_expert) {
+    if (!(f >= 0.0f)) return 0;
+    if (f >= (float)n_expert) return n_expert;
+    return (int)f;
+}
+
+// One warp per token; dynamic shared memory: (blockDim.x / 32) * n_expert floats.
+extern "C" __global__ void moe_topk(const float* __restrict__ logits, float* __restrict__ out,
+                                    int n_tok, int n_expert, int top_k, int norm) {
+    extern __shared__ float probs[];
+    const int lane = threadIdx.x % WARP, wid = threadIdx.x / WARP;
+    const int t = blockIdx.x * (blockDim.x / WARP) + wid;
+    if (t >= n_tok) return;
+    float* e = probs + wid * n_expert;
+    const float* row = logits + (u64)t * n_expert;
+    float mx = NEG_INF;
+    for (int j = lane; j < n_expert; j += WARP) mx = fmaxf(mx, row[j]);
+    mx = warp_max(mx);
+    for (int j = lane; j < n_expert; j += WARP) e[j] = expf(row[j] - mx);
+    __syncwarp();
+    // the sum in index order, like the reference
+    float z = 0.0f;
+    if (lane == 0)
+        for (int j = 0; j < n_expert; j++) z += e[j];
+    z = __shfl_sync(0xffffffffu, z, 0);
+    float* o = out + (u64)t * 2 * top_k;
+    float sum = 0.0f;
+    for (int k = 0; k < top_k; k++) {
+        float best = NEG_INF;
+        int bi = n_expert;
+        for (int j = lane; j < n_expert; j += WARP) {
+            if (e[j] > best) {  // ascending j: ties keep the lower id
+                best = e[j];
+                bi = j;
+            }
+        }
+#pragma unroll
+        for (int s = WARP / 2; s > 0; s >>= 1) {
+            const float ob = __shfl_xor_sync(0xffffffffu, best, s);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, s);
+            if (ob > best || (ob == best && oi < bi)) {
+                best = ob;
+                bi = oi;
+            }
+        }
+        if (lane == 0) {
+            const int id = bi < n_expert ? bi : 0;
+            o[k] = (float)id;
+            const float p = e[id] / z;
+            o[top_k + k] = p;
+            sum += p;
+            e[id] = NEG_INF;  // taken
+        }
+        __syncwarp();
+    }
+    if (lane == 0 && norm && sum > 0.0f)
+        for (int k = 0; k < top_k; k++) o[top_k + k] = o[top_k + k] / sum;
+}
+
+// One block. meta: offsets[E+1], tiles[E+1], list[n_tok * top_k] (see matmul.cu).
+// Dynamic shared memory: 2 * n_expert ints.
+extern "C" __global__ void moe_index(const float* __restrict__ routing, int* __restrict__ meta,
+                                     int n_tok, int n_expert, int top_k, int tile) {
+    extern __shared__ int sh[];
+    int* count = sh;
+    int* fill = sh + n_expert;
+    int* offsets = meta;
+    int* tiles = meta + n_expert + 1;
+    int* list = meta + 2 * (n_expert + 1);
+    for (int e = threadIdx.x; e < n_expert; e += blockDim.x) {
+        count[e] = 0;
+        fill[e] = 0;
+    }
+    __syncthreads();
+    const int n = n_tok * top_k;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const int t = i / top_k, k = i % top_k;
+        const int e = expert_of(routing[(u64)t * 2 * top_k + k], n_expert);
+        if (e < n_expert) atomicAdd(&count[e], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int off = 0, til = 0;
+        for (int e = 0; e < n_expert; e++) {
+            offsets[e] = off;
+            tiles[e] = til;
+            off += count[e];
+            til += (count[e] + tile - 1) / tile;
+        }
+        offsets[n_expert] = off;
+        tiles[n_expert] = til;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const int t = i / top_k, k = i % top_k;
+        const int e = expert_of(routing[(u64)t * 2 * top_k + k], n_expert);
+        if (e < n_expert) list[offsets[e] + atomicAdd(&fill[e], 1)] = i;
+    }
+}
+
+#define MOE_MAX_TOPK 32
+
+// out[t, d] = sum_k w[t, k] * y[t * top_k + k, d] over valid slots, in
+// increasing expert id (ties: slot order).
+extern "C" __global__ void moe_combine(const float* __restrict__ routing,
+                                       const float* __restrict__ y, float* __restrict__ out,
+                                       int n_tok, int n_expert, int top_k, int cols) {
+    const u64 n = (u64)n_tok * cols;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (u64)gridDim.x * blockDim.x) {
+        const u64 t = i / cols, d = i % cols;
+        const float* r = routing + t * 2 * top_k;
+        int done = 0;  // bit k: slot k added
+        float acc = 0.0f;
+        for (int step = 0; step < top_k; step++) {
+            int best = -1, be = n_expert;
+            for (int k = 0; k < top_k; k++) {
+                if (done & (1 << k)) continue;
+                const int e = expert_of(r[k], n_expert);
+                if (best < 0 || e < be) {
+                    best = k;
+                    be = e;
+                }
+            }
+            done |= 1 << best;
+            if (be < n_expert)
+                acc = __fadd_rn(acc, __fmul_rn(r[top_k + best], y[(t * top_k + best) * cols + d]));
+        }
+        out[i] = acc;
+    }
+}

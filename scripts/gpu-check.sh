@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# The GPU check: on a machine with one NVIDIA GPU, in under 8 minutes,
+#   1. what the machine has (driver, GPU, CUDA libraries),
+#   2. a release build,
+#   3. the GPU tests (ats-cuda's own, and tests/tests/gpu.rs: fixtures on the
+#      GPU and on mixed placements, quantised fixtures, ledger vs driver),
+#   4. benchmarks of synthetic Llama-3-8B and Qwen3-30B-A3B models at 2, 4
+#      and 8 GiB budgets, prompt 2048 and 128 generated tokens, --policy
+#      layers against --policy ats,
+# and writes a markdown results table to $OUT/gpu-check.md (also printed).
+# Every step is timed and has a time limit; a failing step is reported and
+# the next one still runs. The full log is $OUT/gpu-check.log.
+#
+# A machine without NVRTC can use kernels compiled elsewhere: run the NVRTC
+# test with ATS_KERNEL_CACHE_OUT=target/kernel-cache/ats/kernels there and
+# bring that folder along; it is used when present.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+OUT="${OUT:-$ROOT/target/gpu-check}"
+WORK="${GPU_CHECK_WORK:-${TMPDIR:-/tmp}/ats-gpu-check}"
+BUDGET_SECS="${GPU_CHECK_SECONDS:-470}"
+mkdir -p "$OUT" "$WORK"
+REPORT="$OUT/gpu-check.md"
+LOG="$OUT/gpu-check.log"
+: >"$LOG"
+DEADLINE=$((SECONDS + BUDGET_SECS))
+STEPS=()
+BENCH=()
+
+if [ -d "$ROOT/target/kernel-cache/ats/kernels" ]; then
+    export XDG_CACHE_HOME="$ROOT/target/kernel-cache"
+fi
+export CARGO_TERM_COLOR=never
+
+# step NAME LIMIT_SECS COMMAND...: runs COMMAND with output in the log,
+# records status and seconds; returns the command's status.
+step() {
+    local name=$1 limit=$2
+    shift 2
+    local left=$((DEADLINE - SECONDS))
+    if ((left < 10)); then
+        STEPS+=("| $name | skipped: out of time | 0 |")
+        return 124
+    fi
+    ((limit > left)) && limit=$left
+    echo "=== $name (limit ${limit}s): $*" >>"$LOG"
+    local t0=$SECONDS rc
+    timeout "$limit" "$@" >>"$LOG" 2>&1
+    rc=$?
+    local took=$((SECONDS - t0)) status
+    case $rc in
+        0) status="ok" ;;
+        124) status="TIMED OUT after ${limit}s" ;;
+        *) status="FAILED (exit $rc)" ;;
+    esac
+    STEPS+=("| $name | $status | $took |")
+    echo "=== $name: $status in ${took}s" >>"$LOG"
+    return $rc
+}
+
+# what the machine has
+{
+    echo "## machine"
+    nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current --format=csv 2>&1 || echo "nvidia-smi: not available"
+    echo "CUDA libraries the loader knows:"
+    (ldconfig -p 2>/dev/null | grep -E 'libcuda\.so|libnvrtc\.so|libcublas\.so' || true)
+    echo "CUDA_HOME=${CUDA_HOME:-} LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} XDG_CACHE_HOME=${XDG_CACHE_HOME:-}"
+} >>"$LOG" 2>&1
+
+step "release build" 300 cargo build --release -p ats-cli -p ats-cuda -p ats-tests --tests --bins
+CLI="$ROOT/target/release/ats-cli"
+[ -x "${CARGO_TARGET_DIR:-$ROOT/target}/release/ats-cli" ] && CLI="${CARGO_TARGET_DIR:-$ROOT/target}/release/ats-cli"
+
+step "ats-cli devices" 30 "$CLI" devices
+DEVICES="$(timeout 30 "$CLI" devices 2>&1 | head -8)"
+step "ats-cuda tests" 90 cargo test --release -p ats-cuda -- --test-threads=1
+step "GPU tests (fixtures, placements, ledger)" 150 cargo test --release -p ats-tests --test gpu -- --nocapture --test-threads=1
+
+# synthetic models
+for preset in llama-8b qwen3-30b-a3b; do
+    if [ ! -s "$WORK/$preset.gguf" ]; then
+        step "synth $preset" 90 "$CLI" synth --preset "$preset" -o "$WORK/$preset.gguf"
+    fi
+done
+
+# benchmarks: each run limited so the whole check stays inside its budget
+bench_field() { # FILE TEST -> "avg" or "-"
+    python3 - "$1" "$2" <<'PY' 2>/dev/null || echo "-"
+import json, sys
+try:
+    j = json.load(open(sys.argv[1]))
+    t = [x for x in j["tests"] if x["test"].startswith(sys.argv[2])]
+    print(f'{t[0]["avg_ts"]:.1f}' if t else "-")
+except Exception:
+    print("-")
+PY
+}
+bench_devices() {
+    python3 - "$1" <<'PY' 2>/dev/null || echo "?"
+import json, sys
+try:
+    print("+".join(json.load(open(sys.argv[1]))["devices"]))
+except Exception:
+    print("?")
+PY
+}
+for preset in llama-8b qwen3-30b-a3b; do
+    for vram in 2G 4G 8G; do
+        for policy in layers ats; do
+            f="$OUT/bench-$preset-$vram-$policy.json"
+            name="bench $preset $vram $policy"
+            if [ ! -s "$WORK/$preset.gguf" ]; then
+                BENCH+=("| $preset | $vram | $policy | - | - | - | no model |")
+                continue
+            fi
+            step "$name" 45 sh -c "\"$CLI\" bench -m \"$WORK/$preset.gguf\" -p 2048 -n 128 -r 1 --vram $vram --policy $policy --json > \"$f\""
+            rc=$?
+            status=$([ $rc -eq 0 ] && echo ok || ([ $rc -eq 124 ] && echo "timed out" || echo "failed ($rc)"))
+            BENCH+=("| $preset | $vram | $policy | $(bench_field "$f" pp) | $(bench_field "$f" tg) | $(bench_devices "$f") | $status |")
+        done
+    done
+done
+
+{
+    echo "# ATS GPU check"
+    echo
+    echo '```'
+    echo "$DEVICES"
+    echo '```'
+    echo
+    echo "| step | result | seconds |"
+    echo "| --- | --- | ---: |"
+    printf '%s\n' "${STEPS[@]}"
+    echo
+    echo "Prompt 2048 tokens, 128 generated, one repetition (tokens/s):"
+    echo
+    echo "| model | VRAM | policy | prompt t/s | gen t/s | devices | run |"
+    echo "| --- | --- | --- | ---: | ---: | --- | --- |"
+    printf '%s\n' "${BENCH[@]}"
+    echo
+    echo "Total ${SECONDS}s. Log: $LOG"
+} >"$REPORT"
+cat "$REPORT"

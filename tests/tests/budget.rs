@@ -1,0 +1,143 @@
+//! Issue 4: the ledger's peak never exceeds the budget; a budget too small
+//! to run at all is an error that states the minimum, and that minimum works.
+
+use std::sync::Arc;
+
+use ats_core::device::{Device, KvType};
+use ats_core::spec::ModelSpec;
+use ats_cpu::CpuDevice;
+use ats_sched::engine::{Engine, EngineConfig, Policy};
+use ats_sched::planner::{PlanError, Planner, PlannerConfig};
+use ats_sched::profile::{CostModel, DeviceProfile};
+use ats_sched::sim::{SimGpu, SimGpuConfig};
+use ats_tests::{Reference, fixtures};
+
+fn devices(budget: u64) -> Vec<Arc<dyn Device>> {
+    let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
+    let inner: Arc<dyn Device> = Arc::new(CpuDevice::new(1).unwrap());
+    let gpu: Arc<dyn Device> = Arc::new(SimGpu::new(
+        inner,
+        SimGpuConfig {
+            memory: budget,
+            launch_us: 0.0,
+            sync_us: 0.0,
+            ..SimGpuConfig::default()
+        },
+    ));
+    vec![cpu, gpu]
+}
+
+fn cost(devs: &[Arc<dyn Device>]) -> CostModel {
+    CostModel::new(
+        devs.iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let kind = if i == 0 { "cpu" } else { "gpu" };
+                (
+                    DeviceProfile {
+                        device: d.info().name.clone(),
+                        kind: kind.into(),
+                        ..Default::default()
+                    },
+                    1,
+                )
+            })
+            .collect(),
+    )
+}
+
+fn try_engine(
+    spec: &Arc<ModelSpec>,
+    budget: u64,
+    policy: Policy,
+) -> Result<(Engine, Arc<dyn Device>), PlanError> {
+    let devs = devices(budget);
+    let gpu = devs[1].clone();
+    let cfg = PlannerConfig {
+        policy,
+        n_ctx: 64,
+        kv_type: KvType::F16,
+        slots_per_role: 2,
+        all_logits: false,
+        max_tier: None,
+        force_kind: None,
+        resched: Default::default(),
+    };
+    let planner = Planner::new(Arc::new(spec.graph().unwrap()), &devs, cost(&devs), cfg)?;
+    let ecfg = EngineConfig {
+        n_ctx: Some(64),
+        policy,
+        ..EngineConfig::default()
+    };
+    Ok((Engine::new(spec.clone(), devs, planner, ecfg).unwrap(), gpu))
+}
+
+#[test]
+fn peak_stays_within_random_budgets() {
+    let mut seed = 0x1234_5678u64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for (dir, file) in [
+        ("llama", "llama-f32.gguf"),
+        ("qwen3_moe", "qwen3_moe-f32.gguf"),
+        ("qwen2", "qwen2-f32.gguf"),
+    ] {
+        let spec = Arc::new(ModelSpec::open(fixtures().join(dir).join(file)).unwrap());
+        let ids = Reference::open(&format!("{dir}/reference.safetensors")).ids("full_ids");
+        let size = spec.gguf.file_len();
+        for trial in 0..8 {
+            let pct = 5 + next() % 96;
+            let budget = size * pct / 100;
+            let policy = [Policy::Ats, Policy::Tiers, Policy::Static, Policy::Layers][trial % 4];
+            match try_engine(&spec, budget, policy) {
+                Ok((mut e, gpu)) => {
+                    e.prefill(&ids[..24], false).unwrap();
+                    for &t in &ids[24..28] {
+                        e.decode(t).unwrap();
+                    }
+                    let peak = gpu.ledger().peak();
+                    assert!(
+                        peak <= budget,
+                        "{dir} {policy:?} {pct}%: peak {peak} > budget {budget}"
+                    );
+                    let planned = e.plan_set().report.peak_bytes;
+                    assert!(
+                        peak <= planned.max(1),
+                        "{dir} {policy:?} {pct}%: peak {peak} > planned {planned}"
+                    );
+                }
+                Err(PlanError::BudgetTooSmall { minimum, .. }) => {
+                    assert!(minimum > budget);
+                    let (mut e, gpu) =
+                        try_engine(&spec, minimum, policy).expect("the stated minimum must work");
+                    e.prefill(&ids[..24], false).unwrap();
+                    assert!(gpu.ledger().peak() <= minimum);
+                }
+                Err(e) => panic!("{dir}: {e}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn a_budget_too_small_names_the_minimum() {
+    let spec = Arc::new(ModelSpec::open(fixtures().join("llama/llama-f32.gguf")).unwrap());
+    let e = try_engine(&spec, 1000, Policy::Ats)
+        .err()
+        .expect("1 KB cannot hold a plan");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("too small") && msg.contains("give at least --vram"),
+        "{msg}"
+    );
+    let PlanError::BudgetTooSmall { minimum, .. } = e else {
+        unreachable!()
+    };
+    let (mut eng, gpu) = try_engine(&spec, minimum, Policy::Ats).expect("the stated minimum works");
+    eng.prefill(&[1, 2, 3], false).unwrap();
+    assert!(gpu.ledger().peak() <= minimum);
+}
