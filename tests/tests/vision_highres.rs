@@ -1,8 +1,12 @@
 //! Issue 6 memory: a 2560x1440 image through a Qwen2.5-VL-shaped vision
-//! tower (real widths: hidden 1280, 16 heads, MLP 3420, merger to 2048; two
-//! blocks, one windowed and one full) under a 1 GB budget on the simulated
-//! GPU, and on the CPU; and the VLM order of life: the device's peak is
+//! tower under a 1 GB budget on the simulated GPU and on the CPU, the Q chunk
+//! chosen from the budget; and the VLM order of life: the device's peak is
 //! max(vision, language), never their sum.
+//!
+//! CI runs on two cores, so the tower here is narrow (hidden 64, 4 heads): a
+//! materialised score matrix of its 4888 patches would still take 382 MB, a
+//! real tower's 16 heads 1.5 GB. `cargo run --release -p ats-vision --example
+//! qchunk` runs the real widths (docs/vision.md has its figures).
 
 use std::sync::Arc;
 
@@ -28,9 +32,14 @@ fn make_1440p(dir: &std::path::Path) -> std::path::PathBuf {
     path
 }
 
+/// Two blocks (one windowed, one full), 4 heads of 16 columns.
 fn synthetic_tower(dir: &std::path::Path) -> Arc<VisionSpec> {
     let spec = SynthMmproj {
+        n_embd: 64,
+        n_head: 4,
+        n_ff: 128,
         n_layer: 2,
+        projection_dim: 96,
         n_wa_pattern: 2,
         ..SynthMmproj::preset("qwen2.5-vl-3b").unwrap()
     };
@@ -49,6 +58,10 @@ fn pixels(spec: &VisionSpec, path: &std::path::Path) -> PixelValues {
     .unwrap()
 }
 
+fn cpu() -> Arc<dyn Device> {
+    Arc::new(ats_cpu::CpuDevice::new(2).unwrap())
+}
+
 #[test]
 fn a_1440p_image_encodes_within_1_gb_on_the_simulated_gpu_and_the_cpu() {
     let dir = tempfile::tempdir().unwrap();
@@ -57,49 +70,70 @@ fn a_1440p_image_encodes_within_1_gb_on_the_simulated_gpu_and_the_cpu() {
     // smart_resize to max_pixels: 1316x728, 94x52 patches
     assert_eq!(pv.grid_thw, [1, 52, 94]);
     let n = pv.n_patches;
-
-    let cpu: Arc<dyn Device> = Arc::new(ats_cpu::CpuDevice::new(2).unwrap());
-    let gpu = sim_gpu(GB, 2);
-    let enc = VisionEncoder::new(
-        spec.clone(),
-        vec![cpu.clone(), gpu.clone()],
-        EncoderConfig {
-            device: EncoderDevice::Device(1),
-            ..EncoderConfig::default()
-        },
-    )
-    .unwrap();
+    let heads = spec.hp.n_head as u64;
+    // what a materialised score matrix would take, in every head at once
+    let scores = heads * (n * n * 4) as u64;
     let vg = spec.graph(pv.grid_thw).unwrap();
-    let plan = enc.plan(&vg).unwrap();
+    let on_gpu = |budget: u64, q_block: Option<usize>| {
+        let gpu = sim_gpu(budget, 2);
+        let enc = VisionEncoder::new(
+            spec.clone(),
+            vec![cpu(), gpu.clone()],
+            EncoderConfig {
+                device: EncoderDevice::Device(1),
+                q_block,
+                ..EncoderConfig::default()
+            },
+        )
+        .unwrap();
+        let plan = enc.plan(&vg).unwrap();
+        let out = enc.encode(&pv).unwrap();
+        let peak = gpu.ledger().peak_in(Region::Vision);
+        assert_eq!(gpu.ledger().used(), 0, "the encoder left memory on the GPU");
+        (plan, out, peak)
+    };
+
+    // 1 GB: the largest chunk fits; the ledger's peak stays within the plan and the budget
+    let (plan, big, peak) = on_gpu(GB, None);
     println!(
-        "1440p ({n} patches) on sim-gpu: planned {} B = activations {} + weight slots {} + attention scratch {} (Q chunk {})",
+        "1440p ({n} patches) on sim-gpu at 1 GB: vision peak {peak} B (planned {} = activations {} + weight slots {} + attention scratch {}, Q chunk {}), {:.0} ms",
         plan.total_bytes(),
         plan.activation_bytes,
         plan.temp_bytes,
         plan.scratch_bytes,
+        plan.q_block,
+        big.stats.ms
+    );
+    assert!(peak <= GB, "vision peak {peak} over 1 GB");
+    assert!(peak <= plan.total_bytes());
+    assert!(plan.scratch_bytes > 0 && plan.scratch_bytes < scores / 1000);
+    assert_eq!(big.n_tokens, n / 4);
+    assert_eq!(big.data.len(), n / 4 * 96);
+    assert!(big.data.iter().all(|v| v.is_finite()));
+
+    // a budget that leaves room for little scratch: the chunk shrinks to fit it
+    let tight = plan.activation_bytes + plan.temp_bytes + plan.scratch_bytes / 2;
+    let (small_plan, small, small_peak) = on_gpu(tight, None);
+    println!(
+        "at {tight} B: Q chunk {}, scratch {} B, vision peak {small_peak} B",
+        small_plan.q_block, small_plan.scratch_bytes
+    );
+    assert!(small_plan.q_block < plan.q_block);
+    assert!(small_peak <= tight);
+    // every chunk computes the same attention
+    let d = max_abs_diff(&small.data, &big.data);
+    assert!(
+        d < 1e-4,
+        "Q chunk {} vs {}: {d}",
+        small_plan.q_block,
         plan.q_block
     );
-    // the whole tower would not be what streams: two blocks' slots plus the merger
-    assert!(plan.temp_bytes < spec.gguf.file_len());
-    let on_gpu = enc.encode(&pv).unwrap();
-    let peak_gpu = gpu.ledger().peak_in(Region::Vision);
-    println!(
-        "sim-gpu: vision peak {peak_gpu} B, {:.0} ms",
-        on_gpu.stats.ms
-    );
-    assert!(peak_gpu <= GB, "vision peak {peak_gpu} over 1 GB");
-    assert!(peak_gpu <= plan.total_bytes());
-    assert_eq!(gpu.ledger().used(), 0, "the encoder left memory on the GPU");
-    // no N x N score matrix: attention scratch is far below one head's n^2 floats
-    assert!(plan.scratch_bytes < (n * n * 4) as u64 / 100);
-    assert_eq!(on_gpu.n_tokens, n / 4);
-    assert_eq!(on_gpu.data.len(), n / 4 * 2048);
-    assert!(on_gpu.data.iter().all(|v| v.is_finite()));
 
     // the CPU reads the weights from the mapping; its ledger sees activations and scratch
+    let host = cpu();
     let cpu_enc = VisionEncoder::new(
         spec.clone(),
-        vec![cpu.clone()],
+        vec![host.clone()],
         EncoderConfig {
             device: EncoderDevice::Cpu,
             ..EncoderConfig::default()
@@ -108,7 +142,7 @@ fn a_1440p_image_encodes_within_1_gb_on_the_simulated_gpu_and_the_cpu() {
     .unwrap();
     let cpu_plan = cpu_enc.plan(&vg).unwrap();
     let on_cpu = cpu_enc.encode(&pv).unwrap();
-    let peak_cpu = cpu.ledger().peak_in(Region::Vision);
+    let peak_cpu = host.ledger().peak_in(Region::Vision);
     println!(
         "cpu: vision peak {peak_cpu} B (activations {} + attention scratch {}, Q chunk {}), {:.0} ms",
         cpu_plan.activation_bytes, cpu_plan.scratch_bytes, cpu_plan.q_block, on_cpu.stats.ms
@@ -116,18 +150,10 @@ fn a_1440p_image_encodes_within_1_gb_on_the_simulated_gpu_and_the_cpu() {
     assert!(peak_cpu <= GB, "CPU vision peak {peak_cpu} over 1 GB");
     assert_eq!(cpu_plan.temp_bytes, 0);
     assert!(peak_cpu <= cpu_plan.activation_bytes + cpu_plan.scratch_bytes);
-    assert!(cpu_plan.scratch_bytes < (n * n * 4) as u64 / 100);
-    assert_eq!(cpu.ledger().used(), 0);
-    let scale = on_cpu
-        .data
-        .iter()
-        .fold(0f32, |m, v| m.max(v.abs()))
-        .max(1.0);
-    let d = max_abs_diff(&on_gpu.data, &on_cpu.data) / scale;
-    assert!(
-        d < 1e-4,
-        "sim-gpu and CPU embeddings differ by {d} (relative)"
-    );
+    assert!(cpu_plan.scratch_bytes > 0 && cpu_plan.scratch_bytes < scores / 1000);
+    assert_eq!(host.ledger().used(), 0);
+    let d = max_abs_diff(&big.data, &on_cpu.data);
+    assert!(d < 1e-4, "sim-gpu and CPU embeddings differ by {d}");
 }
 
 #[test]
@@ -136,7 +162,7 @@ fn a_budget_too_small_for_the_image_falls_back_to_the_cpu_in_one_line() {
     let spec = synthetic_tower(dir.path());
     let pv = pixels(&spec, &make_1440p(dir.path()));
     let cpu: Arc<dyn Device> = Arc::new(ats_cpu::CpuDevice::new(2).unwrap());
-    let gpu = sim_gpu(100_000_000, 1);
+    let gpu = sim_gpu(1 << 20, 1);
     let devices = vec![cpu.clone(), gpu.clone()];
     let vg = spec.graph(pv.grid_thw).unwrap();
     let auto = VisionEncoder::new(spec.clone(), devices.clone(), EncoderConfig::default()).unwrap();

@@ -70,9 +70,10 @@ pub(crate) fn gather_cols(
 ) -> Result<(), DeviceError> {
     let (x, rows, cols) = n.input(0)?;
     let (o, ro, co) = n.output()?;
-    let end = blocks
-        .checked_sub(1)
-        .map(|b| b.checked_mul(stride).and_then(|s| s.checked_add(offset + len)));
+    let end = blocks.checked_sub(1).map(|b| {
+        b.checked_mul(stride)
+            .and_then(|s| s.checked_add(offset + len))
+    });
     let fits = match end {
         None => true,
         Some(e) => e.is_some_and(|e| e <= cols),
@@ -90,7 +91,13 @@ pub(crate) fn gather_cols(
         .kernels
         .function(Module::Elementwise, "gather_cols_f32")
         .map_err(|e| n.cu(e))?;
-    let (ic, oc, off, l, s) = (cols as u64, co as u64, offset as u64, len as u64, stride as u64);
+    let (ic, oc, off, l, s) = (
+        cols as u64,
+        co as u64,
+        offset as u64,
+        len as u64,
+        stride as u64,
+    );
     let total = (rows * co) as u64;
     let cfg = crate::geometry::elementwise(total, n.dev.sm_count);
     let mut b = n.dev.streams.compute.launch_builder(&f);
