@@ -150,13 +150,13 @@ impl VisionEncoder {
                 "the encoder needs at least the CPU device".into(),
             ));
         }
-        if let EncoderDevice::Device(d) = cfg.device {
-            if d >= devices.len() {
-                return Err(VisionError::Input(format!(
-                    "encoder device {d} does not exist ({} devices)",
-                    devices.len()
-                )));
-            }
+        if let EncoderDevice::Device(d) = cfg.device
+            && d >= devices.len()
+        {
+            return Err(VisionError::Input(format!(
+                "encoder device {d} does not exist ({} devices)",
+                devices.len()
+            )));
         }
         if cfg.q_block == Some(0) {
             return Err(VisionError::Input(

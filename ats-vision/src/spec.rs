@@ -423,13 +423,13 @@ impl VisionSpec {
                 found,
             });
         }
-        if let Some(v) = view {
-            if v[0] % dtype.block_size() != 0 {
-                return Err(VisionError::Unsupported {
-                    file: file(),
-                    what: format!("tensor {name:?} of type {dtype:?} cannot be viewed as {v:?}"),
-                });
-            }
+        if let Some(v) = view
+            && v[0] % dtype.block_size() != 0
+        {
+            return Err(VisionError::Unsupported {
+                file: file(),
+                what: format!("tensor {name:?} of type {dtype:?} cannot be viewed as {v:?}"),
+            });
         }
         Ok(WeightInfo {
             name: name.into(),

@@ -67,7 +67,7 @@ fn pixel_values_and_image_embeddings_match_hf_on_cpu_and_simulated_gpu() {
             let cpu = cpu();
             let on_cpu = vlm
                 .encode_images(
-                    &[cpu.clone()],
+                    std::slice::from_ref(&cpu),
                     EncoderConfig::default(),
                     std::slice::from_ref(&pv),
                 )

@@ -194,10 +194,10 @@ pub fn run(a: VlmArgs) -> Result<()> {
             }
         },
     })?;
-    if let Some(e) = write_err {
-        if e.kind() != std::io::ErrorKind::BrokenPipe {
-            return Err(e).context("writing the answer");
-        }
+    if let Some(e) = write_err
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        return Err(e).context("writing the answer");
     }
     let _ = writeln!(out);
     let t = &gen_out.timings;
