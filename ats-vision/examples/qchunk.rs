@@ -2,7 +2,9 @@
 //! chunk, on the CPU and on a simulated GPU with a 1 GB budget, through a
 //! Qwen2.5-VL-shaped tower (real widths, `--layers` blocks).
 //!
-//! `cargo run --release -p ats-vision --example qchunk -- [--layers 2] [--threads 2]`
+//! `cargo run --release -p ats-vision --example qchunk -- [--layers 2] [--threads 2]
+//! [--embd 1280 --heads 16]` (a narrower `--embd` keeps the attention, whose
+//! cost grows with n^2 per head, and shrinks the matrix work).
 //!
 //! The largest chunk, the whole image, is the unchunked path: one task per
 //! head holding every query's accumulators (flash attention still never
@@ -30,12 +32,17 @@ fn arg(name: &str, default: usize) -> usize {
 
 fn main() {
     let (layers, threads) = (arg("--layers", 2), arg("--threads", 2));
+    let base = SynthMmproj::preset("qwen2.5-vl-3b").expect("preset");
+    let (embd, heads) = (arg("--embd", base.n_embd), arg("--heads", base.n_head));
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("mmproj.gguf");
     SynthMmproj {
         n_layer: layers,
         n_wa_pattern: 2,
-        ..SynthMmproj::preset("qwen2.5-vl-3b").expect("preset")
+        n_embd: embd,
+        n_head: heads,
+        n_ff: if embd == base.n_embd { base.n_ff } else { 2 * embd },
+        ..base
     }
     .write(&path, 11)
     .expect("writing the synthetic mmproj");
@@ -54,7 +61,7 @@ fn main() {
     .expect("preprocess");
     let n = pv.n_patches;
     println!(
-        "2560x1440 -> {}x{} patches ({n}), {layers} blocks, {threads} threads; a materialised score matrix would take {:.2} GB",
+        "2560x1440 -> {}x{} patches ({n}), {layers} blocks of width {embd} ({heads} heads), {threads} threads; a materialised score matrix would take {:.2} GB",
         pv.grid_thw[1],
         pv.grid_thw[2],
         (spec.hp.n_head * n * n * 4) as f64 / 1e9
