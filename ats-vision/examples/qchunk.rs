@@ -41,7 +41,11 @@ fn main() {
         n_wa_pattern: 2,
         n_embd: embd,
         n_head: heads,
-        n_ff: if embd == base.n_embd { base.n_ff } else { 2 * embd },
+        n_ff: if embd == base.n_embd {
+            base.n_ff
+        } else {
+            2 * embd
+        },
         ..base
     }
     .write(&path, 11)

@@ -251,3 +251,29 @@ pub fn run(a: VlmArgs) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ImageArgs;
+
+    fn args(mmproj: Option<&str>, images: &[&str]) -> ImageArgs {
+        ImageArgs {
+            mmproj: mmproj.map(Into::into),
+            images: images.iter().map(Into::into).collect(),
+            min_pixels: None,
+            max_pixels: None,
+        }
+    }
+
+    #[test]
+    fn an_image_without_a_projector_is_a_one_line_error() {
+        let e = args(None, &["scene.png"]).mmproj().unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "--image needs --mmproj FILE (the model's vision projector)"
+        );
+        assert!(args(None, &[]).mmproj().unwrap().is_none());
+        let p = args(Some("mm.gguf"), &["a.png"]);
+        assert_eq!(p.mmproj().unwrap().unwrap().to_str(), Some("mm.gguf"));
+    }
+}
