@@ -139,17 +139,31 @@ pub struct Loaded {
 /// Opens the model, plans it and loads it onto the devices.
 pub fn load(args: &ModelArgs, all_logits: bool) -> Result<Loaded> {
     let t0 = Instant::now();
+    let spec = Arc::new(
+        ModelSpec::open(&args.model)
+            .with_context(|| format!("cannot load {}", args.model.display()))?,
+    );
+    let devs = devices(args)?;
+    let mut loaded = load_on(args, spec, devs, all_logits)?;
+    loaded.load_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    Ok(loaded)
+}
+
+/// Plans an opened model and loads it onto `devs` (already made: the
+/// VLM path encodes its images on them first).
+pub fn load_on(
+    args: &ModelArgs,
+    spec: Arc<ModelSpec>,
+    devs: Devices,
+    all_logits: bool,
+) -> Result<Loaded> {
+    let t0 = Instant::now();
     let file_name = args
         .model
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
         .unwrap_or_default();
     let spinner = crate::progress::spinner(format!("loading {file_name}"));
-    let spec = Arc::new(
-        ModelSpec::open(&args.model)
-            .with_context(|| format!("cannot load {}", args.model.display()))?,
-    );
-    let devs = devices(args)?;
     let cost = cost_model(args, &devs)?;
     let devices = devs.list;
     let n_ctx = args.ctx.unwrap_or(spec.hp.n_ctx_train.min(4096));

@@ -32,6 +32,7 @@ const EXAMPLES: &str = "Examples:
   ats-cli run -m SmolLM2-135M-Instruct.Q4_1.gguf -p \"The capital of France is\" -n 32 --temp 0
   ats-cli chat -m SmolLM2-135M-Instruct.Q4_1.gguf --vram 2G
   ats-cli serve -m SmolLM2-135M-Instruct.Q4_1.gguf --port 8080
+  ats-cli vlm -m Qwen2.5-VL-3B.gguf --mmproj mmproj.gguf --image scene.png --vram 2G
   ats-cli bench -m model.gguf -p 512 -n 128 -t 2
   ats-cli plan -m model.gguf --vram 2G --sim-gpu
   ats-cli inspect model.gguf --tensors
@@ -46,6 +47,8 @@ enum Cmd {
     Chat(cmd::chat::ChatArgs),
     /// Serve the model over HTTP with OpenAI's API.
     Serve(serve::ServeArgs),
+    /// Describe images with a vision-language model.
+    Vlm(cmd::vlm::VlmArgs),
     /// Write the logits of every position.
     Eval(cmd::eval::EvalArgs),
     /// Perplexity over a text file (llama.cpp's method).
@@ -72,6 +75,7 @@ fn main() {
         Cmd::Run(a) => cmd::run::run(a),
         Cmd::Chat(a) => cmd::chat::run(a),
         Cmd::Serve(a) => serve::run(a),
+        Cmd::Vlm(a) => cmd::vlm::run(a),
         Cmd::Eval(a) => cmd::eval::run(a),
         Cmd::Perplexity(a) => cmd::perplexity::run(a),
         Cmd::Bench(a) => cmd::bench::run(a),

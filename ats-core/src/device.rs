@@ -320,6 +320,14 @@ pub trait Device: Send + Sync {
     /// Waits until all work submitted so far has finished.
     fn synchronize(&self) -> Result<(), DeviceError>;
 
+    /// Bytes of scratch memory [`Device::run`] takes for node `node` of
+    /// `graph` in `round`, beyond its input and output buffers. Devices
+    /// reserve it in their ledger (in the output buffer's region) while the
+    /// node runs, so callers that plan memory ask here first. Default: none.
+    fn node_scratch_bytes(&self, _graph: &Graph, _node: usize, _round: &Round) -> u64 {
+        0
+    }
+
     /// Whether the device has a transfer stream and events
     /// ([`Device::copy_async`], [`Device::record_event`], [`Device::wait_event`]).
     fn supports_async(&self) -> bool {

@@ -205,6 +205,15 @@ impl Ledger {
         s.peak = s.used;
     }
 
+    /// Restarts the total's peak tracking from the current use but keeps each
+    /// region's high-water mark (phases that follow one another, such as the
+    /// vision encoder and then the language model, each get their own total
+    /// while the per-region peaks still show both).
+    pub fn reset_total_peak(&self) {
+        let mut s = self.lock();
+        s.peak_total = s.total;
+    }
+
     /// A copy of the counters.
     pub fn snapshot(&self) -> LedgerSnapshot {
         let s = self.lock();
@@ -276,8 +285,11 @@ mod tests {
         assert_eq!(l.used(), 40);
         assert_eq!(l.peak(), 100);
         assert_eq!(l.peak_in(Region::Resident), 60);
+        l.reset_total_peak();
+        assert_eq!((l.peak(), l.peak_in(Region::Resident)), (40, 60));
         l.reset_peak();
         assert_eq!(l.peak(), 40);
+        assert_eq!(l.peak_in(Region::Resident), 0);
         drop(b);
         assert_eq!(l.used(), 0);
         assert!(l.reserve(Region::Temp, u64::MAX, "huge").is_err());

@@ -169,4 +169,94 @@ pub mod clip {
     pub const N_WA_PATTERN: &str = "clip.vision.n_wa_pattern";
     /// Window size in pixels (when the file states it).
     pub const WINDOW_SIZE: &str = "clip.vision.window_size";
+    /// Projector type in files with several modalities.
+    pub const VISION_PROJECTOR_TYPE: &str = "clip.vision.projector_type";
+    /// Patches merged per side by the projector.
+    pub const SPATIAL_MERGE_SIZE: &str = "clip.vision.spatial_merge_size";
+    /// Head size, when not hidden / heads.
+    pub const HEAD_DIM: &str = "clip.vision.attention.head_dim";
+    /// Smallest image area in pixels the file recommends.
+    pub const IMAGE_MIN_PIXELS: &str = "clip.vision.image_min_pixels";
+    /// Largest image area in pixels the file recommends.
+    pub const IMAGE_MAX_PIXELS: &str = "clip.vision.image_max_pixels";
+
+    /// `general.architecture` of an mmproj file.
+    pub const ARCH_CLIP: &str = "clip";
+    /// Qwen2-VL's projector type.
+    pub const PROJ_QWEN2VL: &str = "qwen2vl_merger";
+    /// Qwen2.5-VL's projector type.
+    pub const PROJ_QWEN25VL: &str = "qwen2.5vl_merger";
+
+    /// Token opening an image in the prompt.
+    pub const VISION_START_TOKEN: &str = "<|vision_start|>";
+    /// Token closing an image.
+    pub const VISION_END_TOKEN: &str = "<|vision_end|>";
+    /// The placeholder each image embedding replaces.
+    pub const IMAGE_PAD_TOKEN: &str = "<|image_pad|>";
+    /// Where an image goes in rendered prompt text (llama.cpp's mtmd marker).
+    pub const MEDIA_MARKER: &str = "<__media__>";
+
+    /// Vision tensor names.
+    pub mod tensor {
+        /// Conv3d patch embedding, first temporal frame (`[p, p, 3, d]`).
+        pub const PATCH_EMBD: &str = "v.patch_embd.weight";
+        /// Conv3d patch embedding, second temporal frame.
+        pub const PATCH_EMBD_1: &str = "v.patch_embd.weight.1";
+        /// Patch embedding bias (Qwen-VL has none).
+        pub const PATCH_BIAS: &str = "v.patch_embd.bias";
+        /// The merger's norm (`ln_q`).
+        pub const POST_LN: &str = "v.post_ln.weight";
+        /// The merger's norm bias (LayerNorm).
+        pub const POST_LN_BIAS: &str = "v.post_ln.bias";
+        /// Merger first linear layer.
+        pub const MM_0: &str = "mm.0.weight";
+        /// Merger first linear bias.
+        pub const MM_0_BIAS: &str = "mm.0.bias";
+        /// Merger second linear layer.
+        pub const MM_2: &str = "mm.2.weight";
+        /// Merger second linear bias.
+        pub const MM_2_BIAS: &str = "mm.2.bias";
+
+        /// Block input norm.
+        pub const LN1: &str = "ln1.weight";
+        /// Block input norm bias.
+        pub const LN1_BIAS: &str = "ln1.bias";
+        /// MLP input norm.
+        pub const LN2: &str = "ln2.weight";
+        /// MLP input norm bias.
+        pub const LN2_BIAS: &str = "ln2.bias";
+        /// Query projection.
+        pub const ATTN_Q: &str = "attn_q.weight";
+        /// Query bias.
+        pub const ATTN_Q_BIAS: &str = "attn_q.bias";
+        /// Key projection.
+        pub const ATTN_K: &str = "attn_k.weight";
+        /// Key bias.
+        pub const ATTN_K_BIAS: &str = "attn_k.bias";
+        /// Value projection.
+        pub const ATTN_V: &str = "attn_v.weight";
+        /// Value bias.
+        pub const ATTN_V_BIAS: &str = "attn_v.bias";
+        /// Attention output projection.
+        pub const ATTN_OUT: &str = "attn_out.weight";
+        /// Attention output bias.
+        pub const ATTN_OUT_BIAS: &str = "attn_out.bias";
+        /// MLP gate projection (gated MLPs).
+        pub const FFN_GATE: &str = "ffn_gate.weight";
+        /// MLP gate bias.
+        pub const FFN_GATE_BIAS: &str = "ffn_gate.bias";
+        /// MLP up projection (`fc1` of plain MLPs).
+        pub const FFN_UP: &str = "ffn_up.weight";
+        /// MLP up bias.
+        pub const FFN_UP_BIAS: &str = "ffn_up.bias";
+        /// MLP down projection (`fc2`).
+        pub const FFN_DOWN: &str = "ffn_down.weight";
+        /// MLP down bias.
+        pub const FFN_DOWN_BIAS: &str = "ffn_down.bias";
+
+        /// The full name of a vision block tensor: `v.blk.{layer}.{name}`.
+        pub fn blk(layer: usize, name: &str) -> String {
+            format!("v.blk.{layer}.{name}")
+        }
+    }
 }

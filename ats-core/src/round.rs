@@ -75,6 +75,11 @@ pub struct Round {
     pub embed_override: Option<EmbedOverride>,
     /// Segment boundaries for [`crate::graph::Mask::Segments`] attention: cumulative row counts, starting at 0.
     pub segments: Vec<usize>,
+    /// Query rows per attention block (the Q chunk) for attention without a
+    /// KV cache; 0 leaves it to the backend. Callers that know the memory
+    /// budget (the vision encoder) choose it: scratch grows with it, and so
+    /// does the reuse of each key/value block.
+    pub attn_q_block: usize,
 }
 
 impl Round {

@@ -4,6 +4,10 @@
 //! benchmarks and planner experiments (there is no model hub here); they carry
 //! no tokenizer, so they run from token ids.
 
+mod mmproj;
+
+pub use mmproj::SynthMmproj;
+
 use std::io::{self, Write};
 use std::path::Path;
 

@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use ats_core::device::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind, NodeArgs};
+use ats_core::graph::Graph;
 use ats_core::ledger::{Ledger, Region};
+use ats_core::round::Round;
 
 use crate::matmul::Isa;
 use crate::storage::{CpuStorage, cpu_storage};
@@ -155,7 +157,23 @@ impl Device for CpuDevice {
     fn run(&self, args: &NodeArgs<'_>) -> Result<(), DeviceError> {
         let name = &self.info.name;
         let isa = self.isa;
+        // kernel scratch is device memory too: the ledger holds it while the node runs
+        let scratch = self.node_scratch_bytes(args.graph, args.node_id, args.round);
+        let _lease = if scratch > 0 {
+            Some(self.ledger.reserve(
+                args.output.region(),
+                scratch,
+                &format!("{} scratch", args.node.name),
+            )?)
+        } else {
+            None
+        };
         self.pool.install(|| crate::ops::run(args, isa, name))
+    }
+
+    fn node_scratch_bytes(&self, graph: &Graph, node: usize, round: &Round) -> u64 {
+        crate::ops::attention_shape(graph, node, round)
+            .map_or(0, |s| s.scratch_bytes(self.threads()))
     }
 
     fn synchronize(&self) -> Result<(), DeviceError> {

@@ -61,6 +61,7 @@ fn main() {
         kv_capacity: 512,
         kv_type: KvType::F16,
         slots_per_role: 2,
+        region: None,
     };
     let mut ex = Executor::new(
         graph.clone(),

@@ -198,3 +198,45 @@ pub fn try_engine_on(
     let planner = Planner::new(graph, &devices, cost, pcfg).map_err(|e| e.to_string())?;
     Engine::new(spec, devices, planner, cfg).map_err(|e| e.to_string())
 }
+
+/// The vision-language fixtures: directory, text model, mmproj.
+pub const VL_FIXTURES: [(&str, &str, &str); 2] = [
+    ("qwen2_vl", "qwen2_vl-f32.gguf", "mmproj-qwen2_vl-f32.gguf"),
+    (
+        "qwen2_5_vl",
+        "qwen2_5_vl-f32.gguf",
+        "mmproj-qwen2_5_vl-f32.gguf",
+    ),
+];
+
+/// The test images of the vision-language fixtures.
+pub const VL_IMAGES: [&str; 2] = ["small", "large"];
+
+/// A VL fixture's model pair, checked against each other.
+pub fn vl_fixture(dir: &str) -> ats_vision::Vlm {
+    let (_, model, mmproj) = VL_FIXTURES
+        .iter()
+        .find(|f| f.0 == dir)
+        .unwrap_or_else(|| panic!("no VL fixture {dir}"));
+    let d = fixtures().join(dir);
+    ats_vision::Vlm::open(&d.join(model), &d.join(mmproj)).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A simulated GPU with `budget` bytes whose kernels run on `threads` CPU threads.
+pub fn sim_gpu(budget: u64, threads: usize) -> std::sync::Arc<dyn ats_core::device::Device> {
+    use ats_sched::sim::{SimGpu, SimGpuConfig};
+    let inner: std::sync::Arc<dyn ats_core::device::Device> = std::sync::Arc::new(
+        ats_cpu::CpuDevice::with_isa(threads, ats_cpu::matmul::Isa::detect(), "sim-gpu-kernels")
+            .unwrap(),
+    );
+    std::sync::Arc::new(SimGpu::new(
+        inner,
+        SimGpuConfig {
+            memory: budget,
+            launch_us: 0.0,
+            sync_us: 0.0,
+            copy_gbps: 1000.0,
+            ..SimGpuConfig::default()
+        },
+    ))
+}

@@ -20,6 +20,7 @@ fn run_all(dir: &str, file: &str, kv: KvType) -> f32 {
         kv_capacity: 64,
         kv_type: kv,
         slots_per_role: 2,
+        region: None,
     };
     let mut ex = Executor::new(graph, host, vec![cpu], cfg, plan).unwrap();
     let r = Reference::open(&format!("{dir}/reference.safetensors"));

@@ -129,6 +129,7 @@ fn text_fixtures_on_the_gpu_and_mixed_placements_match_the_cpu() {
                 kv_capacity: 64,
                 kv_type: kv,
                 slots_per_role: 2,
+                region: None,
             };
             let mut base = Executor::new(
                 graph.clone(),
@@ -205,6 +206,7 @@ fn quantised_fixtures_match_the_dequantised_reference() {
             kv_capacity: 64,
             kv_type: KvType::F32,
             slots_per_role: 2,
+            region: None,
         };
         // exact f32 tiles (1e-3, the fixture's tolerance); cuBLAS with f16
         // activations (looser: 11-bit activations)

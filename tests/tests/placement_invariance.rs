@@ -110,6 +110,7 @@ fn random_placements_give_the_cpu_logits() {
             kv_capacity: 64,
             kv_type: KvType::F32,
             slots_per_role: 2,
+            region: None,
         };
         let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
         let mut base = Executor::new(
@@ -233,6 +234,7 @@ fn decode_streams_only_the_routed_experts() {
         kv_capacity: 64,
         kv_type: KvType::F32,
         slots_per_role: 2,
+        region: None,
     };
     let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
     let ids = Reference::open("qwen3_moe/reference.safetensors").ids("full_ids");

@@ -67,6 +67,7 @@ fn moving_kv_caches_between_devices_keeps_their_contents() {
         kv_capacity: 64,
         kv_type: KvType::F16,
         slots_per_role: 2,
+        region: None,
     };
     let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
     let mut base = Executor::new(

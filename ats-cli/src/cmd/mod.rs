@@ -10,3 +10,4 @@ pub mod plan;
 pub mod profile;
 pub mod run;
 pub mod synth;
+pub mod vlm;

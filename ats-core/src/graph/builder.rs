@@ -194,6 +194,44 @@ impl GraphBuilder {
         self.node(name, Op::Gelu(kind), &[x], &[], rows, cols)
     }
 
+    /// Strided column blocks of each row (see [`Op::GatherCols`]).
+    pub fn gather_cols(
+        &mut self,
+        name: &str,
+        x: ValueId,
+        offset: usize,
+        len: usize,
+        stride: usize,
+        blocks: usize,
+    ) -> ValueId {
+        let rows = self.rows(x);
+        let op = Op::GatherCols {
+            offset,
+            len,
+            stride,
+            blocks,
+        };
+        self.node(name, op, &[x], &[], rows, blocks * len)
+    }
+
+    /// Reorders groups of `group` rows: `out group i = in group perm[i]`.
+    pub fn permute_rows(
+        &mut self,
+        name: &str,
+        x: ValueId,
+        group: usize,
+        perm: Vec<u32>,
+    ) -> ValueId {
+        let (rows, cols) = (self.rows(x), self.cols(x));
+        self.node(name, Op::PermuteRows { group, perm }, &[x], &[], rows, cols)
+    }
+
+    /// `[rows, cols]` as `[rows / factor, cols * factor]`; `rows` is the merged row count.
+    pub fn merge_rows(&mut self, name: &str, x: ValueId, factor: usize, rows: Rows) -> ValueId {
+        let cols = self.cols(x) * factor;
+        self.node(name, Op::MergeRows { factor }, &[x], &[], rows, cols)
+    }
+
     /// Marks the graph's result and returns the graph, checked.
     pub fn finish(mut self, output: ValueId) -> Graph {
         self.graph.output = output;

@@ -120,9 +120,12 @@ impl Graph {
                 c.flops = 2.0 * out_rows * w.cols() as f64 * w.rows() as f64;
             }
             Op::RmsNorm { .. } | Op::LayerNorm { .. } => c.flops = 4.0 * out_elems,
-            Op::Add | Op::Mul | Op::SelectRows | Op::PermuteRows { .. } | Op::MergeRows { .. } => {
-                c.flops = out_elems
-            }
+            Op::Add
+            | Op::Mul
+            | Op::SelectRows
+            | Op::PermuteRows { .. }
+            | Op::MergeRows { .. }
+            | Op::GatherCols { .. } => c.flops = out_elems,
             Op::Rope(_) => c.flops = 3.0 * out_elems,
             Op::SwiGlu | Op::Gelu(_) => c.flops = 8.0 * out_elems,
             Op::Attention(a) => {

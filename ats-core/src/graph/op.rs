@@ -157,6 +157,19 @@ pub enum Op {
         /// Rows merged into one.
         factor: usize,
     },
+    /// Gathers strided blocks of columns of each row:
+    /// `out[r, b * len + j] = in[r, offset + b * stride + j]` for `b < blocks`,
+    /// `j < len` (one temporal frame of Conv3d patch rows laid out `(c, t, y, x)`).
+    GatherCols {
+        /// Column of the first block.
+        offset: usize,
+        /// Columns per block.
+        len: usize,
+        /// Columns from one block's start to the next.
+        stride: usize,
+        /// Blocks gathered.
+        blocks: usize,
+    },
 }
 
 impl Op {
@@ -178,6 +191,7 @@ impl Op {
             Op::SelectRows => "select_rows",
             Op::PermuteRows { .. } => "permute_rows",
             Op::MergeRows { .. } => "merge_rows",
+            Op::GatherCols { .. } => "gather_cols",
         }
     }
 }

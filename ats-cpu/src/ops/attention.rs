@@ -74,15 +74,105 @@ pub struct AttnShape {
     pub n_queries: usize,
     /// Key rows available.
     pub n_keys: usize,
+    /// Query rows per task (the Q chunk); 0: [`DEFAULT_Q_BLOCK`].
+    pub q_block: usize,
 }
 
-/// Query rows per task and keys per block. Small enough that a block's
-/// scratch stays in L1/L2; the scratch per task is O(block), never O(n^2).
-const Q_BLOCK: usize = 16;
+impl AttnShape {
+    /// The query rows each task takes, at least 1 and at most the queries.
+    pub fn q_rows(&self) -> usize {
+        let b = if self.q_block == 0 {
+            DEFAULT_Q_BLOCK
+        } else {
+            self.q_block
+        };
+        b.min(self.n_queries).max(1)
+    }
+
+    /// Tasks: one per (key/value head, query block).
+    pub fn tasks(&self) -> usize {
+        self.n_kv_heads * self.n_queries.div_ceil(self.q_rows())
+    }
+
+    /// Scratch bytes one task holds: its accumulators and softmax state for
+    /// `q_rows x group` heads, and one key block and one value block in f32.
+    /// Independent of the key count: no score matrix is ever stored.
+    pub fn task_scratch_bytes(&self) -> u64 {
+        let (qb, hd) = (self.q_rows() as u64, self.head_dim as u64);
+        let group = (self.n_heads / self.n_kv_heads.max(1)) as u64;
+        let k = K_BLOCK as u64;
+        4 * (qb * group * (hd + 2) + 2 * k * hd + k) + 16 * qb
+    }
+
+    /// Scratch bytes of a whole call on `threads` threads (each runs one task at a time).
+    pub fn scratch_bytes(&self, threads: usize) -> u64 {
+        self.tasks().min(threads.max(1)) as u64 * self.task_scratch_bytes()
+    }
+}
+
+/// Query rows per task when the caller does not choose: small enough that a
+/// task's scratch stays in L1/L2.
+pub const DEFAULT_Q_BLOCK: usize = 16;
+/// Keys per block: the scores of one block for one query row are all that is
+/// held at once.
 const K_BLOCK: usize = 64;
 
+/// The output matrix, written by tasks whose rows x head-group regions are disjoint.
+struct SharedOut {
+    ptr: *mut f32,
+    len: usize,
+}
+
+// SAFETY: tasks write disjoint regions of the buffer (see `SharedOut::region`)
+// and the buffer outlives the parallel loop that shares it.
+unsafe impl Sync for SharedOut {}
+
+impl SharedOut {
+    /// `len` values at `start`.
+    ///
+    /// # Safety
+    /// No two live regions may overlap, and the region must lie in the buffer.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn region(&self, start: usize, len: usize) -> &mut [f32] {
+        assert!(
+            start + len <= self.len,
+            "attention output region out of bounds"
+        );
+        // SAFETY: in bounds (checked above); the caller guarantees exclusivity.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), len) }
+    }
+}
+
+/// A task's working memory, reused across the tasks a thread runs.
+struct Scratch {
+    acc: Vec<f32>,
+    m: Vec<f32>,
+    l: Vec<f32>,
+    kbuf: Vec<f32>,
+    vbuf: Vec<f32>,
+    scores: Vec<f32>,
+    bounds: Vec<(usize, usize)>,
+}
+
+impl Scratch {
+    fn new(s: &AttnShape) -> Scratch {
+        let (qb, hd) = (s.q_rows(), s.head_dim);
+        let group = s.n_heads / s.n_kv_heads;
+        Scratch {
+            acc: vec![0.0; qb * group * hd],
+            m: vec![0.0; qb * group],
+            l: vec![0.0; qb * group],
+            kbuf: vec![0.0; K_BLOCK * hd],
+            vbuf: vec![0.0; K_BLOCK * hd],
+            scores: vec![0.0; K_BLOCK],
+            bounds: Vec::with_capacity(qb),
+        }
+    }
+}
+
 /// `out[r, h] = softmax(q[r, h] K_g^T * scale) V_g` over the keys `range` allows,
-/// with `g = h / (n_heads / n_kv_heads)`.
+/// with `g = h / (n_heads / n_kv_heads)`. Tasks of `q_rows` query rows and one
+/// key/value head run in parallel and write their rows of `out` directly.
 pub fn flash_attention(
     q: &[f32],
     kv: KvRows<'_>,
@@ -93,49 +183,60 @@ pub fn flash_attention(
     let hd = s.head_dim;
     let group = s.n_heads / s.n_kv_heads;
     let q_width = s.n_heads * hd;
-    let n_qb = s.n_queries.div_ceil(Q_BLOCK);
-    let tasks: Vec<(usize, usize)> = (0..s.n_kv_heads)
-        .flat_map(|g| (0..n_qb).map(move |b| (g, b)))
-        .collect();
-    let results: Vec<Vec<f32>> = tasks
-        .par_iter()
-        .map(|&(g, b)| block(q, kv, range, s, g, b))
-        .collect();
-    for (&(g, b), res) in tasks.iter().zip(&results) {
-        let r0 = b * Q_BLOCK;
-        let rows = Q_BLOCK.min(s.n_queries - r0);
-        for i in 0..rows {
-            let dst = &mut out[(r0 + i) * q_width + g * group * hd..][..group * hd];
-            dst.copy_from_slice(&res[i * group * hd..][..group * hd]);
-        }
-    }
+    let qb = s.q_rows();
+    assert!(
+        out.len() >= s.n_queries * q_width,
+        "attention output too small"
+    );
+    let shared = SharedOut {
+        ptr: out.as_mut_ptr(),
+        len: out.len(),
+    };
+    (0..s.tasks()).into_par_iter().for_each_init(
+        || Scratch::new(&s),
+        |sc, t| {
+            let (g, b) = (t / s.n_queries.div_ceil(qb), t % s.n_queries.div_ceil(qb));
+            let r0 = b * qb;
+            let rows = qb.min(s.n_queries - r0);
+            block(q, kv, range, s, g, r0, rows, sc);
+            for i in 0..rows {
+                // SAFETY: task (g, b) alone writes rows r0..r0+rows, columns of head group g.
+                let dst = unsafe { shared.region((r0 + i) * q_width + g * group * hd, group * hd) };
+                dst.copy_from_slice(&sc.acc[i * group * hd..][..group * hd]);
+            }
+        },
+    );
 }
 
-/// One (kv head, query block) task; returns `rows x group x head_dim` outputs.
+/// One (kv head `g`, query rows `r0..r0 + rows`) task; leaves `rows x group x head_dim`
+/// outputs in `sc.acc`.
+#[allow(clippy::too_many_arguments)]
 fn block(
     q: &[f32],
     kv: KvRows<'_>,
     range: KeyRange<'_>,
     s: AttnShape,
     g: usize,
-    b: usize,
-) -> Vec<f32> {
+    r0: usize,
+    rows: usize,
+    sc: &mut Scratch,
+) {
     let hd = s.head_dim;
     let group = s.n_heads / s.n_kv_heads;
     let q_width = s.n_heads * hd;
     let kv_width = s.n_kv_heads * hd;
-    let r0 = b * Q_BLOCK;
-    let rows = Q_BLOCK.min(s.n_queries - r0);
-    let bounds: Vec<(usize, usize)> = (0..rows).map(|i| range.of(r0 + i, s.n_keys)).collect();
-    let k_lo = bounds.iter().map(|x| x.0).min().unwrap_or(0);
-    let k_hi = bounds.iter().map(|x| x.1).max().unwrap_or(0);
-
-    let mut acc = vec![0.0f32; rows * group * hd];
-    let mut m = vec![f32::NEG_INFINITY; rows * group];
-    let mut l = vec![0.0f32; rows * group];
-    let mut kbuf = vec![0.0f32; K_BLOCK * hd];
-    let mut vbuf = vec![0.0f32; K_BLOCK * hd];
-    let mut scores = [0.0f32; K_BLOCK];
+    sc.bounds.clear();
+    sc.bounds
+        .extend((0..rows).map(|i| range.of(r0 + i, s.n_keys)));
+    let k_lo = sc.bounds.iter().map(|x| x.0).min().unwrap_or(0);
+    let k_hi = sc.bounds.iter().map(|x| x.1).max().unwrap_or(0);
+    let acc = &mut sc.acc[..rows * group * hd];
+    acc.fill(0.0);
+    let m = &mut sc.m[..rows * group];
+    m.fill(f32::NEG_INFINITY);
+    let l = &mut sc.l[..rows * group];
+    l.fill(0.0);
+    let (kbuf, vbuf, scores) = (&mut sc.kbuf, &mut sc.vbuf, &mut sc.scores);
 
     let mut kb = k_lo;
     while kb < k_hi {
@@ -155,7 +256,7 @@ fn block(
                 }
             }
         }
-        for (i, &(lo, hi)) in bounds.iter().enumerate() {
+        for (i, &(lo, hi)) in sc.bounds.iter().enumerate() {
             let (j0, j1) = (lo.max(kb), hi.min(kb + n));
             if j0 >= j1 {
                 continue;
@@ -190,7 +291,6 @@ fn block(
         let inv = if l[idx] > 0.0 { 1.0 / l[idx] } else { 0.0 };
         scale(&mut acc[idx * hd..][..hd], inv);
     }
-    acc
 }
 
 #[cfg(test)]
@@ -246,26 +346,32 @@ mod tests {
             (100, 100, KeyRange::Full),
             (100, 100, KeyRange::Segments { bounds: &bounds }),
         ] {
-            let s = AttnShape {
+            let mut s = AttnShape {
                 n_heads: 4,
                 n_kv_heads: 2,
                 head_dim: 16,
                 scale: 0.25,
                 n_queries: nq,
                 n_keys: nk,
+                q_block: 0,
             };
             let q = data(nq * 64, 1.0);
             let k = data(nk * 32, 2.0);
             let v = data(nk * 32, 3.0);
             let want = naive(&q, &k, &v, range, s);
+            // every Q chunk gives the same result: 1 row, uneven, default, all rows
+            for q_block in [1, 7, 0, 1000] {
+                s.q_block = q_block;
+                let mut out = vec![f32::NAN; nq * 64];
+                flash_attention(&q, KvRows::F32 { k: &k, v: &v }, range, &mut out, s);
+                let err = want
+                    .iter()
+                    .zip(&out)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0, f32::max);
+                assert!(err < 1e-5, "f32 err {err} (q_block {q_block})");
+            }
             let mut out = vec![0.0; nq * 64];
-            flash_attention(&q, KvRows::F32 { k: &k, v: &v }, range, &mut out, s);
-            let err = want
-                .iter()
-                .zip(&out)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0.0, f32::max);
-            assert!(err < 1e-5, "f32 err {err}");
             let kh: Vec<f16> = k.iter().map(|&x| f16::from_f32(x)).collect();
             let vh: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
             flash_attention(&q, KvRows::F16 { k: &kh, v: &vh }, range, &mut out, s);
@@ -276,5 +382,30 @@ mod tests {
                 .fold(0.0, f32::max);
             assert!(err < 2e-3, "f16 err {err}");
         }
+    }
+
+    #[test]
+    fn scratch_is_per_task_and_independent_of_the_key_count() {
+        let mut s = AttnShape {
+            n_heads: 16,
+            n_kv_heads: 16,
+            head_dim: 80,
+            scale: 1.0,
+            n_queries: 5000,
+            n_keys: 5000,
+            q_block: 16,
+        };
+        let small = s.scratch_bytes(4);
+        assert_eq!(small, 4 * s.task_scratch_bytes());
+        s.n_keys = 50_000;
+        assert_eq!(s.scratch_bytes(4), small);
+        // a bigger Q chunk costs more, but linearly, never n_queries x n_keys
+        s.q_block = 256;
+        let big = s.scratch_bytes(4);
+        assert!(big > small && big < 4 * 256 * 90 * 4 + 4 * 48 * 1024);
+        // one task per head at most: threads beyond the tasks hold nothing
+        s.q_block = 5000;
+        assert_eq!(s.tasks(), 16);
+        assert_eq!(s.scratch_bytes(64), 16 * s.task_scratch_bytes());
     }
 }

@@ -1,6 +1,7 @@
 //! Every graph op on the CPU: argument plumbing here, one kernel per file.
 
 pub mod attention;
+pub mod cols;
 pub mod elementwise;
 pub mod embed;
 pub mod moe;
@@ -14,7 +15,8 @@ use std::sync::RwLockReadGuard;
 
 use ats_core::device::{DeviceError, KvType, NodeArgs, WeightArg, WeightData};
 use ats_core::dtype::DType;
-use ats_core::graph::{GeluKind, Mask, Op};
+use ats_core::graph::{GeluKind, Graph, Mask, Op};
+use ats_core::round::Round;
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
@@ -198,7 +200,6 @@ pub(crate) fn run(args: &NodeArgs<'_>, isa: Isa, device: &str) -> Result<(), Dev
         }
         Op::Attention(spec) => {
             let (q, k, v) = (input(0)?, input(1)?, input(2)?);
-            let n = rows_of(node.output);
             let kv_w = spec.n_kv_heads * spec.head_dim;
             let range = match spec.mask {
                 Mask::Causal => KeyRange::Causal { offset: round.past },
@@ -207,18 +208,12 @@ pub(crate) fn run(args: &NodeArgs<'_>, isa: Isa, device: &str) -> Result<(), Dev
                     bounds: &round.segments[1.min(round.segments.len())..],
                 },
             };
-            let mut shape = AttnShape {
-                n_heads: spec.n_heads,
-                n_kv_heads: spec.n_kv_heads,
-                head_dim: spec.head_dim,
-                scale: spec.scale,
-                n_queries: n,
-                n_keys: n,
-            };
+            let shape = attention_shape(g, args.node_id, round)
+                .ok_or_else(|| err("not an attention node".into()))?;
             match (&spec.cache, &args.kv) {
                 (None, _) => attention::flash_attention(q, KvRows::F32 { k, v }, range, out, shape),
                 (Some(_), Some(kv)) => {
-                    let total = round.past + n;
+                    let total = shape.n_keys;
                     if total > kv.capacity {
                         return Err(err(format!(
                             "context of {total} tokens exceeds the KV cache of {}",
@@ -229,7 +224,6 @@ pub(crate) fn run(args: &NodeArgs<'_>, isa: Isa, device: &str) -> Result<(), Dev
                     append_kv(ks, kv.dtype, round.past * kv_w, k);
                     append_kv(vs, kv.dtype, round.past * kv_w, v);
                     let (kg, vg) = (ks.read(), vs.read());
-                    shape.n_keys = total;
                     let rows = match kv.dtype {
                         KvType::F32 => KvRows::F32 {
                             k: &kg[..total * kv_w],
@@ -290,8 +284,53 @@ pub(crate) fn run(args: &NodeArgs<'_>, isa: Isa, device: &str) -> Result<(), Dev
         }
         Op::PermuteRows { group, perm } => rows::permute_rows(input(0)?, perm, *group, cols, out),
         Op::MergeRows { .. } => out.copy_from_slice(input(0)?),
+        Op::GatherCols {
+            offset,
+            len,
+            stride,
+            blocks,
+        } => {
+            let in_cols = g.values[node.inputs[0]].cols;
+            let b = cols::ColBlocks {
+                offset: *offset,
+                len: *len,
+                stride: *stride,
+                blocks: *blocks,
+            };
+            if !b.fits(in_cols) || b.out_cols() != cols {
+                return Err(err(format!(
+                    "column blocks {b:?} do not fit {in_cols} input and {cols} output columns"
+                )));
+            }
+            cols::gather_cols(input(0)?, in_cols, &b, out)
+        }
     }
     Ok(())
+}
+
+/// The shape of attention node `node` in `round`: queries are the round's
+/// rows, keys the round's rows plus the cached past; the Q chunk is the round's.
+pub fn attention_shape(g: &Graph, node: usize, round: &Round) -> Option<AttnShape> {
+    let n = g.nodes.get(node)?;
+    let Op::Attention(spec) = &n.op else {
+        return None;
+    };
+    let rows = g.values[n.output]
+        .rows
+        .resolve(round.n_rows, round.output_rows.len());
+    Some(AttnShape {
+        n_heads: spec.n_heads,
+        n_kv_heads: spec.n_kv_heads,
+        head_dim: spec.head_dim,
+        scale: spec.scale,
+        n_queries: rows,
+        n_keys: if spec.cache.is_some() {
+            round.past + rows
+        } else {
+            rows
+        },
+        q_block: round.attn_q_block,
+    })
 }
 
 /// Writes this round's key or value rows into the cache at `offset` elements.

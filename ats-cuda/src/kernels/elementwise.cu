@@ -70,3 +70,13 @@ extern "C" __global__ void gather_rows_f32(const float* x, const int* rows, floa
                                            u64 n) {
     GRID_STRIDE(i, n) out[i] = x[(u64)rows[i / cols] * cols + i % cols];
 }
+
+// out[r, b * len + j] = x[r, offset + b * stride + j] for rows of `in_cols`
+// and `out_cols` = blocks * len floats (one temporal frame of Conv3d patch rows).
+extern "C" __global__ void gather_cols_f32(const float* x, float* out, u64 in_cols, u64 out_cols,
+                                           u64 offset, u64 len, u64 stride, u64 n) {
+    GRID_STRIDE(i, n) {
+        const u64 r = i / out_cols, c = i % out_cols;
+        out[i] = x[r * in_cols + offset + (c / len) * stride + c % len];
+    }
+}

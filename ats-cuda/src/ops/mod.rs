@@ -286,5 +286,11 @@ pub(crate) fn run(
         Op::SelectRows => rows::select(&n, st),
         Op::PermuteRows { group, perm } => rows::permute(&n, st, *group, perm),
         Op::MergeRows { .. } => rows::merge(&n),
+        Op::GatherCols {
+            offset,
+            len,
+            stride,
+            blocks,
+        } => rows::gather_cols(&n, *offset, *len, *stride, *blocks),
     }
 }

@@ -1,4 +1,5 @@
-//! Row moves: keep the output rows, permute window groups, merge rows.
+//! Row moves: keep the output rows, permute window groups, merge rows;
+//! and strided column blocks (one frame of Conv3d patch rows).
 
 use ats_core::device::DeviceError;
 use cudarc::driver::PushKernelArg;
@@ -57,6 +58,61 @@ pub(crate) fn merge(n: &Node<'_>) -> Result<(), DeviceError> {
         return Err(n.err(format!("merging {rows}x{cols} into {ro}x{co}")));
     }
     n.dev.sm_copy(x, o, rows * cols * 4).map_err(|e| n.cu(e))
+}
+
+/// `out[r, b * len + j] = x[r, offset + b * stride + j]` for `b < blocks`.
+pub(crate) fn gather_cols(
+    n: &Node<'_>,
+    offset: usize,
+    len: usize,
+    stride: usize,
+    blocks: usize,
+) -> Result<(), DeviceError> {
+    let (x, rows, cols) = n.input(0)?;
+    let (o, ro, co) = n.output()?;
+    let end = blocks.checked_sub(1).map(|b| {
+        b.checked_mul(stride)
+            .and_then(|s| s.checked_add(offset + len))
+    });
+    let fits = match end {
+        None => true,
+        Some(e) => e.is_some_and(|e| e <= cols),
+    };
+    if !fits || ro != rows || co != blocks * len || len == 0 {
+        return Err(n.err(format!(
+            "{blocks} column blocks of {len} (offset {offset}, stride {stride}) from {rows}x{cols} into {ro}x{co}"
+        )));
+    }
+    if rows == 0 || co == 0 {
+        return Ok(());
+    }
+    let f = n
+        .dev
+        .kernels
+        .function(Module::Elementwise, "gather_cols_f32")
+        .map_err(|e| n.cu(e))?;
+    let (ic, oc, off, l, s) = (
+        cols as u64,
+        co as u64,
+        offset as u64,
+        len as u64,
+        stride as u64,
+    );
+    let total = (rows * co) as u64;
+    let cfg = crate::geometry::elementwise(total, n.dev.sm_count);
+    let mut b = n.dev.streams.compute.launch_builder(&f);
+    b.arg(&x)
+        .arg(&o)
+        .arg(&ic)
+        .arg(&oc)
+        .arg(&off)
+        .arg(&l)
+        .arg(&s)
+        .arg(&total);
+    // SAFETY: every block was checked to lie inside rows of `cols` floats of x,
+    // and o holds rows * co floats.
+    crate::memory::drv("gather_cols_f32", unsafe { b.launch(cfg) }).map_err(|e| n.cu(e))?;
+    Ok(())
 }
 
 fn gather(

@@ -97,6 +97,7 @@ pub fn calibrated_cost(spec: &Arc<ModelSpec>, devs: &[Arc<dyn Device>], m: &Mach
             kv_capacity: 512,
             kv_type: KvType::F16,
             slots_per_role: 2,
+            region: None,
         };
         let Ok(mut ex) =
             ats_sched::exec::Executor::new(graph.clone(), host, devs.to_vec(), cfg, plan)

@@ -3,6 +3,7 @@
 
 use std::time::Instant;
 
+use ats_core::round::{EmbedOverride, Positions};
 use ats_core::sampling::{Sampler, SamplerConfig};
 use ats_core::tokenizer::TokenStream;
 use serde::Serialize;
@@ -79,9 +80,21 @@ impl Engine {
         params: &GenParams,
         on_event: &mut dyn FnMut(GenEvent<'_>) -> bool,
     ) -> Result<Generation, EngineError> {
+        self.generate_with(prompt, None, params, on_event)
+    }
+
+    /// [`Engine::generate`] whose prompt has embedding rows replaced (image
+    /// embeddings) and explicit positions (M-RoPE), as [`Engine::prefill_with`] takes them.
+    pub fn generate_with(
+        &mut self,
+        prompt: &[u32],
+        embeds: Option<(&EmbedOverride, &Positions, i64)>,
+        params: &GenParams,
+        on_event: &mut dyn FnMut(GenEvent<'_>) -> bool,
+    ) -> Result<Generation, EngineError> {
         let tok = self.tokenizer()?.clone();
         let t0 = Instant::now();
-        let mut logits = self.prefill(prompt, false)?;
+        let mut logits = self.prefill_with(prompt, false, embeds)?;
         let prompt_ms = Engine::ms_since(t0);
         let mut sampler = Sampler::new(params.sampler);
         let mut stream = TokenStream::new(&tok);

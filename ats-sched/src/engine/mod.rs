@@ -79,6 +79,7 @@ impl Engine {
             kv_capacity: n_ctx,
             kv_type: cfg.kv_type,
             slots_per_role: cfg.slots_per_role,
+            region: None,
         };
         let mut executor = Executor::new(graph.clone(), host, devices, ecfg, set.plans[0].clone())?;
         executor.set_plans(set.plans.clone())?;

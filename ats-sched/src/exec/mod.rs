@@ -37,6 +37,10 @@ pub struct ExecConfig {
     pub kv_type: KvType,
     /// Temp slots per weight role on a device (2 = double buffering).
     pub slots_per_role: usize,
+    /// Accounts every allocation of the executor (activations, temp slots,
+    /// resident weights, KV caches) to this region instead of each one's own,
+    /// so a phase such as the vision encoder shows its own peak.
+    pub region: Option<Region>,
 }
 
 impl Default for ExecConfig {
@@ -45,7 +49,15 @@ impl Default for ExecConfig {
             kv_capacity: 4096,
             kv_type: KvType::F16,
             slots_per_role: 2,
+            region: None,
         }
+    }
+}
+
+impl ExecConfig {
+    /// The region an allocation of kind `own` is accounted to.
+    pub fn region_for(&self, own: Region) -> Region {
+        self.region.unwrap_or(own)
     }
 }
 
@@ -190,8 +202,16 @@ impl Executor {
             let d = self.plans[0].kv_device[c];
             let bytes = self.cfg.kv_capacity * info.row_width() * et;
             let dev = &self.devices[d];
-            let k = dev.alloc(Region::Kv, bytes, &format!("kv.{}.k", info.layer))?;
-            let v = dev.alloc(Region::Kv, bytes, &format!("kv.{}.v", info.layer))?;
+            let k = dev.alloc(
+                self.cfg.region_for(Region::Kv),
+                bytes,
+                &format!("kv.{}.k", info.layer),
+            )?;
+            let v = dev.alloc(
+                self.cfg.region_for(Region::Kv),
+                bytes,
+                &format!("kv.{}.v", info.layer),
+            )?;
             self.kv.push(KvPair { k, v });
         }
         Ok(())
@@ -249,13 +269,21 @@ impl Executor {
             src.read(&self.kv[c].v, 0, &mut host_v)?;
             // release the old copies before reserving the new ones
             let placeholder = KvPair {
-                k: self.devices[0].alloc(Region::Kv, 0, "kv placeholder")?,
-                v: self.devices[0].alloc(Region::Kv, 0, "kv placeholder")?,
+                k: self.devices[0].alloc(self.cfg.region_for(Region::Kv), 0, "kv placeholder")?,
+                v: self.devices[0].alloc(self.cfg.region_for(Region::Kv), 0, "kv placeholder")?,
             };
             self.kv[c] = placeholder;
-            let nk = dst.alloc(Region::Kv, host_k.len(), &format!("kv.{layer}.k"))?;
+            let nk = dst.alloc(
+                self.cfg.region_for(Region::Kv),
+                host_k.len(),
+                &format!("kv.{layer}.k"),
+            )?;
             dst.write(&nk, 0, &host_k)?;
-            let nv = dst.alloc(Region::Kv, host_v.len(), &format!("kv.{layer}.v"))?;
+            let nv = dst.alloc(
+                self.cfg.region_for(Region::Kv),
+                host_v.len(),
+                &format!("kv.{layer}.v"),
+            )?;
             dst.write(&nv, 0, &host_v)?;
             self.kv[c] = KvPair { k: nk, v: nv };
         }
@@ -264,7 +292,11 @@ impl Executor {
                 if self.resident[w].is_none() {
                     let info = &g.weights[w];
                     let dev = &self.devices[d];
-                    let buf = dev.alloc(Region::Resident, info.bytes as usize, &info.name)?;
+                    let buf = dev.alloc(
+                        self.cfg.region_for(Region::Resident),
+                        info.bytes as usize,
+                        &info.name,
+                    )?;
                     dev.write(&buf, 0, self.weight_bytes(w))?;
                     self.resident[w] = Some(buf);
                 }
@@ -394,7 +426,13 @@ impl Executor {
             self.temp[d] = sz
                 .iter()
                 .enumerate()
-                .map(|(i, &b)| dev.alloc(Region::Temp, b, &format!("temp slot {i}")))
+                .map(|(i, &b)| {
+                    dev.alloc(
+                        self.cfg.region_for(Region::Temp),
+                        b,
+                        &format!("temp slot {i}"),
+                    )
+                })
                 .collect::<Result<_, _>>()?;
         }
         self.streams = all;
@@ -433,7 +471,7 @@ impl Executor {
             bufs.clear();
             for (i, &need) in sizes.iter().enumerate() {
                 bufs.push(self.devices[d].alloc(
-                    Region::Compute,
+                    self.cfg.region_for(Region::Compute),
                     need,
                     &format!("activation slot {i}"),
                 )?);

@@ -1,5 +1,7 @@
 //! What the executor needs to know about a placement.
 
+use std::borrow::Cow;
+
 use serde::Serialize;
 
 /// Where a weight lives between rounds.
@@ -41,13 +43,42 @@ impl ExecPlan {
     }
 }
 
-/// The role of a weight across layers (`blk.7.attn_q.weight` -> `attn_q.weight`):
-/// streamed weights of one role share temp slots.
-pub fn weight_role(name: &str) -> &str {
-    if let Some(rest) = name.strip_prefix("blk.") {
-        if let Some(dot) = rest.find('.') {
-            return &rest[dot + 1..];
+/// The role of a weight across layers (`blk.7.attn_q.weight` -> `attn_q.weight`,
+/// `v.blk.7.attn_q.weight` -> `v.attn_q.weight`): streamed weights of one
+/// role share temp slots.
+pub fn weight_role(name: &str) -> Cow<'_, str> {
+    let (prefix, rest) = match name.strip_prefix("blk.") {
+        Some(rest) => ("", rest),
+        None => match name.find(".blk.") {
+            Some(i) => (&name[..i + 1], &name[i + 5..]),
+            None => return Cow::Borrowed(name),
+        },
+    };
+    match rest.split_once('.') {
+        Some((layer, tail)) if !layer.is_empty() && layer.bytes().all(|b| b.is_ascii_digit()) => {
+            if prefix.is_empty() {
+                Cow::Borrowed(tail)
+            } else {
+                Cow::Owned(format!("{prefix}{tail}"))
+            }
         }
+        _ => Cow::Borrowed(name),
     }
-    name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::weight_role;
+
+    #[test]
+    fn roles_drop_the_layer_number() {
+        assert_eq!(weight_role("blk.7.attn_q.weight"), "attn_q.weight");
+        assert_eq!(weight_role("v.blk.12.ffn_up.bias"), "v.ffn_up.bias");
+        assert_eq!(weight_role("token_embd.weight"), "token_embd.weight");
+        assert_eq!(weight_role("mm.0.weight"), "mm.0.weight");
+        assert_eq!(
+            weight_role("v.blk.x.attn_q.weight"),
+            "v.blk.x.attn_q.weight"
+        );
+    }
 }

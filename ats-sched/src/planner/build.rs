@@ -134,7 +134,7 @@ impl Ctx<'_> {
 
     /// Temp slot bytes for streaming the non-resident items.
     fn temp_reserve(&self, resident: &[bool]) -> u64 {
-        let mut by_role: HashMap<&str, u64> = HashMap::new();
+        let mut by_role: HashMap<std::borrow::Cow<'_, str>, u64> = HashMap::new();
         for (it, &r) in self.items.iter().zip(resident) {
             if r || !it.streamable() {
                 continue;

@@ -269,7 +269,8 @@ impl CostModel {
         kv_f16: bool,
         secs: f64,
     ) {
-        if !secs.is_finite() || secs < 0.0 {
+        // a time of another graph's node (or a non-time) says nothing about this one
+        if !secs.is_finite() || secs < 0.0 || node >= g.nodes.len() || d >= self.devices.len() {
             return;
         }
         let key = (d, node, shape.n_tokens);

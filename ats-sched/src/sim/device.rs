@@ -282,10 +282,26 @@ impl Device for SimGpu {
                 None => None,
             },
         };
+        // the kernel's scratch lives in this device's memory while it runs
+        // (reserved on the compute stream, when the kernel starts: the host
+        // may have queued many kernels ahead)
+        let scratch = self.node_scratch_bytes(args.graph, args.node_id, args.round);
+        let (ledger, region) = (self.ledger.clone(), args.output.region());
         let sh = self.shared.clone();
         self.compute.submit(move |tl| {
-            let t0 = Instant::now();
             let node = &job.graph.nodes[job.node_id];
+            let _lease = if scratch > 0 {
+                match ledger.reserve(region, scratch, &format!("{} scratch", node.name)) {
+                    Ok(l) => Some(l),
+                    Err(e) => {
+                        sh.fail(e);
+                        return;
+                    }
+                }
+            } else {
+                None
+            };
+            let t0 = Instant::now();
             let wargs: Vec<WeightArg<'_>> = node
                 .weights
                 .iter()
@@ -327,6 +343,10 @@ impl Device for SimGpu {
             tl.advance(t0, secs);
         });
         Ok(())
+    }
+
+    fn node_scratch_bytes(&self, graph: &Graph, node: usize, round: &Round) -> u64 {
+        self.shared.inner.node_scratch_bytes(graph, node, round)
     }
 
     fn synchronize(&self) -> Result<(), DeviceError> {

@@ -1,0 +1,276 @@
+//! `ats-cli vlm`: describe images with a vision-language model inside a VRAM
+//! budget. Every image is encoded first and the encoder freed; only then are
+//! the language model's KV cache and buffers made, so the device's peak is
+//! max(vision, language). The answer goes to standard output; timings and
+//! the peak memory of each phase to standard error.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use ats_core::device::Device;
+use ats_sched::engine::{Engine, GenEvent, GenParams};
+use ats_sched::size::fmt_bytes;
+use ats_vision::preprocess::{DecodeLimits, PixelValues};
+use ats_vision::{EncoderConfig, VisionPhase, Vlm, VlmInput, pipeline};
+use clap::Args;
+
+use crate::args::{ModelArgs, SampleArgs};
+use crate::{load, report};
+
+/// The image options `vlm` and `eval` share.
+#[derive(Args, Debug, Clone)]
+pub struct ImageArgs {
+    /// The model's vision projector (mmproj GGUF).
+    #[arg(long = "mmproj", value_name = "FILE")]
+    pub mmproj: Option<PathBuf>,
+    /// An image (PNG, JPEG, WebP, GIF, BMP); repeat for several, in order.
+    #[arg(long = "image", value_name = "FILE")]
+    pub images: Vec<PathBuf>,
+    /// Fewest pixels an image is resized to (default: the model's, else 3136).
+    #[arg(long = "min-pixels", value_name = "N")]
+    pub min_pixels: Option<u64>,
+    /// Most pixels an image is resized to (default: the model's, else 1003520);
+    /// larger images are scaled down to fit.
+    #[arg(long = "max-pixels", value_name = "N")]
+    pub max_pixels: Option<u64>,
+}
+
+impl ImageArgs {
+    /// The projector path, or the one-line error for images without one.
+    pub fn mmproj(&self) -> Result<Option<&Path>> {
+        match (&self.mmproj, self.images.is_empty()) {
+            (Some(p), _) => Ok(Some(p)),
+            (None, false) => bail!("--image needs --mmproj FILE (the model's vision projector)"),
+            (None, true) => Ok(None),
+        }
+    }
+}
+
+/// Describe images.
+#[derive(Args, Debug)]
+pub struct VlmArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    image: ImageArgs,
+    #[command(flatten)]
+    sample: SampleArgs,
+    /// The text that follows the images in the user message.
+    #[arg(short = 'p', long = "prompt", default_value = "Describe this image.")]
+    prompt: String,
+    /// A system message.
+    #[arg(long = "system")]
+    system: Option<String>,
+    /// Tokens to generate.
+    #[arg(short = 'n', long = "n-predict", default_value_t = 256)]
+    n_predict: usize,
+    /// Keep generating past end-of-generation tokens.
+    #[arg(long = "ignore-eos")]
+    ignore_eos: bool,
+    /// Write the timings and peak memory as JSON to this file.
+    #[arg(long = "timings-json", value_name = "FILE")]
+    timings_json: Option<PathBuf>,
+}
+
+/// The vision phase and the language engine, in that order of life.
+pub struct Prepared {
+    /// What encoding did.
+    pub vision: VisionPhase,
+    /// Milliseconds to read and preprocess the images.
+    pub preprocess_ms: f64,
+    /// The language engine (made after the encoder was freed).
+    pub engine: Engine,
+    /// Milliseconds to plan and load the language model.
+    pub load_ms: f64,
+    /// The prompt for the engine.
+    pub input: VlmInput,
+}
+
+/// Opens both models, encodes every image on the devices, frees the
+/// encoder, then loads the language model and builds the prompt.
+pub fn prepare(
+    model: &ModelArgs,
+    image: &ImageArgs,
+    prompt: &str,
+    system: Option<&str>,
+    all_logits: bool,
+    quiet: bool,
+) -> Result<Prepared> {
+    let mmproj = image
+        .mmproj()?
+        .context("vlm needs --mmproj FILE (the model's vision projector)")?;
+    let vlm = Vlm::open(&model.model, mmproj)?;
+    let t0 = Instant::now();
+    let cfg = vlm.preprocess_config(image.min_pixels, image.max_pixels)?;
+    let limits = DecodeLimits::default();
+    let pixels: Vec<PixelValues> = image
+        .images
+        .iter()
+        .map(|p| vlm.load_image(p, &cfg, &limits))
+        .collect::<Result<_, _>>()?;
+    let preprocess_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    let devices = load::devices(model)?;
+    let vision = vlm.encode_images(&devices.list, EncoderConfig::default(), &pixels)?;
+    if !quiet {
+        for (path, img) in image.images.iter().zip(&vision.images) {
+            if let Some(n) = &img.stats.note {
+                eprintln!("ats: note: {n}");
+            }
+            eprintln!(
+                "ats: image {}: {}x{} patches -> {} tokens, encoded on {} in {:.1} ms (Q chunk {})",
+                path.display(),
+                img.grid[1] * 2,
+                img.grid[2] * 2,
+                img.n_tokens,
+                img.stats.device,
+                img.stats.ms,
+                img.stats.q_block
+            );
+        }
+    }
+    let t1 = Instant::now();
+    let loaded = load::load_on(model, vlm.lm.clone(), devices, all_logits)?;
+    let load_ms = t1.elapsed().as_secs_f64() * 1000.0;
+    let rendered = vlm.render_prompt(prompt, pixels.len(), system)?;
+    let input = vlm.input(&rendered, &vision.images)?;
+    if input.ids.len() >= loaded.engine.n_ctx() {
+        bail!(
+            "the prompt has {} tokens (images included), more than the context of {} leaves room for (-c)",
+            input.ids.len(),
+            loaded.engine.n_ctx()
+        );
+    }
+    Ok(Prepared {
+        vision,
+        preprocess_ms,
+        engine: loaded.engine,
+        load_ms,
+        input,
+    })
+}
+
+/// Peak bytes of the device that matters (the GPU when there is one) since
+/// the vision phase ended: the language phase's peak.
+pub fn language_peak(devices: &[Arc<dyn Device>]) -> u64 {
+    devices.last().map_or(0, |d| d.ledger().peak())
+}
+
+pub fn run(a: VlmArgs) -> Result<()> {
+    if a.n_predict == 0 {
+        bail!("-n must be at least 1 (tokens to generate)");
+    }
+    if a.image.images.is_empty() {
+        bail!("give at least one --image FILE");
+    }
+    let mut p = prepare(
+        &a.model,
+        &a.image,
+        &a.prompt,
+        a.system.as_deref(),
+        false,
+        crate::logging::quiet(),
+    )?;
+    let params = GenParams {
+        max_tokens: a.n_predict,
+        sampler: a.sample.config(),
+        stop: Vec::new(),
+        ignore_eos: a.ignore_eos,
+    };
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut write_err = None;
+    let gen_out = pipeline::generate(&mut p.engine, &p.input, &params, &mut |ev| match ev {
+        GenEvent::Text(t) => match out.write_all(t.as_bytes()).and_then(|_| out.flush()) {
+            Ok(()) => true,
+            Err(e) => {
+                write_err = Some(e);
+                false
+            }
+        },
+    })?;
+    if let Some(e) = write_err
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        return Err(e).context("writing the answer");
+    }
+    let _ = writeln!(out);
+    let t = &gen_out.timings;
+    // what the user waits for once the model is loaded: images, encoder, prompt
+    let ttft_ms = p.preprocess_ms + p.vision.encode_ms + t.ttft_ms;
+    let vision_peak = p.vision.device_peak();
+    let language_peak = language_peak(p.engine.executor().devices());
+    if !crate::logging::quiet() {
+        eprintln!();
+        eprintln!(
+            "ats: vision encode   = {:10.2} ms / {:5} images ({:.2} ms preprocessing)",
+            p.vision.encode_ms,
+            p.vision.images.len(),
+            p.preprocess_ms
+        );
+        report::print_timings(p.load_ms, t);
+        eprintln!("ats: time to first token (images + prompt) = {ttft_ms:.2} ms");
+        eprintln!(
+            "ats: peak memory: vision {} then language {} (never both at once)",
+            fmt_bytes(vision_peak),
+            fmt_bytes(language_peak)
+        );
+        report::print_memory(&p.engine);
+    }
+    if let Some(path) = &a.timings_json {
+        let j = serde_json::json!({
+            "vision_encode_ms": p.vision.encode_ms,
+            "preprocess_ms": p.preprocess_ms,
+            "vision_peak_bytes": vision_peak,
+            "language_peak_bytes": language_peak,
+            "ttft_ms": ttft_ms,
+            "prompt_ttft_ms": t.ttft_ms,
+            "gen_tokens_per_s": t.gen_tps(),
+            "load_ms": p.load_ms,
+            "prompt_tokens": t.prompt_tokens,
+            "prompt_ms": t.prompt_ms,
+            "prompt_tokens_per_s": t.prompt_tps(),
+            "gen_tokens": t.gen_tokens,
+            "decode_ms": t.decode_ms,
+            "stop": gen_out.stop,
+            "images": p.vision.images.iter().map(|i| serde_json::json!({
+                "tokens": i.n_tokens,
+                "grid_thw": i.grid,
+                "encode": i.stats,
+            })).collect::<Vec<_>>(),
+            "vision_peaks": p.vision.peaks,
+            "memory": report::memory_json(&p.engine),
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&j)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ImageArgs;
+
+    fn args(mmproj: Option<&str>, images: &[&str]) -> ImageArgs {
+        ImageArgs {
+            mmproj: mmproj.map(Into::into),
+            images: images.iter().map(Into::into).collect(),
+            min_pixels: None,
+            max_pixels: None,
+        }
+    }
+
+    #[test]
+    fn an_image_without_a_projector_is_a_one_line_error() {
+        let e = args(None, &["scene.png"]).mmproj().unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "--image needs --mmproj FILE (the model's vision projector)"
+        );
+        assert!(args(None, &[]).mmproj().unwrap().is_none());
+        let p = args(Some("mm.gguf"), &["a.png"]);
+        assert_eq!(p.mmproj().unwrap().unwrap().to_str(), Some("mm.gguf"));
+    }
+}

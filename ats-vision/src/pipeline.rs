@@ -1,0 +1,297 @@
+//! The VLM pipeline: a language model and its projector checked against each
+//! other; images decoded and preprocessed; every image encoded and the
+//! encoder freed (the vision phase); then the prompt rendered with the chat
+//! template (each image placed before the text, as llama.cpp's mtmd does),
+//! its image placeholders expanded to one `<|image_pad|>` per image token,
+//! and the rows and M-RoPE positions the language engine takes.
+//!
+//! Order of life: [`Vlm::encode_images`] finishes and frees every vision
+//! allocation before the caller creates the language [`Engine`] (its KV cache
+//! and compute buffers), so a device's peak is max(vision, language).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use ats_core::chat::{ChatMessage, ChatTemplate};
+use ats_core::device::Device;
+use ats_core::ledger::Region;
+use ats_core::names::clip;
+use ats_core::round::{EmbedOverride, Positions};
+use ats_core::spec::ModelSpec;
+use ats_core::tokenizer::Tokenizer;
+use ats_sched::engine::{Engine, GenEvent, GenParams, Generation};
+
+use crate::VisionError;
+use crate::encoder::{EncoderConfig, ImageEmbedding, VisionEncoder};
+use crate::positions::{Span, mrope_positions};
+use crate::preprocess::{DecodeLimits, PixelValues, PreprocessConfig, preprocess_bytes};
+use crate::spec::{ImageTokenIds, VisionSpec};
+
+/// A language model and the projector that feeds it.
+pub struct Vlm {
+    /// The language model.
+    pub lm: Arc<ModelSpec>,
+    /// The vision projector.
+    pub vision: Arc<VisionSpec>,
+    /// The language model's tokenizer.
+    pub tokenizer: Tokenizer,
+    /// The language model's chat template (ChatML when the file has none).
+    pub template: ChatTemplate,
+    /// The image token ids.
+    pub tokens: ImageTokenIds,
+}
+
+impl std::fmt::Debug for Vlm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Vlm({:?} + {:?})", self.lm.arch, self.vision.projector)
+    }
+}
+
+/// The vision phase's result.
+#[derive(Clone, Debug)]
+pub struct VisionPhase {
+    /// Each image's embeddings, in order.
+    pub images: Vec<ImageEmbedding>,
+    /// Milliseconds encoding took, all images.
+    pub encode_ms: f64,
+    /// Per device: its name and its ledger's vision-region peak, bytes.
+    pub peaks: Vec<(String, u64)>,
+}
+
+impl VisionPhase {
+    /// The largest vision peak of any device but the host CPU (the host's
+    /// when it is the only device).
+    pub fn device_peak(&self) -> u64 {
+        let skip = usize::from(self.peaks.len() > 1);
+        self.peaks[skip..].iter().map(|p| p.1).max().unwrap_or(0)
+    }
+}
+
+/// What the language model takes for a prompt with images.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VlmInput {
+    /// Prompt token ids, one `<|image_pad|>` per image token.
+    pub ids: Vec<u32>,
+    /// The image embeddings that replace the pads' rows.
+    pub embeds: EmbedOverride,
+    /// M-RoPE positions of every prompt token.
+    pub positions: Positions,
+    /// The position the first generated token takes.
+    pub next_pos: i64,
+}
+
+impl VlmInput {
+    /// The arguments of [`Engine::prefill_with`] and [`Engine::generate_with`].
+    pub fn embeds(&self) -> Option<(&EmbedOverride, &Positions, i64)> {
+        Some((&self.embeds, &self.positions, self.next_pos))
+    }
+
+    /// HF's `rope_deltas`: how far decode positions sit from the token count.
+    pub fn rope_delta(&self) -> i64 {
+        self.next_pos - self.ids.len() as i64
+    }
+}
+
+impl Vlm {
+    /// Checks that `vision` feeds `lm` and loads the tokenizer and template.
+    pub fn new(lm: Arc<ModelSpec>, vision: Arc<VisionSpec>) -> Result<Vlm, VisionError> {
+        let tokenizer = Tokenizer::from_gguf(&lm.gguf.metadata).map_err(|e| {
+            VisionError::Input(format!("{}: tokenizer: {e}", lm.gguf.path().display()))
+        })?;
+        let tokens = vision.check_language_model(&lm, &tokenizer)?;
+        let template = ChatTemplate::from_gguf(&lm.gguf.metadata).map_err(|e| {
+            VisionError::Input(format!("{}: chat template: {e}", lm.gguf.path().display()))
+        })?;
+        Ok(Vlm {
+            lm,
+            vision,
+            tokenizer,
+            template,
+            tokens,
+        })
+    }
+
+    /// Opens both files and checks them against each other.
+    pub fn open(model: &Path, mmproj: &Path) -> Result<Vlm, VisionError> {
+        let lm = ModelSpec::open(model)
+            .map_err(|e| VisionError::Input(format!("{}: {e}", model.display())))?;
+        let vision = VisionSpec::open(mmproj)?;
+        Vlm::new(Arc::new(lm), Arc::new(vision))
+    }
+
+    /// The projector's preprocessing with optional pixel bounds.
+    pub fn preprocess_config(
+        &self,
+        min_pixels: Option<u64>,
+        max_pixels: Option<u64>,
+    ) -> Result<PreprocessConfig, VisionError> {
+        let mut c = self.vision.preprocess_config();
+        if let Some(v) = min_pixels {
+            c.min_pixels = v;
+        }
+        if let Some(v) = max_pixels {
+            c.max_pixels = v;
+        }
+        c.validate().map_err(|source| VisionError::Image {
+            image: "--min-pixels/--max-pixels".into(),
+            source,
+        })?;
+        Ok(c)
+    }
+
+    /// Reads and preprocesses an image file; errors name the file.
+    pub fn load_image(
+        &self,
+        path: &Path,
+        cfg: &PreprocessConfig,
+        limits: &DecodeLimits,
+    ) -> Result<PixelValues, VisionError> {
+        let bytes = std::fs::read(path).map_err(|e| {
+            VisionError::Input(format!("cannot read image {}: {e}", path.display()))
+        })?;
+        preprocess_bytes(&bytes, cfg, limits).map_err(|source| VisionError::Image {
+            image: path.display().to_string(),
+            source,
+        })
+    }
+
+    /// The vision phase: encodes every image on `devices`, then drops the
+    /// encoder so nothing of it stays on any device, and restarts each
+    /// ledger's total peak for the language phase (the vision region keeps its peak).
+    pub fn encode_images(
+        &self,
+        devices: &[Arc<dyn Device>],
+        cfg: EncoderConfig,
+        images: &[PixelValues],
+    ) -> Result<VisionPhase, VisionError> {
+        let t0 = Instant::now();
+        let encoder = VisionEncoder::new(self.vision.clone(), devices.to_vec(), cfg)?;
+        let mut out = Vec::with_capacity(images.len());
+        for pv in images {
+            out.push(encoder.encode(pv)?);
+        }
+        drop(encoder);
+        let peaks = devices
+            .iter()
+            .map(|d| {
+                let l = d.ledger();
+                debug_assert_eq!(
+                    l.used_in(Region::Vision),
+                    0,
+                    "vision memory outlived the encoder"
+                );
+                l.reset_total_peak();
+                (d.info().name.clone(), l.peak_in(Region::Vision))
+            })
+            .collect();
+        Ok(VisionPhase {
+            images: out,
+            encode_ms: t0.elapsed().as_secs_f64() * 1000.0,
+            peaks,
+        })
+    }
+
+    /// The prompt text for a user message with `n_images` images: the
+    /// template rendered with one image marker per image before the text
+    /// (unless the text places its own markers), ending where the assistant
+    /// replies.
+    pub fn render_prompt(
+        &self,
+        user: &str,
+        n_images: usize,
+        system: Option<&str>,
+    ) -> Result<String, VisionError> {
+        let content = if user.contains(clip::MEDIA_MARKER) {
+            user.to_string()
+        } else {
+            clip::MEDIA_MARKER.repeat(n_images) + user
+        };
+        let mut msgs = Vec::new();
+        if let Some(s) = system {
+            msgs.push(ChatMessage::text("system", s));
+        }
+        msgs.push(ChatMessage::text("user", content));
+        self.template
+            .render(&msgs, true)
+            .map_err(|e| VisionError::Input(format!("chat template: {e}")))
+    }
+
+    /// Tokenizes a rendered prompt, expands each image marker to
+    /// `<|vision_start|>`, one `<|image_pad|>` per image token and
+    /// `<|vision_end|>`, and computes the override rows and M-RoPE positions.
+    pub fn input(
+        &self,
+        rendered: &str,
+        images: &[ImageEmbedding],
+    ) -> Result<VlmInput, VisionError> {
+        let pieces: Vec<&str> = rendered.split(clip::MEDIA_MARKER).collect();
+        if pieces.len() != images.len() + 1 {
+            return Err(VisionError::Input(format!(
+                "the prompt has {} image markers ({}) for {} images",
+                pieces.len() - 1,
+                clip::MEDIA_MARKER,
+                images.len()
+            )));
+        }
+        let n_embd = self.lm.hp.n_embd;
+        let mut ids = Vec::new();
+        let mut spans = Vec::new();
+        let mut embeds = EmbedOverride::default();
+        // text tokens since the last image (the end token of an image is text)
+        let mut text_run = 0usize;
+        for (i, piece) in pieces.iter().enumerate() {
+            let text = self
+                .tokenizer
+                .encode(piece, i == 0, true)
+                .map_err(|e| VisionError::Input(format!("tokenizer: {e}")))?;
+            text_run += text.len();
+            ids.extend(text);
+            let Some(img) = images.get(i) else {
+                continue;
+            };
+            if img.n_embd != n_embd || img.data.len() != img.n_tokens * n_embd {
+                return Err(VisionError::Input(format!(
+                    "image {} has {} values of width {}, the model's embedding size is {n_embd}",
+                    i + 1,
+                    img.data.len(),
+                    img.n_embd
+                )));
+            }
+            ids.push(self.tokens.vision_start);
+            spans.push(Span::Text(text_run + 1));
+            embeds.rows.extend(ids.len()..ids.len() + img.n_tokens);
+            embeds.data.extend_from_slice(&img.data);
+            ids.extend(std::iter::repeat_n(self.tokens.image_pad, img.n_tokens));
+            let [t, h, w] = img.grid;
+            spans.push(Span::Image { t, h, w });
+            ids.push(self.tokens.vision_end);
+            text_run = 1;
+        }
+        spans.push(Span::Text(text_run));
+        debug_assert_eq!(ids.len(), spans.iter().map(Span::len).sum::<usize>());
+        let (positions, next_pos) = mrope_positions(&spans);
+        Ok(VlmInput {
+            ids,
+            embeds,
+            positions,
+            next_pos,
+        })
+    }
+}
+
+/// Generates after a VLM prompt (the engine's session must be empty).
+pub fn generate(
+    engine: &mut Engine,
+    input: &VlmInput,
+    params: &GenParams,
+    on_event: &mut dyn FnMut(GenEvent<'_>) -> bool,
+) -> Result<Generation, VisionError> {
+    Ok(engine.generate_with(&input.ids, input.embeds(), params, on_event)?)
+}
+
+/// Logits at every prompt position (`ids.len() x vocab`), from an empty context.
+pub fn eval(engine: &mut Engine, input: &VlmInput) -> Result<Vec<f32>, VisionError> {
+    engine.reset();
+    Ok(engine.prefill_with(&input.ids, true, input.embeds())?)
+}
