@@ -73,6 +73,6 @@ fn bad_sizes_and_counts_are_refused() {
     assert_eq!(code, Some(2), "clap usage error: {err}");
     assert!(err.contains("lots"), "{err}");
     let (code, err) = ats(&["run", "-m", m, "-p", "hi", "-n", "0"]);
-    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(code, Some(2), "a usage error: {err}");
     assert!(err.contains("-n must be at least 1"), "{err}");
 }

@@ -1,0 +1,43 @@
+//! Host memory read bandwidth, for the decode roofline in docs/benchmarks.md:
+//! `threads` threads sum disjoint parts of a buffer much larger than the
+//! caches; the best of several passes is reported.
+//!
+//! `cargo run --release -p ats-cpu --example membw -- [THREADS] [MiB]`
+
+use std::time::Instant;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let threads: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(2);
+    let mib: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1024);
+    let n = mib * (1 << 20) / 8;
+    // touched once so every page is resident before timing
+    let buf: Vec<u64> = (0..n as u64).collect();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .expect("thread pool");
+    let mut best = f64::MAX;
+    let mut sink = 0u64;
+    for _ in 0..8 {
+        let t = Instant::now();
+        sink = sink.wrapping_add(pool.install(|| {
+            use rayon::prelude::*;
+            buf.par_chunks(n.div_ceil(threads))
+                .map(|c| {
+                    // four accumulators keep several loads in flight
+                    let mut acc = [0u64; 4];
+                    for q in c.chunks_exact(4) {
+                        for i in 0..4 {
+                            acc[i] = acc[i].wrapping_add(q[i]);
+                        }
+                    }
+                    acc.iter().fold(0u64, |a, &b| a.wrapping_add(b))
+                })
+                .reduce(|| 0, u64::wrapping_add)
+        }));
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    let gbps = (n * 8) as f64 / best / 1e9;
+    println!("read bandwidth, {threads} threads, {mib} MiB: {gbps:.2} GB/s (checksum {sink:x})");
+}
