@@ -242,6 +242,12 @@ impl fmt::Display for DType {
     }
 }
 
+impl serde::Serialize for DType {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,11 +279,5 @@ mod tests {
         assert_eq!(DType::Q8_0.bytes_for(64), Some(68));
         assert_eq!(DType::Q8_0.bytes_for(33), None);
         assert_eq!(DType::F32.bytes_for(u64::MAX), None);
-    }
-}
-
-impl serde::Serialize for DType {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.name())
     }
 }

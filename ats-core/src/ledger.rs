@@ -147,17 +147,17 @@ impl Ledger {
         label: &str,
     ) -> Result<Lease, OverBudget> {
         let mut s = self.lock();
-        if let Some(budget) = self.budget {
-            if s.total.checked_add(bytes).is_none_or(|t| t > budget) {
-                return Err(OverBudget {
-                    device: self.device.clone(),
-                    label: label.to_string(),
-                    region,
-                    requested: bytes,
-                    used: s.total,
-                    budget,
-                });
-            }
+        if let Some(budget) = self.budget
+            && s.total.checked_add(bytes).is_none_or(|t| t > budget)
+        {
+            return Err(OverBudget {
+                device: self.device.clone(),
+                label: label.to_string(),
+                region,
+                requested: bytes,
+                used: s.total,
+                budget,
+            });
         }
         let i = region.index();
         s.used[i] += bytes;

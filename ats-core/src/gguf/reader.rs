@@ -407,7 +407,7 @@ fn parse(buf: &[u8]) -> Result<Parsed, K> {
             .iter()
             .try_fold(1u64, |acc, &d| acc.checked_mul(d))
             .ok_or_else(|| bad(format!("dimensions {ne:?} overflow")))?;
-        if ne.iter().any(|&d| d == 0) {
+        if ne.contains(&0) {
             return Err(bad(format!("dimensions {ne:?} contain a zero")));
         }
         let (bs, ts) = (layout.block_size as u64, layout.type_size as u64);

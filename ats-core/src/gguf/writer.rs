@@ -57,10 +57,10 @@ impl GgufWriter {
     /// Adds a metadata entry. `general.alignment` also sets the data alignment.
     pub fn kv(&mut self, key: impl Into<String>, value: Value) -> &mut Self {
         let key = key.into();
-        if key == "general.alignment" {
-            if let Value::U32(a) = value {
-                self.alignment = a as u64;
-            }
+        if key == "general.alignment"
+            && let Value::U32(a) = value
+        {
+            self.alignment = a as u64;
         }
         self.kv.push((key, value));
         self

@@ -235,10 +235,10 @@ impl Graph {
             if n.weights.iter().any(|&w| w >= self.weights.len()) {
                 return Err(format!("node {} names a missing weight", n.name));
             }
-            if let Op::Attention(AttnSpec { cache: Some(c), .. }) = n.op {
-                if c >= self.kv_caches.len() {
-                    return Err(format!("node {} names missing KV cache {c}", n.name));
-                }
+            if let Op::Attention(AttnSpec { cache: Some(c), .. }) = n.op
+                && c >= self.kv_caches.len()
+            {
+                return Err(format!("node {} names missing KV cache {c}", n.name));
             }
             if n.output >= ready.len() || ready[n.output] {
                 return Err(format!("node {} writes value {} twice", n.name, n.output));

@@ -121,12 +121,12 @@ impl HParams {
                 });
             }
         };
-        if let Some(vl) = k.opt_usize(hp::VALUE_LENGTH)? {
-            if vl != head_dim {
-                return Err(SpecError::Unsupported(format!(
-                    "value head size {vl} differs from key head size {head_dim}"
-                )));
-            }
+        if let Some(vl) = k.opt_usize(hp::VALUE_LENGTH)?
+            && vl != head_dim
+        {
+            return Err(SpecError::Unsupported(format!(
+                "value head size {vl} differs from key head size {head_dim}"
+            )));
         }
         if head_dim == 0 || head_dim % 2 != 0 {
             return Err(SpecError::BadKey {
@@ -141,13 +141,13 @@ impl HParams {
                 problem: format!("{rope_dim} must be even and at most the head size {head_dim}"),
             });
         }
-        if let Some(t) = f.metadata.get_str(&k.key(hp::ROPE_SCALING_TYPE)) {
-            if t != "none" {
-                return Err(SpecError::Unsupported(format!(
-                    "RoPE scaling type {t:?} ({}) is not supported",
-                    k.key(hp::ROPE_SCALING_TYPE)
-                )));
-            }
+        if let Some(t) = f.metadata.get_str(&k.key(hp::ROPE_SCALING_TYPE))
+            && t != "none"
+        {
+            return Err(SpecError::Unsupported(format!(
+                "RoPE scaling type {t:?} ({}) is not supported",
+                k.key(hp::ROPE_SCALING_TYPE)
+            )));
         }
         let mut rope_sections = [0usize; 4];
         if arch.uses_mrope() {
@@ -196,13 +196,13 @@ impl HParams {
             .tensor(tensor::TOKEN_EMBD)
             .ok_or_else(|| SpecError::MissingTensor(tensor::TOKEN_EMBD.into()))?;
         let n_vocab = embd.ne.get(1).copied().unwrap_or(0) as usize;
-        if let Some(v) = k.opt_usize(hp::VOCAB_SIZE)? {
-            if v != n_vocab {
-                return Err(SpecError::BadKey {
-                    key: k.key(hp::VOCAB_SIZE),
-                    problem: format!("{v} differs from the embedding table's {n_vocab} rows"),
-                });
-            }
+        if let Some(v) = k.opt_usize(hp::VOCAB_SIZE)?
+            && v != n_vocab
+        {
+            return Err(SpecError::BadKey {
+                key: k.key(hp::VOCAB_SIZE),
+                problem: format!("{v} differs from the embedding table's {n_vocab} rows"),
+            });
         }
         let hp = HParams {
             n_vocab,

@@ -347,10 +347,10 @@ fn append_kv(s: &crate::storage::CpuStorage, dtype: KvType, offset: usize, rows:
 
 /// A weight as f32 values: borrowed when it is aligned F32, dequantised otherwise.
 fn as_f32(b: &[u8], dtype: DType) -> Result<Cow<'_, [f32]>, String> {
-    if dtype == DType::F32 {
-        if let Ok(s) = bytemuck::try_cast_slice::<u8, f32>(b) {
-            return Ok(Cow::Borrowed(s));
-        }
+    if dtype == DType::F32
+        && let Ok(s) = bytemuck::try_cast_slice::<u8, f32>(b)
+    {
+        return Ok(Cow::Borrowed(s));
     }
     let n = b.len() / dtype.type_size() * dtype.block_size();
     ats_core::quant::dequantize(dtype, b, n)

@@ -5,7 +5,7 @@ pub fn rms_norm(x: &[f32], w: &[f32], out: &mut [f32], group: usize, eps: f32) {
     for (xs, os) in x.chunks_exact(group).zip(out.chunks_exact_mut(group)) {
         // accumulate in f64: the sum of squares of a wide row loses bits in f32
         let ss: f64 = xs.iter().map(|&v| (v as f64) * (v as f64)).sum();
-        let scale = (1.0 / ((ss / group as f64) as f32 + eps).sqrt()) as f32;
+        let scale = 1.0 / ((ss / group as f64) as f32 + eps).sqrt();
         for ((o, &v), &g) in os.iter_mut().zip(xs).zip(w) {
             *o = v * scale * g;
         }

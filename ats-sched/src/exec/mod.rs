@@ -256,8 +256,8 @@ impl Executor {
             }
         }
         // KV caches that move: copy through the host
-        for c in 0..g.kv_caches.len() {
-            let (from, to) = (old_kv[c], first.kv_device[c]);
+        for (c, &from) in old_kv.iter().enumerate().take(g.kv_caches.len()) {
+            let to = first.kv_device[c];
             if from == to {
                 continue;
             }
@@ -288,18 +288,18 @@ impl Executor {
             self.kv[c] = KvPair { k: nk, v: nv };
         }
         for (w, home) in first.weight_home.iter().enumerate() {
-            if let WeightHome::Resident(d) = *home {
-                if self.resident[w].is_none() {
-                    let info = &g.weights[w];
-                    let dev = &self.devices[d];
-                    let buf = dev.alloc(
-                        self.cfg.region_for(Region::Resident),
-                        info.bytes as usize,
-                        &info.name,
-                    )?;
-                    dev.write(&buf, 0, self.weight_bytes(w))?;
-                    self.resident[w] = Some(buf);
-                }
+            if let WeightHome::Resident(d) = *home
+                && self.resident[w].is_none()
+            {
+                let info = &g.weights[w];
+                let dev = &self.devices[d];
+                let buf = dev.alloc(
+                    self.cfg.region_for(Region::Resident),
+                    info.bytes as usize,
+                    &info.name,
+                )?;
+                dev.write(&buf, 0, self.weight_bytes(w))?;
+                self.resident[w] = Some(buf);
             }
         }
         self.plans = plans;
@@ -332,15 +332,14 @@ impl Executor {
             )));
         }
         for (i, n) in g.nodes.iter().enumerate() {
-            if let Op::Attention(a) = &n.op {
-                if let Some(c) = a.cache {
-                    if plan.kv_device[c] != plan.node_device[i] {
-                        return Err(ExecError::Plan(format!(
-                            "{} runs on device {} but its KV cache is on device {}",
-                            n.name, plan.node_device[i], plan.kv_device[c]
-                        )));
-                    }
-                }
+            if let Op::Attention(a) = &n.op
+                && let Some(c) = a.cache
+                && plan.kv_device[c] != plan.node_device[i]
+            {
+                return Err(ExecError::Plan(format!(
+                    "{} runs on device {} but its KV cache is on device {}",
+                    n.name, plan.node_device[i], plan.kv_device[c]
+                )));
             }
         }
         Ok(())
@@ -781,10 +780,10 @@ impl Executor {
                     }
                 }
             }
-            if dev.supports_async() {
-                if let Some(ev) = &freed {
-                    dev.wait_event(Stream::Transfer, ev)?;
-                }
+            if dev.supports_async()
+                && let Some(ev) = &freed
+            {
+                dev.wait_event(Stream::Transfer, ev)?;
             }
             let mut bytes = 0u64;
             for e in (0..n_expert).filter(|&e| hit[e]) {

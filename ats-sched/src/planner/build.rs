@@ -169,15 +169,17 @@ struct Layout {
     streaming: bool,
     compute: u64,
     temp: u64,
-    tiers: Vec<(
-        usize,
-        PlanKind,
-        f64,
-        Vec<bool>,
-        Vec<(PlanKind, Option<f64>)>,
-    )>,
+    tiers: Vec<LayoutTier>,
     workload: f64,
 }
+
+/// Every plan kind's estimate for a tier (`None`: does not fit).
+type Estimates = Vec<(PlanKind, Option<f64>)>;
+/// A tier's chosen plan: kind, estimated seconds, per-item "on the GPU", and
+/// every estimate.
+type TierChoice = (PlanKind, f64, Vec<bool>, Estimates);
+/// A tier and its chosen plan, as a layout keeps them.
+type LayoutTier = (usize, PlanKind, f64, Vec<bool>, Estimates);
 
 fn transfer_items(
     costs: &[ItemCost],
@@ -231,7 +233,7 @@ fn tier_plan(
     tier: usize,
     resident: &[bool],
     streaming: bool,
-) -> Result<(PlanKind, f64, Vec<bool>, Vec<(PlanKind, Option<f64>)>), PlanError> {
+) -> Result<TierChoice, PlanError> {
     let shape = ctx.shape(tier);
     let costs = ctx.costs(shape);
     let out_bytes = ctx
@@ -253,10 +255,10 @@ fn tier_plan(
     let none = vec![false; plain.len()];
     let static_t = round_time(&plain, &none, &params).map_err(alg)?.total;
     let mut allowed = kinds(ctx.cfg.policy, tier, streaming);
-    if let Some(k) = ctx.cfg.force_kind {
-        if streaming || k == PlanKind::Static {
-            allowed = vec![k];
-        }
+    if let Some(k) = ctx.cfg.force_kind
+        && (streaming || k == PlanKind::Static)
+    {
+        allowed = vec![k];
     }
     let mut est: Vec<(PlanKind, Option<f64>, Vec<bool>)> =
         vec![(PlanKind::Static, Some(static_t), none.clone())];

@@ -52,14 +52,14 @@ pub fn load_profile(path: &Path, fingerprint: Option<&str>) -> Result<Option<Pro
             p.version
         ));
     }
-    if let Some(fp) = fingerprint {
-        if p.fingerprint != fp {
-            return Err(format!(
-                "{}: profile of other hardware (fingerprint {}, this machine {fp})",
-                path.display(),
-                p.fingerprint
-            ));
-        }
+    if let Some(fp) = fingerprint
+        && p.fingerprint != fp
+    {
+        return Err(format!(
+            "{}: profile of other hardware (fingerprint {}, this machine {fp})",
+            path.display(),
+            p.fingerprint
+        ));
     }
     Ok(Some(p))
 }
