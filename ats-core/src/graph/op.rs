@@ -36,6 +36,36 @@ pub struct RopeSpec {
 }
 
 impl RopeSpec {
+    /// The position component (0 = t, 1 = h, 2 = w; 3 = none) and the
+    /// frequency index of rotation pair `i`: the pairing every backend follows.
+    pub fn pair_source(&self, i: usize) -> (usize, usize) {
+        match self.kind {
+            RopeKind::Normal | RopeKind::Neox => (0, i),
+            RopeKind::MRope { sections } => {
+                let total: usize = sections.iter().sum();
+                let s = i % total.max(1);
+                let mut acc = 0;
+                let mut c = 3;
+                for (k, &n) in sections.iter().enumerate() {
+                    acc += n;
+                    if s < acc {
+                        c = k;
+                        break;
+                    }
+                }
+                (c, i)
+            }
+            RopeKind::Vision2d => {
+                let quarter = self.head_dim / 4;
+                if i < quarter {
+                    (0, i)
+                } else {
+                    (1, i - quarter)
+                }
+            }
+        }
+    }
+
     /// The inverse frequency `theta^(-2i/dim)` of rotation pair `i`, where
     /// `dim` is the number of rotated dimensions that share one frequency
     /// ladder (`rot_dim`, or half the head for 2D vision RoPE). Computed in

@@ -4,35 +4,6 @@
 use ats_core::graph::{RopeKind, RopeSpec};
 use ats_core::round::Positions;
 
-/// The position component and frequency index of rotation pair `i`.
-fn pair_source(spec: &RopeSpec, i: usize) -> (usize, usize) {
-    match spec.kind {
-        RopeKind::Normal | RopeKind::Neox => (0, i),
-        RopeKind::MRope { sections } => {
-            let total: usize = sections.iter().sum();
-            let s = i % total.max(1);
-            let mut acc = 0;
-            let mut c = 3;
-            for (k, &n) in sections.iter().enumerate() {
-                acc += n;
-                if s < acc {
-                    c = k;
-                    break;
-                }
-            }
-            (c, i)
-        }
-        RopeKind::Vision2d => {
-            let quarter = spec.head_dim / 4;
-            if i < quarter {
-                (0, i)
-            } else {
-                (1, i - quarter)
-            }
-        }
-    }
-}
-
 /// Applies RoPE in place to `x` (`rows x n_heads*head_dim`), row `r` at `positions` row `r`.
 /// `freq_factors` divide each pair's angle (Llama 3).
 pub fn rope(x: &mut [f32], spec: &RopeSpec, positions: &Positions, freq_factors: Option<&[f32]>) {
@@ -44,7 +15,7 @@ pub fn rope(x: &mut [f32], spec: &RopeSpec, positions: &Positions, freq_factors:
     let half = n_pairs;
     let sources: Vec<(usize, f32)> = (0..n_pairs)
         .map(|i| {
-            let (c, j) = pair_source(spec, i);
+            let (c, j) = spec.pair_source(i);
             let mut inv = spec.inv_freq(j);
             if let Some(f) = freq_factors {
                 inv /= f[j];

@@ -47,42 +47,13 @@ pub fn table(spec: &RopeSpec, components: usize) -> Result<(usize, RopeTable), S
         factor_index: [0; ROPE_MAX_PAIRS],
     };
     for i in 0..n_pairs {
-        let (c, j) = pair_source(spec, i);
+        let (c, j) = spec.pair_source(i);
         t.inv_freq[i] = spec.inv_freq(j);
         // text rounds of an M-RoPE model may carry one component only
         t.component[i] = if components > c { c as i32 } else { 0 };
         t.factor_index[i] = j as i32;
     }
     Ok((n_pairs, t))
-}
-
-/// The position component and frequency index of pair `i` (as the CPU).
-fn pair_source(spec: &RopeSpec, i: usize) -> (usize, usize) {
-    match spec.kind {
-        RopeKind::Normal | RopeKind::Neox => (0, i),
-        RopeKind::MRope { sections } => {
-            let total: usize = sections.iter().sum();
-            let s = i % total.max(1);
-            let mut acc = 0;
-            let mut c = 3;
-            for (k, &n) in sections.iter().enumerate() {
-                acc += n;
-                if s < acc {
-                    c = k;
-                    break;
-                }
-            }
-            (c, i)
-        }
-        RopeKind::Vision2d => {
-            let quarter = spec.head_dim / 4;
-            if i < quarter {
-                (0, i)
-            } else {
-                (1, i - quarter)
-            }
-        }
-    }
 }
 
 pub(crate) fn rope(
