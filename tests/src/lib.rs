@@ -240,3 +240,22 @@ pub fn sim_gpu(budget: u64, threads: usize) -> std::sync::Arc<dyn ats_core::devi
         },
     ))
 }
+
+/// A xorshift64 generator for the tests' random placements: deterministic
+/// from its seed, no dependency.
+pub struct XorShift(pub u64);
+
+impl XorShift {
+    /// The next 64 random bits.
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// True with probability `pct` percent.
+    pub fn coin(&mut self, pct: u64) -> bool {
+        self.next() % 100 < pct
+    }
+}

@@ -14,7 +14,7 @@ use ats_cpu::CpuDevice;
 use ats_cuda::{CudaDevice, CudaOptions};
 use ats_sched::engine::Policy;
 use ats_sched::exec::{ExecConfig, ExecPlan, Executor, WeightHome};
-use ats_tests::{Reference, engine_on, fixtures, max_abs_diff};
+use ats_tests::{Reference, XorShift, engine_on, fixtures, max_abs_diff};
 
 const TEXT: [(&str, &str); 4] = [
     ("llama", "llama-f32.gguf"),
@@ -47,22 +47,9 @@ fn opts(budget: u64, cublas: bool) -> CudaOptions {
     }
 }
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn coin(&mut self, pct: u64) -> bool {
-        self.next() % 100 < pct
-    }
-}
-
 /// mode 0: all on the GPU with resident weights; 1: all on the GPU with
 /// every weight streamed; 2: alternating nodes, streamed; else random.
-fn plan(g: &ats_core::graph::Graph, rng: &mut Rng, mode: usize) -> ExecPlan {
+fn plan(g: &ats_core::graph::Graph, rng: &mut XorShift, mode: usize) -> ExecPlan {
     let mut p = ExecPlan::all_cpu(g);
     for i in 0..g.nodes.len() {
         p.node_device[i] = match mode {
@@ -115,7 +102,7 @@ fn text_fixtures_on_the_gpu_and_mixed_placements_match_the_cpu() {
     let Some(dev_tiled) = gpu(opts(1 << 30, false)) else {
         return;
     };
-    let mut rng = Rng(0x5eed_cafe_f00d_0001);
+    let mut rng = XorShift(0x5eed_cafe_f00d_0001);
     // every case runs and reports; the test fails at the end with the list
     let mut failures = Vec::new();
     for (dir, file) in TEXT {
@@ -215,7 +202,7 @@ fn quantised_fixtures_match_the_dequantised_reference() {
             (dev.clone(), 5e-2, "cuBLAS f16"),
         ] {
             let g: Arc<dyn Device> = g;
-            let p = plan(&graph, &mut Rng(1), 0);
+            let p = plan(&graph, &mut XorShift(1), 0);
             let mut ex = Executor::new(
                 graph.clone(),
                 host.clone(),

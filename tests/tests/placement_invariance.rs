@@ -11,7 +11,7 @@ use ats_cpu::CpuDevice;
 use ats_sched::engine::Policy;
 use ats_sched::exec::{ExecConfig, ExecPlan, Executor, WeightHome};
 use ats_sched::sim::{SimGpu, SimGpuConfig};
-use ats_tests::{Reference, engine_on, fixtures};
+use ats_tests::{Reference, XorShift, engine_on, fixtures};
 
 const TEXT: [(&str, &str); 4] = [
     ("llama", "llama-f32.gguf"),
@@ -40,22 +40,9 @@ fn max_rel(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn coin(&mut self, p_num: u64) -> bool {
-        self.next() % 100 < p_num
-    }
-}
-
 /// A random valid plan: each node and weight home drawn at random, each
 /// attention node on its KV cache's device.
-fn random_plan(g: &ats_core::graph::Graph, rng: &mut Rng, mode: usize) -> ExecPlan {
+fn random_plan(g: &ats_core::graph::Graph, rng: &mut XorShift, mode: usize) -> ExecPlan {
     let mut p = ExecPlan::all_cpu(g);
     for (i, _) in g.nodes.iter().enumerate() {
         p.node_device[i] = match mode {
@@ -100,7 +87,7 @@ fn round_for(spec: &ModelSpec, ids: &[u32]) -> Round {
 
 #[test]
 fn random_placements_give_the_cpu_logits() {
-    let mut rng = Rng(0x5eed_1234_5678_9abc);
+    let mut rng = XorShift(0x5eed_1234_5678_9abc);
     for (dir, file) in TEXT {
         let spec = ModelSpec::open(fixtures().join(dir).join(file)).unwrap();
         let graph = Arc::new(spec.graph().unwrap());
