@@ -247,7 +247,7 @@ pub struct XorShift(pub u64);
 
 impl XorShift {
     /// The next 64 random bits.
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
@@ -256,6 +256,6 @@ impl XorShift {
 
     /// True with probability `pct` percent.
     pub fn coin(&mut self, pct: u64) -> bool {
-        self.next() % 100 < pct
+        self.next_u64() % 100 < pct
     }
 }
