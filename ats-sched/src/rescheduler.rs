@@ -37,6 +37,7 @@ pub enum Tau {
 
 /// Tuning of the re-scheduling trigger.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ReschedConfig {
     /// Relative deviation that makes a plan stale (default 0.15).
     pub epsilon: f64,
@@ -44,6 +45,14 @@ pub struct ReschedConfig {
     pub tau: Tau,
     /// Weight of a new observation in the moving averages (default 0.25).
     pub alpha: f64,
+    /// A re-plan changes a tier's plan shape only when the new shape is
+    /// estimated faster than the current one by more than this fraction
+    /// (default 0.05), so estimates that wobble around a tie do not flip it.
+    pub hysteresis: f64,
+    /// Decode rounds each candidate decode plan runs in the audition at the
+    /// first decode (the first of them a warm-up); 0 turns auditions off
+    /// (default 6). See [`crate::planner`].
+    pub audition_rounds: usize,
 }
 
 impl Default for ReschedConfig {
@@ -52,6 +61,8 @@ impl Default for ReschedConfig {
             epsilon: 0.15,
             tau: Tau::TpotMultiple(5.0),
             alpha: 0.25,
+            hysteresis: 0.05,
+            audition_rounds: 6,
         }
     }
 }
@@ -337,6 +348,16 @@ fn check_config(c: &ReschedConfig) -> Result<(), ReschedError> {
     if !(c.alpha > 0.0 && c.alpha <= 1.0) {
         return bad("alpha", c.alpha, "in (0, 1]");
     }
+    if !(c.hysteresis >= 0.0 && c.hysteresis < 1.0) {
+        return bad("hysteresis", c.hysteresis, "in [0, 1)");
+    }
+    if c.audition_rounds == 1 {
+        return bad(
+            "audition rounds",
+            1.0,
+            "0 (off) or at least 2 (a warm-up and a measured round)",
+        );
+    }
     match c.tau {
         Tau::TpotMultiple(m) if !(m.is_finite() && m >= 0.0) => {
             bad("tau multiple", m, "finite, >= 0")
@@ -363,6 +384,7 @@ mod tests {
             epsilon: 0.15,
             tau,
             alpha: 1.0,
+            ..ReschedConfig::default()
         }
     }
 

@@ -155,8 +155,6 @@ pub fn try_engine_on(
     policy: ats_sched::engine::Policy,
     all_logits: bool,
 ) -> Result<ats_sched::engine::Engine, String> {
-    use ats_sched::engine::{Engine, EngineConfig};
-    use ats_sched::planner::{Planner, PlannerConfig};
     use ats_sched::profile::{CostModel, DeviceProfile};
     let cost = CostModel::new(
         devices
@@ -178,6 +176,21 @@ pub fn try_engine_on(
             })
             .collect(),
     );
+    try_engine_with_cost(spec, devices, cost, n_ctx, kv, policy, all_logits)
+}
+
+/// [`try_engine_on`] with the given cost model.
+pub fn try_engine_with_cost(
+    spec: std::sync::Arc<ats_core::spec::ModelSpec>,
+    devices: Vec<std::sync::Arc<dyn ats_core::device::Device>>,
+    cost: ats_sched::profile::CostModel,
+    n_ctx: usize,
+    kv: ats_core::device::KvType,
+    policy: ats_sched::engine::Policy,
+    all_logits: bool,
+) -> Result<ats_sched::engine::Engine, String> {
+    use ats_sched::engine::{Engine, EngineConfig};
+    use ats_sched::planner::{Planner, PlannerConfig};
     let cfg = EngineConfig {
         n_ctx: Some(n_ctx),
         kv_type: kv,

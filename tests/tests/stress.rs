@@ -101,6 +101,8 @@ fn sim_engine(
             epsilon: 0.05,
             tau: Tau::Seconds(0.0),
             alpha: 0.5,
+            hysteresis: 0.0,
+            ..ReschedConfig::default()
         },
     };
     let planner = Planner::new(Arc::new(spec.graph().unwrap()), &devs, cost, pcfg)?;

@@ -76,6 +76,8 @@ struct Ctx<'a> {
     gpu: usize,
     n_devices: usize,
     kv_f16: bool,
+    /// Per plan shape, a correction of its decode estimate learned by measuring it.
+    bias: &'a [(PlanKind, f64)],
 }
 
 impl Ctx<'_> {
@@ -227,12 +229,16 @@ fn kinds(policy: Policy, tier: usize, streaming: bool) -> Vec<PlanKind> {
 }
 
 /// Estimates the three shapes for one tier and returns the best allowed:
-/// (kind, seconds, per-item "on the GPU", every estimate).
+/// (kind, seconds, per-item "on the GPU", every estimate). Decode estimates
+/// carry the measured correction of their shape; `prefer` (the shape the
+/// tier runs now) is kept unless another is faster by more than the
+/// hysteresis.
 fn tier_plan(
     ctx: &Ctx<'_>,
     tier: usize,
     resident: &[bool],
     streaming: bool,
+    prefer: Option<PlanKind>,
 ) -> Result<TierChoice, PlanError> {
     let shape = ctx.shape(tier);
     let costs = ctx.costs(shape);
@@ -272,7 +278,14 @@ fn tier_plan(
         est.push((PlanKind::GpuOnly, None, none.clone()));
         est.push((PlanKind::Dynamic, None, none));
     }
-    let best = est
+    if tier == 1 {
+        for e in &mut est {
+            if let (Some(t), Some(&(_, b))) = (&mut e.1, ctx.bias.iter().find(|b| b.0 == e.0)) {
+                *t *= b;
+            }
+        }
+    }
+    let mut best = est
         .iter()
         .filter(|e| allowed.contains(&e.0) && e.1.is_some())
         .min_by(|a, b| {
@@ -280,6 +293,14 @@ fn tier_plan(
                 .total_cmp(&b.1.unwrap_or(f64::INFINITY))
         })
         .expect("the static plan is always allowed");
+    if let Some(kept) = prefer
+        .and_then(|k| est.iter().find(|e| e.0 == k))
+        .filter(|e| allowed.contains(&e.0))
+        && let (Some(t_kept), Some(t_best)) = (kept.1, best.1)
+        && t_best >= t_kept * (1.0 - ctx.cfg.resched.hysteresis)
+    {
+        best = kept;
+    }
     let on_gpu: Vec<bool> = resident
         .iter()
         .zip(&best.2)
@@ -489,7 +510,7 @@ fn evaluate(
     }
     let mut tiers = Vec::new();
     for t in tiers_up_to(max_tier.min(ctx.cfg.n_ctx)) {
-        let (kind, secs, on_gpu, est) = tier_plan(ctx, t, &resident, streaming)?;
+        let (kind, secs, on_gpu, est) = tier_plan(ctx, t, &resident, streaming, None)?;
         tiers.push((t, kind, secs, on_gpu, est));
     }
     // the exact compute buffers: the largest schedule of the tier plans
@@ -757,6 +778,7 @@ pub(super) fn plan_set(
         gpu,
         n_devices: devices.len(),
         kv_f16: cfg.kv_type == KvType::F16,
+        bias: &[],
     };
     let cap = cfg.max_tier.unwrap_or(usize::MAX).min(cfg.n_ctx);
     let mut tmax: Vec<usize> = [1usize, 64, 512, 2048]
@@ -809,13 +831,15 @@ pub(super) fn plan_set(
     Ok(finish(&ctx, layout, budget, notes))
 }
 
-/// Re-plans the tiers with the current (live) costs, keeping the layout of `old`.
+/// Re-plans the tiers with the current (live) costs and the measured
+/// corrections `bias`, keeping the layout of `old`.
 pub(super) fn replan(
     g: &Graph,
     cost: &CostModel,
     cfg: &PlannerConfig,
     gpu: usize,
     old: &PlanSet,
+    bias: &[(PlanKind, f64)],
 ) -> Result<PlanSet, PlanError> {
     let (items, host_nodes) = build_items(g, cfg.n_ctx, cfg.kv_type.size());
     let n_devices = old.plans[0]
@@ -836,12 +860,14 @@ pub(super) fn replan(
         gpu,
         n_devices,
         kv_f16: cfg.kv_type == KvType::F16,
+        bias,
     };
     let resident: Vec<bool> = old.report.items.iter().map(|i| i.resident).collect();
     let streaming = old.report.streaming;
     let mut tiers = Vec::new();
     for e in &old.tiers {
-        let (kind, secs, on_gpu, est) = tier_plan(&ctx, e.tier, &resident, streaming)?;
+        let (kind, secs, on_gpu, est) =
+            tier_plan(&ctx, e.tier, &resident, streaming, Some(e.kind))?;
         tiers.push((e.tier, kind, secs, on_gpu, est));
     }
     let regions: HashMap<String, u64> = old.report.regions.iter().cloned().collect();

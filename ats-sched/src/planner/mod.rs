@@ -13,9 +13,12 @@
 //! tokens); a few memory layouts (largest tier planned for, with or without
 //! temp slots) are compared on that workload and the best is kept. Per round
 //! the tier minimising `ceil(n / tier) * est(tier)` is used, and prefill runs
-//! in chunks of it. Observed times feed the cost model; the load-aware
+//! in chunks of it. At the first decode rounds the distinct decode plans
+//! are auditioned (each runs a few real rounds, the fastest is kept; see
+//! [`audition`]). Observed times feed the cost model; the load-aware
 //! re-scheduler re-runs the per-tier plans when they drift.
 
+pub mod audition;
 mod build;
 mod items;
 mod report;
@@ -36,6 +39,7 @@ use crate::exec::{ExecPlan, Executor, RoundStats};
 use crate::profile::CostModel;
 use crate::rescheduler::{CostSnapshot, Decision, Rescheduler};
 use crate::tiers::TIERS;
+use audition::{Audition, AuditionReport, Step};
 
 /// The shape of a tier's plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -84,9 +88,17 @@ pub struct PlanSet {
 
 impl PlanSet {
     /// The plan and chunk size for `n` new tokens: the tier minimising
-    /// `ceil(n / tier) * est(tier)` (ties to the larger tier).
+    /// `ceil(n / tier) * est(tier)` (ties to the larger tier). One token runs
+    /// the decode plan, which was planned for exactly that round (the larger
+    /// tiers' estimates are of a fresh prompt, not comparable with a decode
+    /// round deep into the context).
     pub fn choose(&self, n: usize) -> (usize, usize) {
         let n = n.max(1);
+        if n == 1
+            && let Some(t) = self.tiers.first().filter(|t| t.tier == 1)
+        {
+            return (t.plan, 1);
+        }
         let best = self
             .tiers
             .iter()
@@ -110,9 +122,17 @@ pub struct Planner {
     prev: Option<PlanSet>,
     resched: Option<Rescheduler>,
     clock: Instant,
-    /// Re-plans done so far.
+    /// Re-plans done so far (those that changed a plan).
     pub replans: usize,
     gpu: Option<usize>,
+    /// Whether the decode audition has started (it runs once).
+    auditioned: bool,
+    audition: Option<Audition>,
+    last_audition: Option<AuditionReport>,
+    /// Plans the engine should install next (an audition step).
+    pending: Option<PlanSet>,
+    /// Per-shape corrections of decode estimates, learned by the audition.
+    bias: Vec<(PlanKind, f64)>,
 }
 
 impl std::fmt::Debug for Planner {
@@ -166,6 +186,11 @@ impl Planner {
             clock: Instant::now(),
             replans: 0,
             gpu,
+            auditioned: false,
+            audition: None,
+            last_audition: None,
+            pending: None,
+            bias: Vec::new(),
         })
     }
 
@@ -210,10 +235,13 @@ impl Planner {
                 self.cost.observe_copy(gpu, copy_bytes as f64, copy_secs);
             }
         }
-        let Some(rs) = &mut self.resched else { return };
-        if n_tokens != 1 {
+        if n_tokens != 1 || self.gpu.is_none() {
             return;
         }
+        if self.audition_step(stats.total_secs) {
+            return;
+        }
+        let Some(rs) = &mut self.resched else { return };
         // decode rounds: each item's time against its snapshot
         let _ = rs.observe_tpot(stats.total_secs);
         for (i, it) in self.set.report.items.iter().enumerate() {
@@ -235,27 +263,155 @@ impl Planner {
         }
     }
 
-    /// Re-plans when the re-scheduler says the measurements drifted; returns
-    /// the new plans (same memory layout, new per-tier plans).
+    /// Feeds a decode round to the audition (starting it at the first
+    /// decode); returns whether an audition is running, so the round says
+    /// nothing about the current plan's drift.
+    fn audition_step(&mut self, secs: f64) -> bool {
+        if !self.auditioned {
+            self.auditioned = true;
+            let rounds = self.cfg.resched.audition_rounds;
+            let candidates = self.audition_candidates();
+            if rounds == 0 || candidates.len() < 2 {
+                return false;
+            }
+            // this round ran the planner's choice: it is that candidate's warm-up
+            self.audition = Some(Audition::new(candidates, rounds));
+        }
+        let Some(a) = &mut self.audition else {
+            return false;
+        };
+        match a.record(secs) {
+            Step::Continue => {}
+            Step::Switch(i) => self.pending = Some(a.candidate(i).clone()),
+            Step::Done(report) => {
+                let winner = a.candidate(report.winner).clone();
+                self.bias = report.bias();
+                self.last_audition = Some(report);
+                self.audition = None;
+                self.pending = Some(winner);
+            }
+        }
+        true
+    }
+
+    /// The distinct decode plans of the allowed shapes, each with the
+    /// shapes it stands for; the current choice first.
+    fn audition_candidates(&self) -> Vec<(PlanSet, Vec<PlanKind>)> {
+        let cur = &self.set;
+        let Some(t1) = cur.tiers.first().filter(|t| t.tier == 1) else {
+            return Vec::new();
+        };
+        let mut out: Vec<(PlanSet, Vec<PlanKind>)> = vec![(cur.clone(), vec![t1.kind])];
+        for &(kind, est) in &t1.estimates {
+            if est.is_none() || kind == t1.kind {
+                continue;
+            }
+            let Some(forced) = self.plans_forced(kind) else {
+                continue;
+            };
+            let Some(f1) = forced.tiers.first() else {
+                continue;
+            };
+            let plan = &forced.plans[f1.plan];
+            if let Some(same) = out
+                .iter_mut()
+                .find(|c| &c.0.plans[c.0.tiers[0].plan] == plan)
+            {
+                same.1.push(kind);
+                continue;
+            }
+            // the current plans with only the decode tier replaced
+            let mut c = cur.clone();
+            let idx = c.plans.iter().position(|p| p == plan).unwrap_or_else(|| {
+                c.plans.push(plan.clone());
+                c.plans.len() - 1
+            });
+            c.tiers[0] = TierEntry {
+                plan: idx,
+                kind,
+                est_secs: f1.est_secs,
+                switches: f1.switches,
+                streamed_items: f1.streamed_items,
+                ..t1.clone()
+            };
+            c.report.items = forced.report.items.clone();
+            out.push((c, vec![kind]));
+        }
+        out
+    }
+
+    /// The last audition's candidates and measurements.
+    pub fn last_audition(&self) -> Option<&AuditionReport> {
+        self.last_audition.as_ref()
+    }
+
+    /// Whether an audition is running.
+    pub fn auditioning(&self) -> bool {
+        self.audition.is_some()
+    }
+
+    /// The plans the engine should run next, if they change: an audition
+    /// step, or a re-plan when the re-scheduler says the measurements
+    /// drifted (same memory layout, new per-tier plans).
     pub fn maybe_replan(&mut self) -> Option<&PlanSet> {
+        if let Some(next) = self.pending.take() {
+            if let Some(rs) = &mut self.resched {
+                let now = self.clock.elapsed().as_secs_f64();
+                let _ = rs.replanned(snapshot(&next), now);
+            }
+            self.prev = Some(std::mem::replace(&mut self.set, next));
+            return Some(&self.set);
+        }
+        if self.audition.is_some() {
+            return None;
+        }
         let now = self.clock.elapsed().as_secs_f64();
         let rs = self.resched.as_mut()?;
         match rs.check(now) {
             Ok(Decision::Replan { .. }) => {}
             _ => return None,
         }
-        self.replan_now()
+        self.rebuild(true)
     }
 
-    /// Re-runs the per-tier plans with the live costs, keeping the layout.
+    /// Re-runs the per-tier plans with the live costs, keeping the layout
+    /// (`None` without a GPU).
     pub fn replan_now(&mut self) -> Option<&PlanSet> {
+        self.rebuild(false)
+    }
+
+    /// Re-plans; with `only_if_changed`, plans equal to the current ones are
+    /// not a re-plan (`None`; the re-scheduler still takes the fresher
+    /// estimates as its reference).
+    fn rebuild(&mut self, only_if_changed: bool) -> Option<&PlanSet> {
         let gpu = self.gpu?;
-        let new = build::replan(&self.graph, &self.cost, &self.cfg, gpu, &self.set).ok()?;
-        self.replans += 1;
+        let new = build::replan(
+            &self.graph,
+            &self.cost,
+            &self.cfg,
+            gpu,
+            &self.set,
+            &self.bias,
+        )
+        .ok()?;
         if let Some(rs) = &mut self.resched {
             let now = self.clock.elapsed().as_secs_f64();
             let _ = rs.replanned(snapshot(&new), now);
         }
+        // the executor holds the old plan list: "same" means the same list and indices
+        let same = new.plans == self.set.plans
+            && new.tiers.len() == self.set.tiers.len()
+            && new
+                .tiers
+                .iter()
+                .zip(&self.set.tiers)
+                .all(|(a, b)| a.plan == b.plan);
+        if same && only_if_changed {
+            // fresher estimates, same plans: nothing for the executor to do
+            self.set = new;
+            return None;
+        }
+        self.replans += 1;
         self.prev = Some(std::mem::replace(&mut self.set, new));
         Some(&self.set)
     }
@@ -270,19 +426,29 @@ impl Planner {
         }
         let mut cfg = self.cfg.clone();
         cfg.force_kind = Some(kind);
-        build::replan(&self.graph, &self.cost, &cfg, gpu, &self.set).ok()
+        build::replan(&self.graph, &self.cost, &cfg, gpu, &self.set, &self.bias).ok()
     }
 
-    /// Makes `set` the current plans (the executor must run them).
+    /// Makes `set` the current plans (the executor must run them); ends any
+    /// audition, which would otherwise replace them.
     pub fn install(&mut self, set: PlanSet) {
+        self.end_audition();
         self.prev = Some(std::mem::replace(&mut self.set, set));
     }
 
-    /// Goes back to the plans before the last re-plan (the executor refused the new ones).
+    /// Goes back to the plans before the last change (the executor refused
+    /// the new ones); an audition in progress ends with the plans it had.
     pub fn revert(&mut self) {
+        self.end_audition();
         if let Some(p) = self.prev.take() {
             self.set = p;
         }
+    }
+
+    fn end_audition(&mut self) {
+        self.auditioned = true;
+        self.audition = None;
+        self.pending = None;
     }
 
     /// The settings.

@@ -1,0 +1,230 @@
+//! Auditions: the decode plan chosen by measurement.
+//!
+//! The cost model ranks the decode plan shapes (static, GPU-only, dynamic)
+//! by estimate, but what it cannot see (how well a copy really hides under
+//! compute, a kernel slower at a shape it never measured) can reorder
+//! shapes whose estimates are close, and decode is where an engine spends
+//! most of its time. So at the first decode rounds each distinct candidate
+//! plan runs a few real rounds (the first a warm-up), and the fastest median
+//! wins. Every candidate computes the same logits, so the rounds are not
+//! wasted: they are the user's first tokens. What was learned stays as a
+//! per-shape correction of later estimates, so a re-plan does not undo it.
+
+use serde::Serialize;
+
+use super::{PlanKind, PlanSet};
+
+/// One candidate's result.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AuditionEntry {
+    /// The shapes whose decode plan this candidate is (identical plans are run once).
+    pub kinds: Vec<PlanKind>,
+    /// Estimated seconds per decode round.
+    pub est_secs: f64,
+    /// Median measured seconds per decode round (after the warm-up).
+    pub measured_secs: f64,
+}
+
+/// The outcome of an audition, for reports.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AuditionReport {
+    /// Every candidate, the planner's own choice first.
+    pub entries: Vec<AuditionEntry>,
+    /// Index of the fastest.
+    pub winner: usize,
+}
+
+/// What the audition wants after a round.
+#[derive(Debug, PartialEq)]
+pub(super) enum Step {
+    /// Keep running the current candidate.
+    Continue,
+    /// Run candidate `i` next.
+    Switch(usize),
+    /// Finished.
+    Done(AuditionReport),
+}
+
+/// An audition in progress.
+pub(super) struct Audition {
+    candidates: Vec<PlanSet>,
+    kinds: Vec<Vec<PlanKind>>,
+    current: usize,
+    times: Vec<Vec<f64>>,
+    rounds: usize,
+}
+
+impl Audition {
+    /// Candidates (distinct decode plans, the running one first), the shapes
+    /// each stands for, and rounds per candidate (at least 2).
+    pub(super) fn new(candidates: Vec<(PlanSet, Vec<PlanKind>)>, rounds: usize) -> Audition {
+        let n = candidates.len();
+        let (candidates, kinds) = candidates.into_iter().unzip();
+        Audition {
+            candidates,
+            kinds,
+            current: 0,
+            times: vec![Vec::new(); n],
+            rounds: rounds.max(2),
+        }
+    }
+
+    /// Candidate `i`'s plans.
+    pub(super) fn candidate(&self, i: usize) -> &PlanSet {
+        &self.candidates[i]
+    }
+
+    /// Records the seconds of a decode round run with the current candidate.
+    pub(super) fn record(&mut self, secs: f64) -> Step {
+        self.times[self.current].push(secs);
+        if self.times[self.current].len() < self.rounds {
+            return Step::Continue;
+        }
+        if self.current + 1 < self.candidates.len() {
+            self.current += 1;
+            return Step::Switch(self.current);
+        }
+        let entries: Vec<AuditionEntry> = self
+            .candidates
+            .iter()
+            .zip(&self.kinds)
+            .zip(&self.times)
+            .map(|((c, k), t)| AuditionEntry {
+                kinds: k.clone(),
+                est_secs: c.tiers[0].est_secs,
+                measured_secs: median(&t[1..]),
+            })
+            .collect();
+        let winner = entries
+            .iter()
+            .enumerate()
+            .min_by(|a, b| a.1.measured_secs.total_cmp(&b.1.measured_secs))
+            .map_or(0, |(i, _)| i);
+        Step::Done(AuditionReport { entries, winner })
+    }
+}
+
+impl AuditionReport {
+    /// Per-shape corrections of decode estimates: how much slower than its
+    /// estimate each candidate ran, relative to the winner (so the winner's
+    /// shapes get 1 and estimates keep their scale).
+    pub fn bias(&self) -> Vec<(PlanKind, f64)> {
+        let ratio = |e: &AuditionEntry| {
+            if e.est_secs > 0.0 && e.measured_secs.is_finite() {
+                e.measured_secs / e.est_secs
+            } else {
+                1.0
+            }
+        };
+        let base = ratio(&self.entries[self.winner]);
+        let mut out = Vec::new();
+        for e in &self.entries {
+            let b = ratio(e) / base;
+            for &k in &e.kinds {
+                out.push((k, if b.is_finite() && b > 0.0 { b } else { 1.0 }));
+            }
+        }
+        out
+    }
+}
+
+fn median(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        return f64::INFINITY;
+    }
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::planner::{PlanReport, TierEntry};
+
+    fn set(kind: PlanKind, est: f64) -> PlanSet {
+        PlanSet {
+            plans: Vec::new(),
+            tiers: vec![TierEntry {
+                tier: 1,
+                plan: 0,
+                kind,
+                est_secs: est,
+                estimates: Vec::new(),
+                switches: 0,
+                streamed_items: 0,
+            }],
+            report: PlanReport::default(),
+        }
+    }
+
+    #[test]
+    fn runs_each_candidate_and_picks_the_fastest_median() {
+        let mut a = Audition::new(
+            vec![
+                (set(PlanKind::Dynamic, 0.010), vec![PlanKind::Dynamic]),
+                (
+                    set(PlanKind::Static, 0.012),
+                    vec![PlanKind::Static, PlanKind::GpuOnly],
+                ),
+            ],
+            3,
+        );
+        // candidate 0: warm-up 0.1 (ignored), then 0.020 and 0.022
+        assert_eq!(a.record(0.1), Step::Continue);
+        assert_eq!(a.record(0.020), Step::Continue);
+        assert_eq!(a.record(0.022), Step::Switch(1));
+        assert_eq!(a.record(0.5), Step::Continue);
+        assert_eq!(a.record(0.015), Step::Continue);
+        let Step::Done(r) = a.record(0.013) else {
+            panic!("three rounds each, two candidates")
+        };
+        assert_eq!(r.winner, 1);
+        assert!((r.entries[0].measured_secs - 0.021).abs() < 1e-12);
+        assert!((r.entries[1].measured_secs - 0.014).abs() < 1e-12);
+        // the winner's shapes get 1; the loser ran 2.1x its estimate
+        // against the winner's 1.1667x
+        let b = r.bias();
+        assert_eq!(b.len(), 3);
+        let get = |k| b.iter().find(|x| x.0 == k).unwrap().1;
+        assert!((get(PlanKind::Static) - 1.0).abs() < 1e-12);
+        assert!((get(PlanKind::GpuOnly) - 1.0).abs() < 1e-12);
+        assert!((get(PlanKind::Dynamic) - 2.1 / (0.014 / 0.012)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_corrected_estimate_ranks_as_measured() {
+        let r = AuditionReport {
+            entries: vec![
+                AuditionEntry {
+                    kinds: vec![PlanKind::GpuOnly],
+                    est_secs: 0.008,
+                    measured_secs: 0.030,
+                },
+                AuditionEntry {
+                    kinds: vec![PlanKind::Static],
+                    est_secs: 0.020,
+                    measured_secs: 0.025,
+                },
+            ],
+            winner: 1,
+        };
+        let b = r.bias();
+        let gpu = 0.008 * b.iter().find(|x| x.0 == PlanKind::GpuOnly).unwrap().1;
+        let stat = 0.020 * b.iter().find(|x| x.0 == PlanKind::Static).unwrap().1;
+        assert!(stat < gpu, "{stat} vs {gpu}");
+        assert!((gpu / stat - 0.030 / 0.025).abs() < 1e-9);
+    }
+
+    #[test]
+    fn median_of_even_and_odd_counts() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(median(&[]), f64::INFINITY);
+    }
+}

@@ -1,0 +1,166 @@
+//! The decode audition: when the cost model is wrong about the GPU, the
+//! first decode rounds measure the candidate plans and keep the fastest,
+//! a later re-plan does not undo it, and the logits never change.
+
+use std::sync::Arc;
+
+use ats_core::device::{Device, KvType};
+use ats_core::dtype::DType;
+use ats_core::spec::ModelSpec;
+use ats_core::synth::SynthSpec;
+use ats_cpu::CpuDevice;
+use ats_sched::engine::Policy;
+use ats_sched::planner::PlanKind;
+use ats_sched::profile::{CostModel, DeviceProfile, OpKey, Sample};
+use ats_sched::sim::{SimGpu, SimGpuConfig};
+use ats_tests::{engine_on, try_engine_with_cost};
+
+/// A simulated GPU 10 times slower than one CPU thread, with slow copies,
+/// while the engine's cost model (no profile) takes it for a fast GPU.
+fn slow_gpu(budget: u64) -> Arc<dyn Device> {
+    let inner: Arc<dyn Device> = Arc::new(CpuDevice::new(1).unwrap());
+    Arc::new(SimGpu::new(
+        inner,
+        SimGpuConfig {
+            memory: budget,
+            speed: 0.1,
+            copy_gbps: 0.5,
+            launch_us: 0.0,
+            sync_us: 0.0,
+            ..SimGpuConfig::default()
+        },
+    ))
+}
+
+fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
+    let scale = b.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-6);
+    a.iter()
+        .zip(b)
+        .fold(0f32, |m, (x, y)| m.max((x - y).abs() / scale))
+}
+
+/// A small llama-shaped Q4_K model (about 9 MB), written to `dir`.
+fn synthetic(dir: &std::path::Path) -> Arc<ModelSpec> {
+    let spec = SynthSpec {
+        arch: "llama".into(),
+        n_embd: 256,
+        n_layer: 16,
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 64,
+        n_ff: 768,
+        n_vocab: 1024,
+        n_expert: 0,
+        n_expert_used: 0,
+        n_ff_expert: 0,
+        tied: false,
+        main_type: DType::Q4K,
+        more_bits_type: DType::Q6K,
+    };
+    let path = dir.join("synthetic.gguf");
+    spec.write(&path, 11).unwrap();
+    Arc::new(ModelSpec::open(&path).unwrap())
+}
+
+#[test]
+fn a_misjudged_gpu_loses_the_audition_and_stays_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = synthetic(dir.path());
+    let ids: Vec<u32> = (0..48).map(|i| (i * 37 + 5) % 1024).collect();
+    let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
+    let mut base = engine_on(
+        spec.clone(),
+        vec![cpu.clone()],
+        64,
+        KvType::F32,
+        Policy::Ats,
+        false,
+    );
+    // a profile that takes the GPU for a very fast one: one sample at a
+    // petaflop and a petabyte per second, free switches, terabyte copies
+    let fast = Sample {
+        key: OpKey {
+            op: "matmul".into(),
+            dtype: Some("Q4_K".into()),
+            m: 256,
+            k: 256,
+            tokens: 1,
+            ctx: 0,
+        },
+        threads: 1,
+        contended: false,
+        flops: 1e9,
+        bytes: 1e9,
+        secs: 1e-6,
+    };
+    let cost = CostModel::new(vec![
+        (
+            DeviceProfile {
+                device: "cpu".into(),
+                kind: "cpu".into(),
+                ..Default::default()
+            },
+            2,
+        ),
+        (
+            DeviceProfile {
+                device: "believed fast".into(),
+                kind: "gpu".into(),
+                samples: vec![fast],
+                h2d_pinned_gbps: Some(1000.0),
+                h2d_pageable_gbps: Some(1000.0),
+                d2h_gbps: Some(1000.0),
+                switch_secs: Some(0.0),
+            },
+            1,
+        ),
+    ]);
+    let mut e = try_engine_with_cost(
+        spec.clone(),
+        vec![cpu, slow_gpu(spec.gguf.file_len() / 2)],
+        cost,
+        64,
+        KvType::F32,
+        Policy::Ats,
+        false,
+    )
+    .unwrap();
+    let first = e.plan_set().tiers[0].clone();
+    assert_eq!(first.tier, 1);
+    assert_ne!(
+        first.kind,
+        PlanKind::Static,
+        "premise: a GPU believed fast gets the decode rounds ({:?})",
+        first.estimates
+    );
+    base.prefill(&ids[..8], false).unwrap();
+    e.prefill(&ids[..8], false).unwrap();
+    // 3 shapes x 6 rounds at most, then a few more with the winner
+    let mut step = 0;
+    let mut after = 0;
+    while after < 4 {
+        after += usize::from(e.planner().last_audition().is_some());
+        assert!(step < 40, "the audition ended within its rounds");
+        let t = ids[8 + step];
+        let (a, b) = (e.decode(t).unwrap(), base.decode(t).unwrap());
+        let d = max_rel_diff(&a, &b);
+        assert!(d < 1e-5, "step {step}: logits differ by {d} across plans");
+        step += 1;
+    }
+    let report = e.planner().last_audition().unwrap().clone();
+    assert!(report.entries.len() >= 2, "{report:?}");
+    assert_eq!(
+        report.entries[0].kinds[0], first.kind,
+        "the planner's own choice runs first"
+    );
+    let winner = &report.entries[report.winner];
+    assert!(
+        winner.kinds.contains(&PlanKind::Static),
+        "the slow GPU does more of the work in every other plan: {report:?}"
+    );
+    assert_eq!(e.plan_set().tiers[0].kind, PlanKind::Static);
+    // a re-plan uses the measured correction and keeps the winner
+    e.force_replan().unwrap();
+    assert_eq!(e.plan_set().tiers[0].kind, PlanKind::Static);
+    assert!(!e.planner().auditioning());
+}
