@@ -83,6 +83,17 @@ pub fn calibrated_cost(spec: &Arc<ModelSpec>, devs: &[Arc<dyn Device>], m: &Mach
         ),
     ]);
     let graph = Arc::new(spec.graph().unwrap());
+    // the GPU is calibrated on an unbudgeted twin: the same simulated
+    // hardware, but room for every weight (the budget is a policy limit,
+    // and the calibration runs the whole model resident)
+    let mut twin_cfg = m.gpu.clone();
+    twin_cfg.memory = 1 << 40;
+    let (mut twin, _) = devices(&Machine {
+        gpu: twin_cfg,
+        ..m.clone()
+    });
+    twin[0] = devs[0].clone();
+    let devs = &twin;
     for d in 0..devs.len() {
         let mut plan = ats_sched::exec::ExecPlan::all_cpu(&graph);
         if d == 1 {
@@ -104,7 +115,9 @@ pub fn calibrated_cost(spec: &Arc<ModelSpec>, devs: &[Arc<dyn Device>], m: &Mach
         else {
             continue;
         };
-        ex.profile_nodes = true;
+        // the GPU reports its kernels' own times (as the engine sees them
+        // live); a sync after every node would add a round trip to each
+        ex.profile_nodes = d == 0;
         for (tokens, past) in [(1usize, 128usize), (64, 0)] {
             let shape = RoundShape {
                 n_tokens: tokens,
@@ -126,6 +139,9 @@ pub fn calibrated_cost(spec: &Arc<ModelSpec>, devs: &[Arc<dyn Device>], m: &Mach
                 let stats = ex.last_stats().clone();
                 for &(node, dev, secs) in &stats.node_secs {
                     cost.observe(&graph, dev, node, shape, true, secs);
+                }
+                for (node, secs) in devs[d].drain_timings().nodes {
+                    cost.observe(&graph, d, node, shape, true, secs);
                 }
             }
         }
