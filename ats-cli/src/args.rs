@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use ats_core::device::KvType;
 use ats_sched::engine::Policy;
+use ats_sched::rescheduler::{ReschedConfig, Tau};
 use clap::Args;
 
 /// Loading a model and choosing devices.
@@ -36,6 +37,52 @@ pub struct ModelArgs {
     /// Largest prompt chunk per round (default: the planner's tier choice).
     #[arg(short = 'b', long = "batch-size", value_name = "N")]
     pub batch: Option<usize>,
+    /// Re-plan when measured op or copy times drift from the plan's by more
+    /// than this fraction (load-aware re-scheduling).
+    #[arg(long = "replan-threshold", value_name = "FRACTION", default_value_t = 0.15, value_parser = parse_fraction)]
+    pub replan_threshold: f64,
+    /// At most one re-plan per this many recent decode-token times.
+    #[arg(long = "replan-interval", value_name = "TOKENS", default_value_t = 5.0, value_parser = parse_interval)]
+    pub replan_interval: f64,
+    /// Decode rounds each candidate decode plan runs when generation starts,
+    /// to keep the fastest by measurement (0: trust the estimates).
+    #[arg(long = "audition-rounds", value_name = "N", default_value_t = 6, value_parser = parse_audition)]
+    pub audition_rounds: usize,
+}
+
+impl ModelArgs {
+    /// The re-scheduling settings the flags ask for.
+    pub fn resched(&self) -> ReschedConfig {
+        ReschedConfig {
+            epsilon: self.replan_threshold,
+            tau: Tau::TpotMultiple(self.replan_interval),
+            audition_rounds: self.audition_rounds,
+            ..ReschedConfig::default()
+        }
+    }
+}
+
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        _ => Err(format!("{s:?}: give a fraction >= 0, e.g. 0.15")),
+    }
+}
+
+fn parse_interval(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        _ => Err(format!("{s:?}: give a number of token times >= 0, e.g. 5")),
+    }
+}
+
+fn parse_audition(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n != 1 => Ok(n),
+        _ => Err(format!(
+            "{s:?}: give 0 (off) or at least 2 (a warm-up and a measured round)"
+        )),
+    }
 }
 
 const SIM_HELP: &str = "Use a simulated GPU: CPU kernels behind a strict memory budget, its own \

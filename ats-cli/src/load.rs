@@ -175,6 +175,7 @@ pub fn load_on(
         kv_type: args.kv_type,
         policy: args.policy,
         max_chunk: args.batch,
+        resched: args.resched(),
         ..EngineConfig::default()
     };
     if args.batch == Some(0) {

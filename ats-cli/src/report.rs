@@ -57,6 +57,56 @@ pub fn print_turn(t: &Timings) {
     );
 }
 
+/// What the decode audition measured and how often the plans changed.
+pub fn print_plan_changes(engine: &Engine) {
+    let p = engine.planner();
+    let replans = format!("re-plans = {} ({} moved weights)", p.replans, p.relayouts);
+    let Some(a) = p.last_audition() else {
+        if p.replans > 0 {
+            eprintln!("ats: {replans}");
+        }
+        return;
+    };
+    if crate::logging::json() {
+        tracing::info!(
+            audition = %serde_json::json!(a),
+            replans = p.replans,
+            relayouts = p.relayouts,
+            "decode plans"
+        );
+        return;
+    }
+    let names = |k: &[ats_sched::planner::PlanKind]| -> String {
+        let v: Vec<String> = k
+            .iter()
+            .map(|k| {
+                serde_json::to_value(k)
+                    .ok()
+                    .and_then(|v| v.as_str().map(String::from))
+                    .unwrap_or_default()
+            })
+            .collect();
+        v.join("=")
+    };
+    let parts: Vec<String> = a
+        .entries
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {:.2} ms (est {:.2})",
+                names(&e.kinds),
+                e.measured_secs * 1e3,
+                e.est_secs * 1e3
+            )
+        })
+        .collect();
+    eprintln!(
+        "ats: decode audition: {} -> {}; {replans}",
+        parts.join(", "),
+        names(&a.entries[a.winner].kinds),
+    );
+}
+
 /// One line per device: peak memory by region against its budget.
 pub fn print_memory(engine: &Engine) {
     if crate::logging::json() {

@@ -33,7 +33,7 @@ fn main() {
             ..SimGpuConfig::default()
         },
     };
-    println!("time_s,policy,tpot_ms,replans");
+    println!("time_s,policy,tpot_ms,replans,refreshes,relayouts,decode_plan");
     let mut summary = Vec::new();
     for load_aware in [false, true] {
         let name = if load_aware { "load-aware" } else { "static" };
@@ -54,7 +54,14 @@ fn main() {
             let tp = t.elapsed().as_secs_f64();
             let now = t0.elapsed().as_secs_f64();
             samples.push((now, tp));
-            println!("{now:.2},{name},{:.3},{}", tp * 1e3, e.planner().replans);
+            println!(
+                "{now:.2},{name},{:.3},{},{},{},{:?}",
+                tp * 1e3,
+                e.planner().replans,
+                e.planner().refreshes,
+                e.planner().relayouts,
+                e.plan_set().tiers[0].kind
+            );
             ctx += 1;
         }
         let phase = |a: f64, b: f64| {

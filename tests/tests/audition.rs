@@ -1,6 +1,7 @@
-//! The decode audition: when the cost model is wrong about the GPU, the
-//! first decode rounds measure the candidate plans and keep the fastest,
-//! a later re-plan does not undo it, and the logits never change.
+//! Plans corrected by measurement: when the cost model is wrong about the
+//! GPU, the decode audition keeps the fastest plan and a later re-plan does
+//! not undo it; a re-plan from live costs moves weights off the GPU; the
+//! logits never change and the budget holds.
 
 use std::sync::Arc;
 
@@ -62,22 +63,9 @@ fn synthetic(dir: &std::path::Path) -> Arc<ModelSpec> {
     Arc::new(ModelSpec::open(&path).unwrap())
 }
 
-#[test]
-fn a_misjudged_gpu_loses_the_audition_and_stays_lost() {
-    let dir = tempfile::tempdir().unwrap();
-    let spec = synthetic(dir.path());
-    let ids: Vec<u32> = (0..48).map(|i| (i * 37 + 5) % 1024).collect();
-    let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
-    let mut base = engine_on(
-        spec.clone(),
-        vec![cpu.clone()],
-        64,
-        KvType::F32,
-        Policy::Ats,
-        false,
-    );
-    // a profile that takes the GPU for a very fast one: one sample at a
-    // petaflop and a petabyte per second, free switches, terabyte copies
+/// A cost model that takes the GPU for a very fast one: one sample at a
+/// petaflop and a petabyte per second, free switches, terabyte copies.
+fn believed_fast() -> CostModel {
     let fast = Sample {
         key: OpKey {
             op: "matmul".into(),
@@ -93,7 +81,7 @@ fn a_misjudged_gpu_loses_the_audition_and_stays_lost() {
         bytes: 1e9,
         secs: 1e-6,
     };
-    let cost = CostModel::new(vec![
+    CostModel::new(vec![
         (
             DeviceProfile {
                 device: "cpu".into(),
@@ -114,11 +102,27 @@ fn a_misjudged_gpu_loses_the_audition_and_stays_lost() {
             },
             1,
         ),
-    ]);
+    ])
+}
+
+#[test]
+fn a_misjudged_gpu_loses_the_audition_and_stays_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = synthetic(dir.path());
+    let ids: Vec<u32> = (0..48).map(|i| (i * 37 + 5) % 1024).collect();
+    let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
+    let mut base = engine_on(
+        spec.clone(),
+        vec![cpu.clone()],
+        64,
+        KvType::F32,
+        Policy::Ats,
+        false,
+    );
     let mut e = try_engine_with_cost(
         spec.clone(),
         vec![cpu, slow_gpu(spec.gguf.file_len() / 2)],
-        cost,
+        believed_fast(),
         64,
         KvType::F32,
         Policy::Ats,
@@ -163,4 +167,60 @@ fn a_misjudged_gpu_loses_the_audition_and_stays_lost() {
     e.force_replan().unwrap();
     assert_eq!(e.plan_set().tiers[0].kind, PlanKind::Static);
     assert!(!e.planner().auditioning());
+}
+
+#[test]
+fn a_replan_from_live_costs_moves_weights_off_a_slow_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = synthetic(dir.path());
+    let ids: Vec<u32> = (0..48).map(|i| (i * 53 + 3) % 1024).collect();
+    let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
+    let mut base = engine_on(
+        spec.clone(),
+        vec![cpu.clone()],
+        64,
+        KvType::F32,
+        Policy::Ats,
+        false,
+    );
+    let budget = spec.gguf.file_len() / 2;
+    let gpu = slow_gpu(budget);
+    let mut e = try_engine_with_cost(
+        spec.clone(),
+        vec![cpu, gpu.clone()],
+        believed_fast(),
+        64,
+        KvType::F32,
+        Policy::Static,
+        false,
+    )
+    .unwrap();
+    let resident = |e: &ats_sched::engine::Engine| {
+        e.plan_set()
+            .report
+            .items
+            .iter()
+            .filter(|i| i.resident)
+            .map(|i| i.bytes)
+            .sum::<u64>()
+    };
+    let before = resident(&e);
+    assert!(before > 0, "premise: a GPU believed fast holds weights");
+    base.prefill(&ids[..8], false).unwrap();
+    e.prefill(&ids[..8], false).unwrap();
+    for (k, &t) in ids[8..].iter().enumerate() {
+        if k == 6 {
+            // the GPU's nodes have been measured: 10x slower than a CPU thread
+            assert!(e.force_replan().unwrap());
+            assert!(e.planner().relayouts >= 1, "the layout changed");
+            assert!(
+                resident(&e) < before,
+                "weights left the GPU: {} of {before} bytes stay",
+                resident(&e)
+            );
+        }
+        let d = max_rel_diff(&e.decode(t).unwrap(), &base.decode(t).unwrap());
+        assert!(d < 1e-5, "step {k}: logits differ by {d}");
+        assert!(gpu.ledger().peak() <= budget);
+    }
 }

@@ -104,7 +104,8 @@ fn peak_stays_within_random_budgets() {
                         peak <= budget,
                         "{dir} {policy:?} {pct}%: peak {peak} > budget {budget}"
                     );
-                    let planned = e.plan_set().report.peak_bytes;
+                    // within the largest of the plans used (a re-plan may move weights)
+                    let planned = e.planner().peak_planned();
                     assert!(
                         peak <= planned.max(1),
                         "{dir} {policy:?} {pct}%: peak {peak} > planned {planned}"

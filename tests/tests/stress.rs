@@ -179,6 +179,7 @@ fn run_sessions(
 ) {
     let n_ctx = e.n_ctx();
     let n_vocab = e.spec().hp.n_vocab;
+
     for _session in 0..3 {
         e.reset();
         base.reset();
@@ -208,10 +209,10 @@ fn run_sessions(
             assert!(d <= 1e-5, "round {}: logits differ by {d}", n.rounds);
             let peak = gpu.ledger().peak();
             assert!(peak <= budget, "peak {peak} > budget {budget}");
+            let planned = e.planner().peak_planned();
+            assert!(peak <= planned, "peak {peak} > the plans' {planned}");
         }
     }
-    let planned = e.plan_set().report.peak_bytes;
-    assert!(gpu.ledger().peak() <= planned.max(1));
     n.replans += e.planner().replans;
 }
 
@@ -237,7 +238,8 @@ fn long_generation_past_the_context_stops_cleanly_without_growth() {
     // the synthetic model has no tokenizer: drive the loop by ids
     let prompt: Vec<u32> = (1..=8).collect();
     let mut total = 0usize;
-    let (mut fixed_after_first, mut rss_after_first) = ((0, 0), 0);
+    let (mut fixed_after_first, mut rss_after_first) = (None, 0);
+    let mut moves_before = 0;
     for round in 0..16 {
         e.reset();
         e.prefill(&prompt, false).unwrap();
@@ -262,26 +264,33 @@ fn long_generation_past_the_context_stops_cleanly_without_growth() {
         );
         assert_eq!(e.history().len(), n_ctx);
         // re-plans move streamed weights between slots, so what is in use
-        // varies with the plan; the KV cache and resident weights do not, and
-        // the total stays within what the plan promised
+        // varies with the plan; the KV cache and resident weights change
+        // only when a re-plan moves them, and the total stays within what
+        // the plan promised
         let l = gpu.ledger();
         let fixed = (l.used_in(Region::Kv), l.used_in(Region::Resident));
         assert!(l.used() <= e.plan_set().report.peak_bytes.max(1));
+        let moves = e.planner().relayouts;
         if round == 1 {
-            (fixed_after_first, rss_after_first) = (fixed, rss_bytes());
-        } else if round > 1 {
-            assert_eq!(
-                fixed, fixed_after_first,
-                "round {round}: KV or resident bytes changed"
-            );
+            rss_after_first = rss_bytes();
+        }
+        if round >= 1
+            && moves == moves_before
+            && let Some(f) = fixed_after_first
+        {
+            assert_eq!(fixed, f, "round {round}: KV or resident bytes changed");
+        }
+        if round >= 1 {
+            fixed_after_first = Some(fixed);
+            moves_before = moves;
         }
     }
     let growth = rss_bytes().saturating_sub(rss_after_first);
     eprintln!(
-        "long generation: {total} tokens in 16 sessions of {n_ctx}; GPU KV {} B, resident {} B, peak {} B; RSS growth after the first sessions {growth} B",
-        fixed_after_first.0,
-        fixed_after_first.1,
-        gpu.ledger().peak()
+        "long generation: {total} tokens in 16 sessions of {n_ctx}; GPU KV and resident {:?} B, peak {} B, {} layout moves; RSS growth after the first sessions {growth} B",
+        fixed_after_first,
+        gpu.ledger().peak(),
+        e.planner().relayouts
     );
     assert!(total >= 16 * (n_ctx - 8));
     // 14 sessions of 248 tokens; a per-token leak of one logits vector alone

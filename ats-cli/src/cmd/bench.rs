@@ -71,8 +71,15 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
     if a.n_gen > 0 {
         let g = tokens(a.n_gen);
+        // warm-up, through the decode audition so that the timed runs use its winner
         engine.reset();
         engine.decode(g[0])?;
+        for &id in g.iter().skip(1) {
+            if !engine.planner().auditioning() {
+                break;
+            }
+            engine.decode(id)?;
+        }
         let mut tps = Vec::new();
         for _ in 0..a.reps {
             engine.reset();
@@ -111,6 +118,10 @@ pub fn run(a: BenchArgs) -> Result<()> {
             "vram_budget": model.vram,
             "repetitions": a.reps,
             "tests": tests,
+            "decode_plan": engine.plan_set().tiers.first().map(|t| t.kind),
+            "audition": engine.planner().last_audition(),
+            "replans": engine.planner().replans,
+            "relayouts": engine.planner().relayouts,
             "memory": crate::report::memory_json(engine),
         });
         println!("{}", serde_json::to_string_pretty(&j)?);
@@ -130,6 +141,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
                 devices.join("+"),
                 model.policy.name(),
             );
+        }
+        if !crate::logging::quiet() {
+            crate::report::print_plan_changes(engine);
         }
     }
     Ok(())

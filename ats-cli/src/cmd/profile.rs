@@ -41,6 +41,9 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         policy: Default::default(),
         profile: None,
         batch: None,
+        replan_threshold: 0.15,
+        replan_interval: 5.0,
+        audition_rounds: 0,
     };
     let mut devices = load::devices(&margs)?.list;
     // a real GPU is profiled whenever one opens (its whole free memory is

@@ -127,6 +127,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     if !logging::quiet() {
         report::print_timings(loaded.load_ms, &out_gen.timings);
         report::print_memory(engine);
+        report::print_plan_changes(engine);
     }
     if let Some(path) = &a.timings_json {
         let j = serde_json::json!({

@@ -210,7 +210,7 @@ impl Engine {
         let stats = self.executor.last_stats().clone();
         self.planner.observe(&self.executor, &stats, shape);
         if let Some(new_set) = self.planner.maybe_replan() {
-            // a re-plan keeps weight homes and KV devices: only node devices and streams change
+            // the executor moves what changed home (weights, KV caches) within the budget
             if self.executor.set_plans(new_set.plans.clone()).is_err() {
                 self.planner.revert();
             }

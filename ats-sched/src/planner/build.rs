@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use ats_core::device::{Device, KvType};
+use ats_core::device::KvType;
 use ats_core::graph::cost::RoundShape;
 use ats_core::graph::{Graph, SubLayer};
 use serde::Serialize;
@@ -63,6 +63,14 @@ pub enum PlanError {
     Algorithm(String),
 }
 
+/// What the planner learned beyond the cost model.
+pub(super) struct Learned<'a> {
+    /// Per plan shape, a correction of its decode estimate (the audition).
+    pub bias: &'a [(PlanKind, f64)],
+    /// Per tier, the most kernel scratch one GPU node of such a round takes.
+    pub scratch: &'a [(usize, u64)],
+}
+
 /// The reference workload the layout is chosen for.
 const WORKLOAD_PROMPT: usize = 512;
 const WORKLOAD_DECODE: f64 = 128.0;
@@ -78,6 +86,9 @@ struct Ctx<'a> {
     kv_f16: bool,
     /// Per plan shape, a correction of its decode estimate learned by measuring it.
     bias: &'a [(PlanKind, f64)],
+    /// Per tier, the most kernel scratch one GPU node of such a round takes
+    /// (attention over the full context), ascending by tier.
+    scratch: &'a [(usize, u64)],
 }
 
 impl Ctx<'_> {
@@ -111,6 +122,16 @@ impl Ctx<'_> {
         )
     }
 
+    /// The GPU kernel scratch of a round of up to `tier` tokens.
+    fn scratch(&self, tier: usize) -> u64 {
+        self.scratch
+            .iter()
+            .filter(|s| s.0 <= tier)
+            .map(|s| s.1)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// GPU activation bytes for a round of `tier` tokens with every item on the GPU (an upper bound).
     fn compute_reserve(&self, tier: usize) -> u64 {
         let mut node_device = vec![self.gpu; self.g.nodes.len()];
@@ -124,6 +145,7 @@ impl Ctx<'_> {
         };
         let outs = if self.cfg.all_logits { tier } else { 1 };
         Schedule::build(self.g, &plan, self.n_devices, tier, outs).compute_bytes(self.gpu) as u64
+            + self.scratch(tier)
     }
 
     /// The compute reserve the layout search starts from: the all-GPU
@@ -518,8 +540,10 @@ fn evaluate(
     for (t, _, _, on_gpu, _) in &tiers {
         let p = exec_plan(ctx, &resident, on_gpu);
         let outs = if ctx.cfg.all_logits { *t } else { 1 };
-        exact = exact
-            .max(Schedule::build(ctx.g, &p, ctx.n_devices, *t, outs).compute_bytes(ctx.gpu) as u64);
+        exact = exact.max(
+            Schedule::build(ctx.g, &p, ctx.n_devices, *t, outs).compute_bytes(ctx.gpu) as u64
+                + ctx.scratch(*t),
+        );
     }
     let held: u64 = ctx
         .items
@@ -756,14 +780,15 @@ fn cpu_only(g: &Graph, cost: &CostModel, cfg: &PlannerConfig) -> PlanSet {
     }
 }
 
-/// Builds the plan set (see the module docs).
+/// Builds the plan set (see the module docs) for `n_devices` devices.
 pub(super) fn plan_set(
     g: &Graph,
     cost: &CostModel,
     cfg: &PlannerConfig,
     gpu: Option<usize>,
     budget: Option<u64>,
-    devices: &[std::sync::Arc<dyn Device>],
+    n_devices: usize,
+    learned: &Learned<'_>,
 ) -> Result<PlanSet, PlanError> {
     let (Some(gpu), Some(budget)) = (gpu, budget) else {
         return Ok(cpu_only(g, cost, cfg));
@@ -776,9 +801,10 @@ pub(super) fn plan_set(
         items,
         host_nodes,
         gpu,
-        n_devices: devices.len(),
+        n_devices,
         kv_f16: cfg.kv_type == KvType::F16,
-        bias: &[],
+        bias: learned.bias,
+        scratch: learned.scratch,
     };
     let cap = cfg.max_tier.unwrap_or(usize::MAX).min(cfg.n_ctx);
     let mut tmax: Vec<usize> = [1usize, 64, 512, 2048]
@@ -831,15 +857,15 @@ pub(super) fn plan_set(
     Ok(finish(&ctx, layout, budget, notes))
 }
 
-/// Re-plans the tiers with the current (live) costs and the measured
-/// corrections `bias`, keeping the layout of `old`.
+/// Re-plans the tiers with the current (live) costs and what was learned,
+/// keeping the layout of `old`.
 pub(super) fn replan(
     g: &Graph,
     cost: &CostModel,
     cfg: &PlannerConfig,
     gpu: usize,
     old: &PlanSet,
-    bias: &[(PlanKind, f64)],
+    learned: &Learned<'_>,
 ) -> Result<PlanSet, PlanError> {
     let (items, host_nodes) = build_items(g, cfg.n_ctx, cfg.kv_type.size());
     let n_devices = old.plans[0]
@@ -860,7 +886,8 @@ pub(super) fn replan(
         gpu,
         n_devices,
         kv_f16: cfg.kv_type == KvType::F16,
-        bias,
+        bias: learned.bias,
+        scratch: learned.scratch,
     };
     let resident: Vec<bool> = old.report.items.iter().map(|i| i.resident).collect();
     let streaming = old.report.streaming;
@@ -876,7 +903,9 @@ pub(super) fn replan(
     for (t, _, _, on_gpu, _) in &tiers {
         let p = exec_plan(&ctx, &resident, on_gpu);
         let outs = if cfg.all_logits { *t } else { 1 };
-        exact = exact.max(Schedule::build(g, &p, n_devices, *t, outs).compute_bytes(gpu) as u64);
+        exact = exact.max(
+            Schedule::build(g, &p, n_devices, *t, outs).compute_bytes(gpu) as u64 + ctx.scratch(*t),
+        );
     }
     let planned = regions.get("compute").copied().unwrap_or(0);
     if exact > planned {

@@ -124,7 +124,16 @@ pub struct Planner {
     clock: Instant,
     /// Re-plans done so far (those that changed a plan).
     pub replans: usize,
+    /// Re-plans the re-scheduler asked for that kept every plan.
+    pub refreshes: usize,
+    /// Re-plans that changed the memory layout (weights or KV caches moved).
+    pub relayouts: usize,
     gpu: Option<usize>,
+    budget: Option<u64>,
+    n_devices: usize,
+    /// The GPU's kernel scratch per tier (it lives in the compute region).
+    scratch: Vec<(usize, u64)>,
+    peak_planned: u64,
     /// Whether the decode audition has started (it runs once).
     auditioned: bool,
     audition: Option<Audition>,
@@ -166,7 +175,21 @@ impl Planner {
                 .unwrap_or(0)
                 .saturating_sub(l.used())
         });
-        let set = build::plan_set(&graph, &cost, &cfg, gpu, budget, devices)?;
+        let scratch = gpu.map_or_else(Vec::new, |d| {
+            scratch_per_tier(&graph, &*devices[d], cfg.n_ctx)
+        });
+        let set = build::plan_set(
+            &graph,
+            &cost,
+            &cfg,
+            gpu,
+            budget,
+            devices.len(),
+            &build::Learned {
+                bias: &[],
+                scratch: &scratch,
+            },
+        )?;
         let resched = gpu.map(|_| {
             let snap = snapshot(&set);
             Rescheduler::new(cfg.resched.clone(), snap, 0.0)
@@ -176,6 +199,7 @@ impl Planner {
             Some(Err(e)) => return Err(PlanError::Algorithm(format!("re-scheduler: {e}"))),
             None => None,
         };
+        let peak_planned = set.report.peak_bytes;
         Ok(Planner {
             graph,
             cfg,
@@ -185,7 +209,13 @@ impl Planner {
             resched,
             clock: Instant::now(),
             replans: 0,
+            refreshes: 0,
+            relayouts: 0,
+            peak_planned,
             gpu,
+            budget,
+            n_devices: devices.len(),
+            scratch,
             auditioned: false,
             audition: None,
             last_audition: None,
@@ -352,14 +382,15 @@ impl Planner {
 
     /// The plans the engine should run next, if they change: an audition
     /// step, or a re-plan when the re-scheduler says the measurements
-    /// drifted (same memory layout, new per-tier plans).
+    /// drifted (new per-tier plans, and a new memory layout when moving
+    /// weights pays for itself within [`PAYBACK_ROUNDS`] decode rounds).
     pub fn maybe_replan(&mut self) -> Option<&PlanSet> {
         if let Some(next) = self.pending.take() {
             if let Some(rs) = &mut self.resched {
                 let now = self.clock.elapsed().as_secs_f64();
                 let _ = rs.replanned(snapshot(&next), now);
             }
-            self.prev = Some(std::mem::replace(&mut self.set, next));
+            self.switch_to(next);
             return Some(&self.set);
         }
         if self.audition.is_some() {
@@ -374,6 +405,43 @@ impl Planner {
         self.rebuild(true)
     }
 
+    /// A new memory layout from the live costs, when its decode round beats
+    /// `same`'s (the re-plan that keeps the layout) by more than the
+    /// hysteresis and the copies the move needs pay for themselves within
+    /// [`PAYBACK_ROUNDS`] decode rounds.
+    fn relayout(&self, same: &PlanSet) -> Option<PlanSet> {
+        let gpu = self.gpu?;
+        let set = build::plan_set(
+            &self.graph,
+            &self.cost,
+            &self.cfg,
+            Some(gpu),
+            self.budget,
+            self.n_devices,
+            &self.learned(),
+        )
+        .ok()?;
+        let (keep, moved) = (same.tiers.first()?.est_secs, set.tiers.first()?.est_secs);
+        // NaN estimates compare false and keep the layout
+        let better = moved < keep * (1.0 - self.cfg.resched.hysteresis);
+        if !better {
+            return None;
+        }
+        let pairs = || set.report.items.iter().zip(&same.report.items);
+        let moved_in: u64 = pairs()
+            .filter(|(n, o)| n.resident && !o.resident)
+            .map(|(n, _)| n.bytes)
+            .sum();
+        // an upper bound: only KV caches are copied back, weights are just freed
+        let moved_out: u64 = pairs()
+            .filter(|(n, o)| !n.resident && o.resident)
+            .map(|(_, o)| o.bytes)
+            .sum();
+        let copy =
+            self.cost.h2d_secs(gpu, moved_in as f64) + self.cost.d2h_secs(gpu, moved_out as f64);
+        (copy <= (keep - moved) * PAYBACK_ROUNDS).then_some(set)
+    }
+
     /// Re-runs the per-tier plans with the live costs, keeping the layout
     /// (`None` without a GPU).
     pub fn replan_now(&mut self) -> Option<&PlanSet> {
@@ -385,15 +453,19 @@ impl Planner {
     /// estimates as its reference).
     fn rebuild(&mut self, only_if_changed: bool) -> Option<&PlanSet> {
         let gpu = self.gpu?;
-        let new = build::replan(
+        let mut new = build::replan(
             &self.graph,
             &self.cost,
             &self.cfg,
             gpu,
             &self.set,
-            &self.bias,
+            &self.learned(),
         )
         .ok()?;
+        if let Some(moved) = self.relayout(&new) {
+            self.relayouts += 1;
+            new = moved;
+        }
         if let Some(rs) = &mut self.resched {
             let now = self.clock.elapsed().as_secs_f64();
             let _ = rs.replanned(snapshot(&new), now);
@@ -408,11 +480,12 @@ impl Planner {
                 .all(|(a, b)| a.plan == b.plan);
         if same && only_if_changed {
             // fresher estimates, same plans: nothing for the executor to do
+            self.refreshes += 1;
             self.set = new;
             return None;
         }
         self.replans += 1;
-        self.prev = Some(std::mem::replace(&mut self.set, new));
+        self.switch_to(new);
         Some(&self.set)
     }
 
@@ -426,14 +499,22 @@ impl Planner {
         }
         let mut cfg = self.cfg.clone();
         cfg.force_kind = Some(kind);
-        build::replan(&self.graph, &self.cost, &cfg, gpu, &self.set, &self.bias).ok()
+        build::replan(
+            &self.graph,
+            &self.cost,
+            &cfg,
+            gpu,
+            &self.set,
+            &self.learned(),
+        )
+        .ok()
     }
 
     /// Makes `set` the current plans (the executor must run them); ends any
     /// audition, which would otherwise replace them.
     pub fn install(&mut self, set: PlanSet) {
         self.end_audition();
-        self.prev = Some(std::mem::replace(&mut self.set, set));
+        self.switch_to(set);
     }
 
     /// Goes back to the plans before the last change (the executor refused
@@ -443,6 +524,25 @@ impl Planner {
         if let Some(p) = self.prev.take() {
             self.set = p;
         }
+    }
+
+    fn learned(&self) -> build::Learned<'_> {
+        build::Learned {
+            bias: &self.bias,
+            scratch: &self.scratch,
+        }
+    }
+
+    /// Makes `set` current, keeping the old one for [`Planner::revert`].
+    fn switch_to(&mut self, set: PlanSet) {
+        self.peak_planned = self.peak_planned.max(set.report.peak_bytes);
+        self.prev = Some(std::mem::replace(&mut self.set, set));
+    }
+
+    /// The largest GPU peak of any plans this planner made current: the
+    /// bound the device's ledger peak stays within across re-plans.
+    pub fn peak_planned(&self) -> u64 {
+        self.peak_planned
     }
 
     fn end_audition(&mut self) {
@@ -456,6 +556,10 @@ impl Planner {
         &self.cfg
     }
 }
+
+/// Decode rounds within which a re-plan that moves weights must win back
+/// the time of the copies (a move is a bet that the load lasts).
+pub const PAYBACK_ROUNDS: f64 = 64.0;
 
 /// The re-scheduler's snapshot: per item, its estimated decode time where it runs.
 fn snapshot(set: &PlanSet) -> CostSnapshot {
@@ -474,6 +578,23 @@ fn snapshot(set: &PlanSet) -> CostSnapshot {
             .map(|i| finite(i.est_copy_secs))
             .collect(),
     }
+}
+
+/// Per tier, the most kernel scratch `dev` takes for one node of a round
+/// of that many tokens at the end of an `n_ctx` context.
+fn scratch_per_tier(g: &Graph, dev: &dyn Device, n_ctx: usize) -> Vec<(usize, u64)> {
+    tiers_up_to(n_ctx.max(1))
+        .into_iter()
+        .map(|t| {
+            let round = ats_core::round::Round::text(vec![0; t], n_ctx.saturating_sub(t), false);
+            let most = (0..g.nodes.len())
+                .filter(|&n| matches!(g.nodes[n].op, ats_core::graph::Op::Attention(_)))
+                .map(|n| dev.node_scratch_bytes(g, n, &round))
+                .max()
+                .unwrap_or(0);
+            (t, most)
+        })
+        .collect()
 }
 
 /// The tiers at or below `max`.
