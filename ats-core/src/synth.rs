@@ -166,8 +166,9 @@ impl SynthSpec {
         out
     }
 
-    /// Total bytes of weights.
-    pub fn weight_bytes(&self) -> u64 {
+    /// Total bytes of weights (an error names a tensor whose shape is not
+    /// whole blocks of its type).
+    pub fn weight_bytes(&self) -> io::Result<u64> {
         self.tensors().iter().map(|t| t.bytes()).sum()
     }
 
@@ -180,7 +181,7 @@ impl SynthSpec {
     }
 
     /// The GGUF writer with metadata and tensor headers.
-    pub fn writer(&self) -> GgufWriter {
+    pub fn writer(&self) -> io::Result<GgufWriter> {
         let mut w = GgufWriter::new();
         let a = self.arch.as_str();
         let k = |s: &str| format!("{a}.{s}");
@@ -208,9 +209,9 @@ impl SynthSpec {
             w.kv(k(hp::EXPERT_FF_LENGTH), Value::U32(self.n_ff_expert as u32));
         }
         for ts in self.tensors() {
-            w.tensor(ts.name, ts.ne, ts.dtype);
+            w.tensor(ts.name, ts.ne, ts.dtype)?;
         }
-        w
+        Ok(w)
     }
 
     /// Writes the model to `path`.
@@ -218,7 +219,7 @@ impl SynthSpec {
         let f = std::fs::File::create(path)?;
         let mut out = io::BufWriter::with_capacity(8 << 20, f);
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-        self.writer().write(&mut out, |_, ts, w| {
+        self.writer()?.write(&mut out, |_, ts, w| {
             let fan_in = ts.ne[0] as f32;
             if ts.ne.len() == 1 {
                 // norm weights near one
@@ -227,7 +228,7 @@ impl SynthSpec {
                     .collect();
                 return w.write_all(&v);
             }
-            let n_blocks = ts.bytes() / ts.dtype.type_size() as u64;
+            let n_blocks = ts.bytes()? / ts.dtype.type_size() as u64;
             // weights ~ uniform(-a, a) with variance 1/fan_in
             let a = (3.0 / fan_in).sqrt();
             write_blocks(w, ts.dtype, n_blocks, a, &mut rng)
@@ -381,7 +382,7 @@ mod tests {
         assert_eq!(m.hp.n_layer, 4);
         assert_eq!(m.gguf.tensors().len(), spec.tensors().len());
         let g = m.graph().unwrap();
-        assert_eq!(g.weight_bytes(), spec.weight_bytes());
+        assert_eq!(g.weight_bytes(), spec.weight_bytes().unwrap());
         for name in [
             "blk.0.attn_q.weight",
             "blk.3.ffn_down.weight",

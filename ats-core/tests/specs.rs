@@ -120,7 +120,7 @@ fn bad_models_are_named_errors() {
             ne[1] /= 2;
             bytes.truncate(bytes.len() / 2);
         }
-        w.tensor(&t.name, ne, t.dtype().unwrap());
+        w.tensor(&t.name, ne, t.dtype().unwrap()).unwrap();
         data.push(bytes);
     }
     let f = GgufFile::from_bytes(w.to_bytes(&data).unwrap()).unwrap();
@@ -140,7 +140,7 @@ fn bad_models_are_named_errors() {
         w.kv(k, v.clone());
     }
     for t in src.tensors() {
-        w.tensor(&t.name, t.ne.clone(), t.dtype().unwrap());
+        w.tensor(&t.name, t.ne.clone(), t.dtype().unwrap()).unwrap();
     }
     let data: Vec<Vec<u8>> = src
         .tensors()

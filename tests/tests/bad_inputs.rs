@@ -37,7 +37,7 @@ fn rewrite(
     }
     let mut bytes = Vec::new();
     for t in f.tensors() {
-        w.tensor(&t.name, t.ne.clone(), t.dtype().unwrap());
+        w.tensor(&t.name, t.ne.clone(), t.dtype().unwrap()).unwrap();
         bytes.push(data(t, f.tensor_data(t)));
     }
     w.to_bytes(&bytes).unwrap()

@@ -86,8 +86,8 @@ fn all_values_gguf() -> Vec<u8> {
                 vec![Value::i32s([1, 2]), Value::i32s([3])],
             ),
         );
-    w.tensor("a", vec![4, 2], DType::F32);
-    w.tensor("b", vec![32], DType::Q8_0);
+    w.tensor("a", vec![4, 2], DType::F32).unwrap();
+    w.tensor("b", vec![32], DType::Q8_0).unwrap();
     let a: Vec<u8> = (0..8).flat_map(|i| (i as f32).to_le_bytes()).collect();
     w.to_bytes(&[a, vec![1u8; 34]]).unwrap()
 }

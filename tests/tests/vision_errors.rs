@@ -188,7 +188,7 @@ fn mmproj_with(key: &str, value: Value, dir: &Path) -> std::path::PathBuf {
     }
     let mut data = Vec::new();
     for t in src.tensors() {
-        w.tensor(&t.name, t.ne.clone(), t.dtype().unwrap());
+        w.tensor(&t.name, t.ne.clone(), t.dtype().unwrap()).unwrap();
         data.push(src.tensor_data(t).to_vec());
     }
     let p = dir.join(format!("mmproj-{}.gguf", key.replace('.', "_")));

@@ -37,7 +37,7 @@ pub fn run(a: SynthArgs) -> Result<()> {
         "wrote {} ({} parameters, {}) in {:.1} s",
         a.out.display(),
         spec.n_params(),
-        fmt_bytes(spec.weight_bytes()),
+        fmt_bytes(spec.weight_bytes()?),
         t.elapsed().as_secs_f64()
     );
     Ok(())

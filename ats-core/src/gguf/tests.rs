@@ -23,8 +23,8 @@ fn sample() -> (GgufWriter, Vec<Vec<u8>>) {
                 vec![Value::i32s([1, 2]), Value::i32s([3])],
             ),
         );
-    w.tensor("a", vec![4, 2], DType::F32);
-    w.tensor("b", vec![32], DType::Q8_0);
+    w.tensor("a", vec![4, 2], DType::F32).unwrap();
+    w.tensor("b", vec![32], DType::Q8_0).unwrap();
     let a: Vec<u8> = (0..8).flat_map(|i| (i as f32).to_le_bytes()).collect();
     let b = vec![1u8; 34];
     (w, vec![a, b])
@@ -266,4 +266,28 @@ fn thousands_of_mutated_files_never_panic() {
     }
     // some mutations land in tensor data and keep the file valid
     assert!(ok > 0);
+}
+
+#[test]
+fn a_shape_that_is_not_whole_blocks_is_a_named_error() {
+    let mut w = GgufWriter::new();
+    let e = w.tensor("odd", vec![33], DType::Q8_0).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+    assert!(e.to_string().contains("\"odd\""), "{e}");
+    assert!(w.tensors().is_empty(), "the bad tensor was not added");
+    let overflow = TensorSpec {
+        name: "huge".into(),
+        ne: vec![u64::MAX, 2],
+        dtype: DType::F32,
+    };
+    assert!(overflow.bytes().unwrap_err().to_string().contains("huge"));
+    // a spec built by hand with a bad shape stops the writer, not the process
+    let spec = crate::synth::SynthSpec {
+        n_embd: 100,
+        main_type: DType::Q4K,
+        ..crate::synth::SynthSpec::preset("tiny").unwrap()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let err = spec.write(&dir.path().join("x.gguf"), 1).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
 }

@@ -19,12 +19,35 @@ pub struct TensorSpec {
 }
 
 impl TensorSpec {
-    /// Bytes of data this tensor needs.
-    pub fn bytes(&self) -> u64 {
-        let n: u64 = self.ne.iter().product();
-        self.dtype
-            .bytes_for(n)
-            .expect("tensor shape must hold whole blocks")
+    /// Bytes of data this tensor needs; an error naming the tensor when its
+    /// rows are not whole blocks of its type.
+    pub fn bytes(&self) -> io::Result<u64> {
+        let row = self.ne.first().copied().unwrap_or(1);
+        if row % self.dtype.block_size() as u64 != 0 {
+            return Err(self.bad(&format!(
+                "rows of {row} are not whole blocks of {} ({} values)",
+                self.dtype.name(),
+                self.dtype.block_size()
+            )));
+        }
+        let n = self
+            .ne
+            .iter()
+            .try_fold(1u64, |a, &d| a.checked_mul(d))
+            .ok_or_else(|| self.bad("its element count overflows"))?;
+        self.dtype.bytes_for(n).ok_or_else(|| {
+            self.bad(&format!(
+                "{n} elements are not whole blocks of {}",
+                self.dtype.name()
+            ))
+        })
+    }
+
+    fn bad(&self, why: &str) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("tensor {:?} {:?}: {why}", self.name, self.ne),
+        )
     }
 }
 
@@ -66,14 +89,22 @@ impl GgufWriter {
         self
     }
 
-    /// Adds a tensor header; its data must be supplied in the same order when writing.
-    pub fn tensor(&mut self, name: impl Into<String>, ne: Vec<u64>, dtype: DType) -> &mut Self {
-        self.tensors.push(TensorSpec {
+    /// Adds a tensor header; its data must be supplied in the same order
+    /// when writing. A shape that is not whole blocks of `dtype` is an error.
+    pub fn tensor(
+        &mut self,
+        name: impl Into<String>,
+        ne: Vec<u64>,
+        dtype: DType,
+    ) -> io::Result<&mut Self> {
+        let t = TensorSpec {
             name: name.into(),
             ne,
             dtype,
-        });
-        self
+        };
+        t.bytes()?;
+        self.tensors.push(t);
+        Ok(self)
     }
 
     /// The tensors added so far.
@@ -116,7 +147,7 @@ impl GgufWriter {
             buf.extend_from_slice(&t.dtype.ggml_id().to_le_bytes());
             buf.extend_from_slice(&offset.to_le_bytes());
             put(&mut w, &mut pos, &buf)?;
-            offset = (offset + t.bytes()).div_ceil(self.alignment) * self.alignment;
+            offset = (offset + t.bytes()?).div_ceil(self.alignment) * self.alignment;
         }
         let pad = |p: u64| (p.div_ceil(self.alignment) * self.alignment - p) as usize;
         let zeros = vec![0u8; self.alignment as usize];
@@ -129,14 +160,11 @@ impl GgufWriter {
             };
             data(i, t, &mut counted)?;
             let n = counted.n;
-            if n != t.bytes() {
+            let want = t.bytes()?;
+            if n != want {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
-                    format!(
-                        "tensor {:?}: wrote {n} bytes, expected {}",
-                        t.name,
-                        t.bytes()
-                    ),
+                    format!("tensor {:?}: wrote {n} bytes, expected {want}", t.name),
                 ));
             }
             if i + 1 < self.tensors.len() {

@@ -140,13 +140,14 @@ impl SynthMmproj {
         out
     }
 
-    /// Total bytes of weights.
-    pub fn weight_bytes(&self) -> u64 {
+    /// Total bytes of weights (an error names a tensor whose shape is not
+    /// whole blocks of its type).
+    pub fn weight_bytes(&self) -> io::Result<u64> {
         self.tensors().iter().map(|t| t.bytes()).sum()
     }
 
     /// The GGUF writer with metadata and tensor headers.
-    pub fn writer(&self) -> GgufWriter {
+    pub fn writer(&self) -> io::Result<GgufWriter> {
         let mut w = GgufWriter::new();
         let u = |v: usize| Value::U32(v as u32);
         w.kv(names::ARCH, Value::str(clip::ARCH_CLIP));
@@ -177,9 +178,9 @@ impl SynthMmproj {
             w.kv(clip::N_WA_PATTERN, u(self.n_wa_pattern));
         }
         for ts in self.tensors() {
-            w.tensor(ts.name, ts.ne, ts.dtype);
+            w.tensor(ts.name, ts.ne, ts.dtype)?;
         }
-        w
+        Ok(w)
     }
 
     /// Writes the file to `path`.
@@ -187,7 +188,7 @@ impl SynthMmproj {
         let f = std::fs::File::create(path)?;
         let mut out = io::BufWriter::with_capacity(8 << 20, f);
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-        self.writer().write(&mut out, |_, ts, w| {
+        self.writer()?.write(&mut out, |_, ts, w| {
             if ts.ne.len() == 1 {
                 // norms near one, biases small
                 let bias = ts.name.ends_with(".bias");
@@ -209,7 +210,7 @@ impl SynthMmproj {
             } else {
                 ts.ne[0]
             } as f32;
-            let n_blocks = ts.bytes() / ts.dtype.type_size() as u64;
+            let n_blocks = ts.bytes()? / ts.dtype.type_size() as u64;
             write_blocks(w, ts.dtype, n_blocks, (3.0 / fan_in).sqrt(), &mut rng)
         })?;
         out.flush()
@@ -238,7 +239,7 @@ mod tests {
             .filter(|t| t.dtype == DType::F32)
             .map(|t| t.ne.iter().product::<u64>())
             .sum();
-        assert_eq!(p.weight_bytes(), 2 * params + 2 * f32_elems);
+        assert_eq!(p.weight_bytes().unwrap(), 2 * params + 2 * f32_elems);
         for name in SynthMmproj::PRESETS {
             assert!(SynthMmproj::preset(name).is_some(), "{name}");
         }

@@ -128,6 +128,8 @@ pub struct Planner {
     pub refreshes: usize,
     /// Re-plans that changed the memory layout (weights or KV caches moved).
     pub relayouts: usize,
+    /// Decode rounds since the layout last changed (or since the start).
+    rounds_since_move: usize,
     gpu: Option<usize>,
     budget: Option<u64>,
     n_devices: usize,
@@ -211,6 +213,7 @@ impl Planner {
             replans: 0,
             refreshes: 0,
             relayouts: 0,
+            rounds_since_move: 0,
             peak_planned,
             gpu,
             budget,
@@ -268,6 +271,7 @@ impl Planner {
         if n_tokens != 1 || self.gpu.is_none() {
             return;
         }
+        self.rounds_since_move += 1;
         if self.audition_step(stats.total_secs) {
             return;
         }
@@ -462,8 +466,14 @@ impl Planner {
             &self.learned(),
         )
         .ok()?;
-        if let Some(moved) = self.relayout(&new) {
+        // a move is a bet on PAYBACK_ROUNDS rounds: the re-scheduler does
+        // not take another before they have run (no thrashing on noise)
+        let settled = self.rounds_since_move >= PAYBACK_ROUNDS as usize;
+        if (settled || !only_if_changed)
+            && let Some(moved) = self.relayout(&new)
+        {
             self.relayouts += 1;
+            self.rounds_since_move = 0;
             new = moved;
         }
         if let Some(rs) = &mut self.resched {

@@ -93,10 +93,12 @@ struct DeviceCosts {
     contention: f64,
 }
 
-/// An exponential moving average.
+/// An exponential moving average, with the device's load scale when it was
+/// last updated.
 #[derive(Clone, Copy, Debug)]
 struct Ema {
     value: f64,
+    scale_at: f64,
 }
 
 /// Estimates node, copy and switch times per device.
@@ -273,12 +275,6 @@ impl CostModel {
         if !secs.is_finite() || secs < 0.0 || node >= g.nodes.len() || d >= self.devices.len() {
             return;
         }
-        let key = (d, node, shape.n_tokens);
-        let a = self.alpha;
-        self.live
-            .entry(key)
-            .and_modify(|e| e.value = a * secs + (1.0 - a) * e.value)
-            .or_insert(Ema { value: secs });
         let prof = self.profiled_secs(g, node, d, shape, kv_f16);
         if prof > 0.0 {
             // a small decay per observation: the ratio follows recent load
@@ -286,6 +282,18 @@ impl CostModel {
             let k = 0.02;
             self.scale[d] = (o * (1.0 - k) + secs * k, p * (1.0 - k) + prof * k);
         }
+        let key = (d, node, shape.n_tokens);
+        let (a, scale_at) = (self.alpha, self.device_scale(d));
+        self.live
+            .entry(key)
+            .and_modify(|e| {
+                e.value = a * secs + (1.0 - a) * e.value;
+                e.scale_at = scale_at;
+            })
+            .or_insert(Ema {
+                value: secs,
+                scale_at,
+            });
     }
 
     /// Forgets live observations and load scales.
@@ -295,9 +303,16 @@ impl CostModel {
         self.copy_scale.iter_mut().for_each(|s| *s = None);
     }
 
-    /// The live average for a node, if observed.
+    /// The live average for a node, if observed, carried to the device's
+    /// current load: a node last seen before the device slowed down (or
+    /// before it recovered) is scaled by how the device's observed times
+    /// moved since, so plans that stopped using a device do not remember it
+    /// at its worst.
     pub fn live_secs(&self, d: usize, node: usize, tokens: usize) -> Option<f64> {
-        self.live.get(&(d, node, tokens)).map(|e| e.value)
+        let now = self.device_scale(d);
+        self.live
+            .get(&(d, node, tokens))
+            .map(|e| e.value * now / e.scale_at.max(1e-12))
     }
 
     /// The profile-based estimate of node `node` on device `d` (ignores live data).
@@ -342,7 +357,9 @@ impl CostModel {
         est.max(dc.floor)
     }
 
-    /// The estimate for node `node` on device `d`: live average if any, else the profile.
+    /// The estimate for node `node` on device `d`: the live average if any,
+    /// else the profile scaled by how the device's observed times compare
+    /// with the profile lately (load, or a profile that is off).
     pub fn node_secs(
         &self,
         g: &Graph,
@@ -352,7 +369,7 @@ impl CostModel {
         kv_f16: bool,
     ) -> f64 {
         self.live_secs(d, node, shape.n_tokens)
-            .unwrap_or_else(|| self.profiled_secs(g, node, d, shape, kv_f16))
+            .unwrap_or_else(|| self.profiled_secs(g, node, d, shape, kv_f16) * self.device_scale(d))
     }
 }
 
@@ -407,6 +424,33 @@ mod tests {
         c.clear_live();
         assert_eq!(c.live_secs(0, 0, 1), None);
         assert_eq!(c.device_scale(0), 1.0);
+    }
+
+    #[test]
+    fn a_node_not_seen_lately_follows_the_device_load() {
+        let p = DeviceProfile {
+            device: "cpu".into(),
+            kind: "cpu".into(),
+            samples: vec![sample(1024, 1, 1e-4)],
+            ..Default::default()
+        };
+        let mut c = CostModel::new(vec![(p, 2)]);
+        let g = tiny_graph();
+        let shape = RoundShape::decode(0);
+        c.observe(&g, 0, 0, shape, true, 1e-4);
+        let prof = c.profiled_secs(&g, 0, 0, shape, true);
+        let seen = c.live_secs(0, 0, 1).unwrap();
+        // the device then runs 3x slower on the same node at another token count
+        let other = RoundShape {
+            n_tokens: 2,
+            ..shape
+        };
+        let prof2 = c.profiled_secs(&g, 0, 0, other, true);
+        for _ in 0..2000 {
+            c.observe(&g, 0, 0, other, true, 3.0 * prof2 * (1e-4 / prof));
+        }
+        let now = c.live_secs(0, 0, 1).unwrap();
+        assert!((now / seen - 3.0).abs() < 0.05, "{seen} -> {now}");
     }
 
     fn tiny_graph() -> Graph {
