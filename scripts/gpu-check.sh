@@ -147,6 +147,18 @@ except Exception:
     print("- | -")
 PY
 }
+bench_decode() { # FILE -> "decode plan (audition: shape ms, ...)" or "-"
+    python3 - "$1" <<'PY' 2>/dev/null || echo "-"
+import json, sys
+try:
+    j = json.load(open(sys.argv[1]))
+    a = j.get("audition")
+    runs = ", ".join(f'{"=".join(e["kinds"])} {1000 * e["measured_secs"]:.1f}' for e in a["entries"]) if a else "no audition"
+    print(f'{j.get("decode_plan") or "-"} ({runs}; {j.get("relayouts", 0)} moves)')
+except Exception:
+    print("-")
+PY
+}
 bench_devices() {
     python3 - "$1" <<'PY' 2>/dev/null || echo "?"
 import json, sys
@@ -163,13 +175,13 @@ for vram in 2G 4G 8G; do
             f="$WORK/bench-$preset-$vram-$policy.json"
             name="bench $preset $vram $policy"
             if [ ! -s "$WORK/$preset.gguf" ]; then
-                BENCH+=("| $preset | $vram | $policy | - | - | - | - | - | no model |")
+                BENCH+=("| $preset | $vram | $policy | - | - | - | - | - | - | no model |")
                 continue
             fi
             step "$name" 45 sh -c "\"$CLI\" bench -m \"$WORK/$preset.gguf\" -p 2048 -n 128 -r 1 --vram $vram --policy $policy --json > \"$f\""
             rc=$?
             status=$([ $rc -eq 0 ] && echo ok || ([ $rc -eq 124 ] && echo "timed out" || echo "failed ($rc)"))
-            BENCH+=("| $preset | $vram | $policy | $(bench_field "$f" pp) | $(bench_extra "$f") | $(bench_field "$f" tg) | $(bench_devices "$f") | $status |")
+            BENCH+=("| $preset | $vram | $policy | $(bench_field "$f" pp) | $(bench_extra "$f") | $(bench_field "$f" tg) | $(bench_decode "$f") | $(bench_devices "$f") | $status |")
         done
     done
 done
@@ -187,8 +199,8 @@ done
     echo
     echo "Prompt 2048 tokens, 128 generated, one repetition (tokens/s):"
     echo
-    echo "| model | VRAM | policy | prompt t/s | TTFT ms | GPU peak MiB | gen t/s | devices | run |"
-    echo "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- |"
+    echo "| model | VRAM | policy | prompt t/s | TTFT ms | GPU peak MiB | gen t/s | decode plan (audition ms/round) | devices | run |"
+    echo "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- | --- |"
     printf '%s\n' "${BENCH[@]}"
     echo
     echo "Total ${SECONDS}s. Log: $LOG; the benchmarks' JSON: $OUT/bench-json.tar.gz"
