@@ -235,23 +235,31 @@ pub fn vl_fixture(dir: &str) -> ats_vision::Vlm {
     ats_vision::Vlm::open(&d.join(model), &d.join(mmproj)).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// A simulated GPU with `budget` bytes whose kernels run on `threads` CPU threads.
+/// A simulated GPU with `budget` bytes whose kernels run on `threads` CPU
+/// threads, with no launch or sync costs and 1 TB/s copies.
 pub fn sim_gpu(budget: u64, threads: usize) -> std::sync::Arc<dyn ats_core::device::Device> {
-    use ats_sched::sim::{SimGpu, SimGpuConfig};
-    let inner: std::sync::Arc<dyn ats_core::device::Device> = std::sync::Arc::new(
-        ats_cpu::CpuDevice::with_isa(threads, ats_cpu::matmul::Isa::detect(), "sim-gpu-kernels")
-            .unwrap(),
-    );
-    std::sync::Arc::new(SimGpu::new(
-        inner,
-        SimGpuConfig {
+    sim_gpu_with(
+        ats_sched::sim::SimGpuConfig {
             memory: budget,
             launch_us: 0.0,
             sync_us: 0.0,
             copy_gbps: 1000.0,
-            ..SimGpuConfig::default()
+            ..ats_sched::sim::SimGpuConfig::default()
         },
-    ))
+        threads,
+    )
+}
+
+/// A simulated GPU with the given settings whose kernels run on `threads` CPU threads.
+pub fn sim_gpu_with(
+    cfg: ats_sched::sim::SimGpuConfig,
+    threads: usize,
+) -> std::sync::Arc<dyn ats_core::device::Device> {
+    let inner: std::sync::Arc<dyn ats_core::device::Device> = std::sync::Arc::new(
+        ats_cpu::CpuDevice::with_isa(threads, ats_cpu::matmul::Isa::detect(), "sim-gpu-kernels")
+            .unwrap(),
+    );
+    std::sync::Arc::new(ats_sched::sim::SimGpu::new(inner, cfg))
 }
 
 /// A xorshift64 generator for the tests' random placements: deterministic

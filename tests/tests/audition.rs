@@ -6,22 +6,19 @@
 use std::sync::Arc;
 
 use ats_core::device::{Device, KvType};
-use ats_core::dtype::DType;
 use ats_core::spec::ModelSpec;
 use ats_core::synth::SynthSpec;
 use ats_cpu::CpuDevice;
-use ats_sched::engine::Policy;
+use ats_sched::engine::{Engine, Policy};
 use ats_sched::planner::PlanKind;
 use ats_sched::profile::{CostModel, DeviceProfile, OpKey, Sample};
-use ats_sched::sim::{SimGpu, SimGpuConfig};
-use ats_tests::{engine_on, try_engine_with_cost};
+use ats_sched::sim::SimGpuConfig;
+use ats_tests::{engine_on, sim_gpu_with, try_engine_with_cost};
 
 /// A simulated GPU 10 times slower than one CPU thread, with slow copies,
 /// while the engine's cost model (no profile) takes it for a fast GPU.
 fn slow_gpu(budget: u64) -> Arc<dyn Device> {
-    let inner: Arc<dyn Device> = Arc::new(CpuDevice::new(1).unwrap());
-    Arc::new(SimGpu::new(
-        inner,
+    sim_gpu_with(
         SimGpuConfig {
             memory: budget,
             speed: 0.1,
@@ -30,7 +27,8 @@ fn slow_gpu(budget: u64) -> Arc<dyn Device> {
             sync_us: 0.0,
             ..SimGpuConfig::default()
         },
-    ))
+        1,
+    )
 }
 
 fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
@@ -40,27 +38,44 @@ fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
         .fold(0f32, |m, (x, y)| m.max((x - y).abs() / scale))
 }
 
-/// A small llama-shaped Q4_K model (about 9 MB), written to `dir`.
+/// The `tiny` synthetic model with 16 layers and a wider FFN (about 9 MB,
+/// Q4_K/Q6_K), written to `dir`: enough layers that streaming layouts fit.
 fn synthetic(dir: &std::path::Path) -> Arc<ModelSpec> {
     let spec = SynthSpec {
-        arch: "llama".into(),
-        n_embd: 256,
         n_layer: 16,
-        n_head: 4,
-        n_head_kv: 2,
-        head_dim: 64,
         n_ff: 768,
-        n_vocab: 1024,
-        n_expert: 0,
-        n_expert_used: 0,
-        n_ff_expert: 0,
         tied: false,
-        main_type: DType::Q4K,
-        more_bits_type: DType::Q6K,
+        ..SynthSpec::preset("tiny").unwrap()
     };
     let path = dir.join("synthetic.gguf");
     spec.write(&path, 11).unwrap();
     Arc::new(ModelSpec::open(&path).unwrap())
+}
+
+/// A CPU-only reference engine and an engine on the CPU and a slow
+/// simulated GPU (half the model's bytes) that the cost model believes fast.
+fn engines(spec: &Arc<ModelSpec>, policy: Policy) -> (Engine, Engine, Arc<dyn Device>) {
+    let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
+    let base = engine_on(
+        spec.clone(),
+        vec![cpu.clone()],
+        64,
+        KvType::F32,
+        Policy::Ats,
+        false,
+    );
+    let gpu = slow_gpu(spec.gguf.file_len() / 2);
+    let e = try_engine_with_cost(
+        spec.clone(),
+        vec![cpu, gpu.clone()],
+        believed_fast(),
+        64,
+        KvType::F32,
+        policy,
+        false,
+    )
+    .unwrap();
+    (base, e, gpu)
 }
 
 /// A cost model that takes the GPU for a very fast one: one sample at a
@@ -110,25 +125,7 @@ fn a_misjudged_gpu_loses_the_audition_and_stays_lost() {
     let dir = tempfile::tempdir().unwrap();
     let spec = synthetic(dir.path());
     let ids: Vec<u32> = (0..48).map(|i| (i * 37 + 5) % 1024).collect();
-    let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
-    let mut base = engine_on(
-        spec.clone(),
-        vec![cpu.clone()],
-        64,
-        KvType::F32,
-        Policy::Ats,
-        false,
-    );
-    let mut e = try_engine_with_cost(
-        spec.clone(),
-        vec![cpu, slow_gpu(spec.gguf.file_len() / 2)],
-        believed_fast(),
-        64,
-        KvType::F32,
-        Policy::Ats,
-        false,
-    )
-    .unwrap();
+    let (mut base, mut e, _) = engines(&spec, Policy::Ats);
     let first = e.plan_set().tiers[0].clone();
     assert_eq!(first.tier, 1);
     assert_ne!(
@@ -174,28 +171,9 @@ fn a_replan_from_live_costs_moves_weights_off_a_slow_gpu() {
     let dir = tempfile::tempdir().unwrap();
     let spec = synthetic(dir.path());
     let ids: Vec<u32> = (0..48).map(|i| (i * 53 + 3) % 1024).collect();
-    let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
-    let mut base = engine_on(
-        spec.clone(),
-        vec![cpu.clone()],
-        64,
-        KvType::F32,
-        Policy::Ats,
-        false,
-    );
+    let (mut base, mut e, gpu) = engines(&spec, Policy::Static);
     let budget = spec.gguf.file_len() / 2;
-    let gpu = slow_gpu(budget);
-    let mut e = try_engine_with_cost(
-        spec.clone(),
-        vec![cpu, gpu.clone()],
-        believed_fast(),
-        64,
-        KvType::F32,
-        Policy::Static,
-        false,
-    )
-    .unwrap();
-    let resident = |e: &ats_sched::engine::Engine| {
+    let resident = |e: &Engine| {
         e.plan_set()
             .report
             .items

@@ -9,20 +9,19 @@ use ats_core::spec::ModelSpec;
 use ats_cpu::CpuDevice;
 use ats_sched::engine::Policy;
 use ats_sched::exec::{ExecConfig, ExecPlan, Executor, WeightHome};
-use ats_sched::sim::{SimGpu, SimGpuConfig};
-use ats_tests::{Reference, engine_on, fixtures};
+use ats_sched::sim::SimGpuConfig;
+use ats_tests::{Reference, engine_on, fixtures, sim_gpu_with};
 
 fn sim(budget: u64) -> Arc<dyn Device> {
-    let inner: Arc<dyn Device> = Arc::new(CpuDevice::new(1).unwrap());
-    Arc::new(SimGpu::new(
-        inner,
+    sim_gpu_with(
         SimGpuConfig {
             memory: budget,
             launch_us: 0.0,
             sync_us: 0.0,
             ..SimGpuConfig::default()
         },
-    ))
+        1,
+    )
 }
 
 #[test]
