@@ -5,7 +5,8 @@
 //! iteration in `est_time(T)` seconds, so `N` new tokens take
 //! `ceil(N / T) * est_time(T)` with that plan. [`TierTable::choose`] picks the
 //! tier minimising it; for a prefill the chosen tier is the chunk size
-//! ([`chunks`]).
+//! ([`chunks`]). The engine's plans choose through it
+//! ([`crate::planner::PlanSet::choose`]).
 
 use std::ops::Range;
 

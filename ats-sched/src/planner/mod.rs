@@ -38,7 +38,7 @@ use serde::Serialize;
 use crate::exec::{ExecPlan, Executor, RoundStats};
 use crate::profile::CostModel;
 use crate::rescheduler::{CostSnapshot, Decision, Rescheduler};
-use crate::tiers::TIERS;
+use crate::tiers::{TIERS, TierTable};
 use audition::{Audition, AuditionReport, Step};
 
 /// The shape of a tier's plan.
@@ -88,28 +88,32 @@ pub struct PlanSet {
 
 impl PlanSet {
     /// The plan and chunk size for `n` new tokens: the tier minimising
-    /// `ceil(n / tier) * est(tier)` (ties to the larger tier). One token runs
+    /// `ceil(n / tier) * est(tier)` ([`TierTable::choose`]). One token runs
     /// the decode plan, which was planned for exactly that round (the larger
     /// tiers' estimates are of a fresh prompt, not comparable with a decode
     /// round deep into the context).
     pub fn choose(&self, n: usize) -> (usize, usize) {
         let n = n.max(1);
-        if n == 1
-            && let Some(t) = self.tiers.first().filter(|t| t.tier == 1)
-        {
-            return (t.plan, 1);
-        }
-        let best = self
+        let first = self
             .tiers
-            .iter()
-            .min_by(|a, b| {
-                let ca = n.div_ceil(a.tier) as f64 * a.est_secs;
-                let cb = n.div_ceil(b.tier) as f64 * b.est_secs;
-                // ties go to the larger tier: fewer rounds, less fixed cost
-                ca.total_cmp(&cb).then(b.tier.cmp(&a.tier))
-            })
+            .first()
             .expect("a plan set has at least one tier");
-        (best.plan, best.tier.min(n))
+        if n == 1 && first.tier == 1 {
+            return (first.plan, 1);
+        }
+        let mut est = [None; TIERS.len()];
+        for t in &self.tiers {
+            if let Some(i) = TIERS.iter().position(|&x| x == t.tier) {
+                est[i] = Some(t.est_secs);
+            }
+        }
+        // an estimate that is not a time (never made by the planner) leaves the smallest tier
+        let chosen = TierTable::new(est)
+            .and_then(|table| table.choose(n))
+            .ok()
+            .and_then(|c| self.tiers.iter().find(|t| t.tier == c.tier))
+            .unwrap_or(first);
+        (chosen.plan, chosen.tier.min(n))
     }
 }
 
@@ -610,4 +614,45 @@ fn scratch_per_tier(g: &Graph, dev: &dyn Device, n_ctx: usize) -> Vec<(usize, u6
 /// The tiers at or below `max`.
 pub fn tiers_up_to(max: usize) -> Vec<usize> {
     TIERS.iter().copied().filter(|&t| t <= max.max(1)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(tiers: &[(usize, f64)]) -> PlanSet {
+        PlanSet {
+            plans: Vec::new(),
+            tiers: tiers
+                .iter()
+                .enumerate()
+                .map(|(i, &(tier, est))| TierEntry {
+                    tier,
+                    plan: i,
+                    kind: PlanKind::Static,
+                    est_secs: est,
+                    estimates: Vec::new(),
+                    switches: 0,
+                    streamed_items: 0,
+                })
+                .collect(),
+            report: PlanReport::default(),
+        }
+    }
+
+    #[test]
+    fn one_token_runs_the_decode_plan_even_when_a_prompt_tier_looks_cheaper() {
+        // the decode estimate is deep into the context, tier 4's at an empty cache
+        let s = set(&[(1, 0.020), (4, 0.012), (64, 0.100)]);
+        assert_eq!(s.choose(1), (0, 1));
+        assert_eq!(s.choose(0), (0, 1));
+        // more tokens: ceil(n / tier) * est
+        assert_eq!(s.choose(3), (1, 3));
+        assert_eq!(s.choose(20), (1, 4));
+        assert_eq!(s.choose(40), (2, 40));
+        assert_eq!(s.choose(200), (2, 64));
+        // estimates that are not times leave the smallest tier
+        let bad = set(&[(1, 0.020), (4, f64::NAN)]);
+        assert_eq!(bad.choose(8), (0, 1));
+    }
 }
