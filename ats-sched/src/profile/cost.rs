@@ -402,15 +402,20 @@ mod tests {
         }
     }
 
-    #[test]
-    fn live_average_overrides_the_profile() {
+    /// A 2-thread CPU profiled with one Q4_K matmul sample.
+    fn one_sample_cpu() -> CostModel {
         let p = DeviceProfile {
             device: "cpu".into(),
             kind: "cpu".into(),
             samples: vec![sample(1024, 1, 1e-4)],
             ..Default::default()
         };
-        let mut c = CostModel::new(vec![(p, 2)]);
+        CostModel::new(vec![(p, 2)])
+    }
+
+    #[test]
+    fn live_average_overrides_the_profile() {
+        let mut c = one_sample_cpu();
         assert!(c.is_measured(0));
         let g = tiny_graph();
         let shape = RoundShape::decode(0);
@@ -428,13 +433,7 @@ mod tests {
 
     #[test]
     fn a_node_not_seen_lately_follows_the_device_load() {
-        let p = DeviceProfile {
-            device: "cpu".into(),
-            kind: "cpu".into(),
-            samples: vec![sample(1024, 1, 1e-4)],
-            ..Default::default()
-        };
-        let mut c = CostModel::new(vec![(p, 2)]);
+        let mut c = one_sample_cpu();
         let g = tiny_graph();
         let shape = RoundShape::decode(0);
         c.observe(&g, 0, 0, shape, true, 1e-4);
