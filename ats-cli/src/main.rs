@@ -1,5 +1,6 @@
 //! `ats-cli`: run LLMs and VLMs on one machine inside a VRAM budget.
 
+mod answer;
 mod args;
 mod cmd;
 mod load;

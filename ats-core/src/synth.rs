@@ -216,25 +216,39 @@ impl SynthSpec {
 
     /// Writes the model to `path`.
     pub fn write(&self, path: &Path, seed: u64) -> io::Result<()> {
-        let f = std::fs::File::create(path)?;
-        let mut out = io::BufWriter::with_capacity(8 << 20, f);
-        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-        self.writer()?.write(&mut out, |_, ts, w| {
-            let fan_in = ts.ne[0] as f32;
+        write_random(self.writer()?, path, seed, |ts, rng, w| {
             if ts.ne.len() == 1 {
                 // norm weights near one
-                let v: Vec<u8> = (0..ts.ne[0])
-                    .flat_map(|_| (1.0 + 0.05 * rng.sym()).to_le_bytes())
-                    .collect();
-                return w.write_all(&v);
+                return w.write_all(&random_f32(ts.ne[0], 1.0, 0.05, rng));
             }
-            let n_blocks = ts.bytes()? / ts.dtype.type_size() as u64;
             // weights ~ uniform(-a, a) with variance 1/fan_in
-            let a = (3.0 / fan_in).sqrt();
-            write_blocks(w, ts.dtype, n_blocks, a, &mut rng)
-        })?;
-        out.flush()
+            let fan_in = ts.ne[0] as f32;
+            let n_blocks = ts.bytes()? / ts.dtype.type_size() as u64;
+            write_blocks(w, ts.dtype, n_blocks, (3.0 / fan_in).sqrt(), rng)
+        })
     }
+}
+
+/// Writes `writer`'s file to `path`, each tensor's data from `data` with a
+/// generator seeded by `seed`.
+fn write_random(
+    writer: GgufWriter,
+    path: &Path,
+    seed: u64,
+    mut data: impl FnMut(&TensorSpec, &mut Rng, &mut dyn Write) -> io::Result<()>,
+) -> io::Result<()> {
+    let f = std::fs::File::create(path)?;
+    let mut out = io::BufWriter::with_capacity(8 << 20, f);
+    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    writer.write(&mut out, |_, ts, w| data(ts, &mut rng, w))?;
+    out.flush()
+}
+
+/// `n` f32 values `center + spread * u`, `u` uniform in [-1, 1), as bytes.
+fn random_f32(n: u64, center: f32, spread: f32, rng: &mut Rng) -> Vec<u8> {
+    (0..n)
+        .flat_map(|_| (center + spread * rng.sym()).to_le_bytes())
+        .collect()
 }
 
 /// xorshift64*: fast, seeded, good enough for weights.

@@ -105,8 +105,7 @@ impl<'a> Vit<'a> {
         }
         let frame = p * p;
         let input = self.b.input();
-        let mut out = None;
-        for (f, name) in [t::PATCH_EMBD, t::PATCH_EMBD_1].into_iter().enumerate() {
+        let mut term = |f: usize, name: &str| -> Result<ValueId, VisionError> {
             let info = self
                 .spec
                 .weight(name, &[p, p, 3, d], Some(&[3 * frame, d]))?;
@@ -119,13 +118,10 @@ impl<'a> Vit<'a> {
                 hp.temporal_patch * frame,
                 3,
             );
-            let y = self.b.matmul(&format!("patch_embd_{f}"), x, w, None);
-            out = Some(match out {
-                None => y,
-                Some(prev) => self.b.add("patch_embd", prev, y),
-            });
-        }
-        Ok(out.expect("two frames"))
+            Ok(self.b.matmul(&format!("patch_embd_{f}"), x, w, None))
+        };
+        let (y0, y1) = (term(0, t::PATCH_EMBD)?, term(1, t::PATCH_EMBD_1)?);
+        Ok(self.b.add("patch_embd", y0, y1))
     }
 
     /// The block or merger norm: `weight` (and `bias` for LayerNorm).

@@ -1,6 +1,5 @@
 //! `ats-cli run`: generate text from a prompt, streaming it to standard output.
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
@@ -106,24 +105,11 @@ pub fn run(a: RunArgs) -> Result<()> {
         stop: a.stop.clone(),
         ignore_eos: a.ignore_eos,
     };
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    let mut write_err = None;
+    let mut answer = crate::answer::Answer::new();
     let out_gen = engine.generate(&ids, &params, &mut |ev| match ev {
-        GenEvent::Text(t) => match out.write_all(t.as_bytes()).and_then(|_| out.flush()) {
-            Ok(()) => true,
-            Err(e) => {
-                write_err = Some(e);
-                false
-            }
-        },
+        GenEvent::Text(t) => answer.write(t),
     })?;
-    if let Some(e) = write_err
-        && e.kind() != std::io::ErrorKind::BrokenPipe
-    {
-        return Err(e).context("writing the answer");
-    }
-    let _ = writeln!(out);
+    answer.finish()?;
     if !logging::quiet() {
         report::print_timings(loaded.load_ms, &out_gen.timings);
         report::print_memory(engine);

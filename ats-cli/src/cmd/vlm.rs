@@ -4,7 +4,6 @@
 //! max(vision, language). The answer goes to standard output; timings and
 //! the peak memory of each phase to standard error.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -179,24 +178,11 @@ pub fn run(a: VlmArgs) -> Result<()> {
         stop: Vec::new(),
         ignore_eos: a.ignore_eos,
     };
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    let mut write_err = None;
+    let mut answer = crate::answer::Answer::new();
     let gen_out = pipeline::generate(&mut p.engine, &p.input, &params, &mut |ev| match ev {
-        GenEvent::Text(t) => match out.write_all(t.as_bytes()).and_then(|_| out.flush()) {
-            Ok(()) => true,
-            Err(e) => {
-                write_err = Some(e);
-                false
-            }
-        },
+        GenEvent::Text(t) => answer.write(t),
     })?;
-    if let Some(e) = write_err
-        && e.kind() != std::io::ErrorKind::BrokenPipe
-    {
-        return Err(e).context("writing the answer");
-    }
-    let _ = writeln!(out);
+    answer.finish()?;
     let t = &gen_out.timings;
     // what the user waits for once the model is loaded: images, encoder, prompt
     let ttft_ms = p.preprocess_ms + p.vision.encode_ms + t.ttft_ms;

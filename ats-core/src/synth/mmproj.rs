@@ -2,10 +2,10 @@
 //! Qwen2-VL / Qwen2.5-VL vision towers and random, numerically sane weights,
 //! for high-resolution memory tests and benchmarks.
 
-use std::io::{self, Write};
+use std::io;
 use std::path::Path;
 
-use super::{Rng, write_blocks};
+use super::write_blocks;
 use crate::dtype::DType;
 use crate::gguf::{GgufWriter, TensorSpec, Value};
 use crate::names::{self, clip, clip::tensor as t};
@@ -185,23 +185,14 @@ impl SynthMmproj {
 
     /// Writes the file to `path`.
     pub fn write(&self, path: &Path, seed: u64) -> io::Result<()> {
-        let f = std::fs::File::create(path)?;
-        let mut out = io::BufWriter::with_capacity(8 << 20, f);
-        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-        self.writer()?.write(&mut out, |_, ts, w| {
+        super::write_random(self.writer()?, path, seed, |ts, rng, w| {
             if ts.ne.len() == 1 {
                 // norms near one, biases small
-                let bias = ts.name.ends_with(".bias");
-                let v: Vec<u8> = (0..ts.ne[0])
-                    .flat_map(|_| {
-                        let x = if bias {
-                            0.02 * rng.sym()
-                        } else {
-                            1.0 + 0.05 * rng.sym()
-                        };
-                        x.to_le_bytes()
-                    })
-                    .collect();
+                let v = if ts.name.ends_with(".bias") {
+                    super::random_f32(ts.ne[0], 0.0, 0.02, rng)
+                } else {
+                    super::random_f32(ts.ne[0], 1.0, 0.05, rng)
+                };
                 return w.write_all(&v);
             }
             // the Conv3d's fan-in spans both temporal halves
@@ -211,9 +202,8 @@ impl SynthMmproj {
                 ts.ne[0]
             } as f32;
             let n_blocks = ts.bytes()? / ts.dtype.type_size() as u64;
-            write_blocks(w, ts.dtype, n_blocks, (3.0 / fan_in).sqrt(), &mut rng)
-        })?;
-        out.flush()
+            write_blocks(w, ts.dtype, n_blocks, (3.0 / fan_in).sqrt(), rng)
+        })
     }
 }
 
