@@ -115,20 +115,33 @@ fn respond(r: Result<Response, ApiError>) -> Response {
     })
 }
 
-async fn chat(app: Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
-    let body = body_bytes(&app, body)?;
-    let (messages, params, sampling) = check_chat(&body, &app.defaults)?;
+/// Tokenises a request's prompt off the async runtime (templates and
+/// images take time) and queues the job: its id, prompt length and events.
+async fn enqueue(
+    app: &App,
+    kind: &str,
+    params: ats_sched::engine::GenParams,
+    prepare: impl FnOnce(&Prompter) -> Result<Vec<u32>, ApiError> + Send + 'static,
+) -> Result<(String, usize, UnboundedReceiver<JobEvent>), ApiError> {
     let prompter = app.prompter.clone();
-    let prompt = tokio::task::spawn_blocking(move || prompter.chat(&messages))
+    let prompt = tokio::task::spawn_blocking(move || prepare(&prompter))
         .await
         .map_err(|e| ApiError::internal(format!("prompt preparation failed: {e}")))??;
-    let id = app.id("chatcmpl");
+    let id = app.id(kind);
     let prompt_tokens = prompt.len();
     let rx = app.queue.submit(Job {
         id: id.clone(),
         prompt,
         params,
     })?;
+    Ok((id, prompt_tokens, rx))
+}
+
+async fn chat(app: Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+    let body = body_bytes(&app, body)?;
+    let (messages, params, sampling) = check_chat(&body, &app.defaults)?;
+    let (id, prompt_tokens, rx) =
+        enqueue(&app, "chatcmpl", params, move |p| p.chat(&messages)).await?;
     let created = unix_now();
     let model = app.model.clone();
     if !sampling.stream.unwrap_or(false) {
@@ -210,17 +223,8 @@ async fn completion(
 ) -> Result<Response, ApiError> {
     let body = body_bytes(&app, body)?;
     let (raw, params, sampling) = check_completion(&body, &app.defaults)?;
-    let prompter = app.prompter.clone();
-    let prompt = tokio::task::spawn_blocking(move || prompter.completion(&raw))
-        .await
-        .map_err(|e| ApiError::internal(format!("prompt preparation failed: {e}")))??;
-    let id = app.id("cmpl");
-    let prompt_tokens = prompt.len();
-    let rx = app.queue.submit(Job {
-        id: id.clone(),
-        prompt,
-        params,
-    })?;
+    let (id, prompt_tokens, rx) =
+        enqueue(&app, "cmpl", params, move |p| p.completion(&raw)).await?;
     let created = unix_now();
     let model = app.model.clone();
     let body = move |text: String,
