@@ -24,23 +24,31 @@
 //!
 //! Copies: a *GPU segment* is a maximal run of consecutive GPU items. Let `t0`
 //! be the time its first item is ready to compute (after the entry switch),
-//! and `p_1 < p_2 < ...` its promoted items. Their copies run one at a time on
-//! the transfer stream, in execution order, each in one of `slots` temporary
-//! slots, and a slot is free again when its item has finished computing:
+//! `a` the time the CPU item just before the segment started (0 for a
+//! segment that opens the round), and `p_1 < p_2 < ...` its promoted items.
+//! Their copies run one at a time on the transfer stream, in execution order,
+//! each in one of `slots` temporary slots, and a slot is free again when its
+//! item has finished computing:
 //!
 //! ```text
-//! copy_start(p_m) = max(t0, copy_end(p_{m-1}), finish(p_{m-slots}))   (missing terms dropped)
+//! copy_start(p_m) = max(a, copy_end(p_{m-1}), finish(p_{m-slots}))   (missing terms dropped)
 //! copy_end(p_m)   = copy_start(p_m) + copy_time(p_m)
 //! ```
 //!
-//! So a copy hides under the GPU work since the last CPU endpoint `j`, as in
-//! DESIGN.md: with one promoted item `i` in the segment its exposed time is
-//! `max(w_i - seg(j, i), 0)`, `seg(j, i)` being the GPU work between `j` and
-//! `i`; with several, their copies also queue behind each other and behind
-//! the slots. Copies never start before `t0` (the point where the CPU hands
-//! the activation over), which is conservative: every time above is a
-//! max-plus, hence monotone, function of the copy start times, so an executor
-//! that issues a copy earlier never finishes later than the model says.
+//! So a copy hides under the CPU item before the segment and the GPU work
+//! since it (DESIGN.md's rule, plus the CPU endpoint `j` itself): with one
+//! promoted item `i` in the segment its exposed time is
+//! `max(w_i - lead_j - seg(j, i), 0)`, `lead_j` being item `j`'s CPU time
+//! and the entry switch, `seg(j, i)` the GPU work between `j` and `i`; with
+//! several, their copies also queue behind each other and behind the slots.
+//! At `a` the transfer stream and every slot are idle: the previous segment
+//! finished before item `j` started. Copies never start before `a`, which is
+//! conservative: the executor issues a slot's next copy as soon as its last
+//! reader is queued, and every time above is a max-plus, hence monotone,
+//! function of the copy start times, so an executor that issues a copy
+//! earlier never finishes later than the model says. This is what makes
+//! streaming pay at decode, where the GPU work is tiny: the CPU computes
+//! one item while the next one's weights cross the bus.
 //!
 //! # The DP
 //!
@@ -54,9 +62,10 @@
 //! ```
 //!
 //! where `seg(j, i)` is the duration of the GPU segment `j+1..i` by the
-//! recurrence above measured from its `t0`. It depends on `j` and `i` only,
-//! because at `t0` the transfer stream and every slot are idle (the previous
-//! segment finished before the CPU ran item `j`). Hence
+//! recurrence above measured from its `t0`, copies starting `lead_j` before
+//! it. It depends on `j` and `i` only, because at `a` the transfer stream
+//! and every slot are idle (the previous segment finished before the CPU ran
+//! item `j`). Hence
 //! `best(i) = min_j best(j) + cost(j, i)` over endpoints ("partial schedule
 //! ends on the CPU at `i`"), and the answer is `best(n)` ("ends on the GPU", or
 //! on the CPU with an empty last segment). This is exact for the slot limit
@@ -173,7 +182,10 @@ pub fn plan_transfers(
             continue;
         }
         let base = best[e];
-        seg.reset();
+        // copies may start when the CPU item before the segment starts
+        let lead = e.checked_sub(1).map_or(0.0, |j| items[j].cpu_time)
+            + items.get(e).map_or(0.0, |it| it.switch_cost);
+        seg.reset(lead);
         let mut open_to_end = true;
         for (k, it) in items.iter().enumerate().skip(e) {
             if !it.on_gpu {
@@ -246,6 +258,8 @@ pub fn round_time(
     let mut seg_start = 0.0f64;
     let mut copy_free = 0.0f64;
     let mut in_slots: VecDeque<f64> = VecDeque::new();
+    // when the latest CPU item started (0: the round's start)
+    let mut cpu_start = 0.0f64;
 
     for (index, (it, &p)) in items.iter().zip(promote).enumerate() {
         if p && (it.on_gpu || !it.promotable) {
@@ -260,12 +274,13 @@ pub fn round_time(
             timing.switch += it.switch_cost;
             timing.switches += 1;
             if gpu {
-                seg_start = t;
-                copy_free = t;
+                seg_start = cpu_start;
+                copy_free = cpu_start;
                 in_slots.clear();
             }
         }
         if !gpu {
+            cpu_start = t;
             t += it.cpu_time;
             timing.compute += it.cpu_time;
         } else if it.on_gpu {
@@ -349,9 +364,11 @@ impl Segment {
         }
     }
 
-    fn reset(&mut self) {
+    /// An empty segment whose copies may start `lead` seconds before its `t0`.
+    fn reset(&mut self, lead: f64) {
         self.time = 0.0;
-        self.copy_free = 0.0;
+        self.copy_free = -lead;
+        self.ring.fill(-lead);
         self.head = 0;
         self.promoted = 0;
         self.items = 0;
@@ -369,12 +386,9 @@ impl Segment {
     /// Needs a non-empty ring (at least one slot).
     fn run_promoted(&mut self, copy_time: f64, gpu_time: f64) {
         let slots = self.ring.len();
-        // Fewer promoted items than slots: a slot is free from the start.
-        let slot_free = if self.promoted >= slots {
-            self.ring[self.head]
-        } else {
-            0.0
-        };
+        // Fewer promoted items than slots: a slot is free from the start
+        // (the ring holds the lead's start time then).
+        let slot_free = self.ring[self.head];
         let copy_end = self.copy_free.max(slot_free) + copy_time;
         self.copy_free = copy_end;
         self.time = self.time.max(copy_end) + gpu_time;
@@ -463,22 +477,53 @@ mod tests {
     }
 
     #[test]
-    fn copies_do_not_start_before_the_segment() {
-        // A CPU item before the segment: its time does not hide the copy.
+    fn copies_start_with_the_cpu_item_before_the_segment() {
+        // A 5 s CPU item before the segment hides a 4 s copy; the copy of
+        // the item after the resident one starts at 0, ends at 4, before
+        // the GPU reaches it at 6.
         let items = [
             cpu_item(5.0, 5.0, 100.0, 0.0),
             resident(1.0, 0.0),
-            cpu_item(3.0, 1.0, 2.0, 0.0),
+            cpu_item(3.0, 1.0, 4.0, 0.0),
         ];
         let params = TransferParams::default();
         let t = round_time(&items, &[false, false, true], &params).unwrap();
         assert!(
-            close(t.stall, 1.0) && close(t.total, 5.0 + 2.0 + 1.0),
+            close(t.stall, 0.0) && close(t.total, 5.0 + 1.0 + 1.0),
             "{t:?}"
         );
-        // Promoting costs 8; leaving it on the CPU costs 5 + 1 + 3 = 9.
+        // Promoting costs 7; leaving it on the CPU costs 5 + 1 + 3 = 9.
         let plan = plan_transfers(&items, &params).unwrap();
         assert_eq!(plan.promote, vec![false, false, true]);
+        // Only the CPU item just before the segment counts: two CPU items
+        // of 2 s each hide 2 s of an 8 s copy (6 s exposed).
+        let items = [
+            cpu_item(2.0, 50.0, 100.0, 0.0),
+            cpu_item(2.0, 50.0, 100.0, 0.0),
+            cpu_item(20.0, 1.0, 8.0, 0.0),
+        ];
+        let t = round_time(&items, &[false, false, true], &params).unwrap();
+        assert!(
+            close(t.stall, 6.0) && close(t.total, 2.0 + 2.0 + 6.0 + 1.0),
+            "{t:?}"
+        );
+    }
+
+    #[test]
+    fn decode_interleaves_cpu_items_and_streamed_ones() {
+        // Decode-like round: items alternate between 1 s on the CPU and 1 s
+        // to copy, tiny GPU time, small switches. Streaming every other item
+        // hides each copy under the CPU item before it: about half the round.
+        let n = 8;
+        let items: Vec<TransferItem> = (0..n).map(|_| cpu_item(1.0, 0.01, 0.9, 0.02)).collect();
+        let params = TransferParams::default();
+        let plan = plan_transfers(&items, &params).unwrap();
+        let streamed = plan.promote.iter().filter(|&&p| p).count();
+        assert_eq!(streamed, n / 2, "{:?}", plan.promote);
+        let all_cpu = round_time(&items, &vec![false; n], &params).unwrap().total;
+        assert!(close(all_cpu, n as f64));
+        assert!(plan.timing.total < 0.6 * all_cpu, "{:?}", plan.timing);
+        assert_eq!(plan.timing.stall, 0.0);
     }
 
     #[test]

@@ -5,9 +5,10 @@ use std::sync::Arc;
 
 use ats_core::device::{Device, KvType};
 use ats_core::spec::ModelSpec;
+use ats_core::synth::SynthSpec;
 use ats_cpu::CpuDevice;
 use ats_sched::engine::{Engine, EngineConfig, Policy};
-use ats_sched::planner::{PlanError, Planner, PlannerConfig};
+use ats_sched::planner::{PlanError, PlanKind, Planner, PlannerConfig};
 use ats_sched::profile::{CostModel, DeviceProfile};
 use ats_sched::sim::{SimGpu, SimGpuConfig};
 use ats_tests::{Reference, fixtures};
@@ -141,4 +142,70 @@ fn a_budget_too_small_names_the_minimum() {
     let (mut eng, gpu) = try_engine(&spec, minimum, Policy::Ats).expect("the stated minimum works");
     eng.prefill(&[1, 2, 3], false).unwrap();
     assert!(gpu.ledger().peak() <= minimum);
+}
+
+#[test]
+fn temp_slots_planned_are_the_slots_allocated() {
+    // The planner reserves per weight role its largest weight times the slots
+    // that role uses; the executor allocates slots only for weights some
+    // tier streams, so it holds at most that, and exactly that when a tier
+    // streams every non-resident weight (GPU-only).
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("synthetic.gguf");
+    // 16 layers: enough uses per weight role that streaming layouts exist
+    SynthSpec {
+        n_layer: 16,
+        n_ff: 768,
+        tied: false,
+        ..SynthSpec::preset("tiny").unwrap()
+    }
+    .write(&path, 5)
+    .unwrap();
+    let fixture = fixtures().join("llama").join("llama-f32.gguf");
+    let mut exact = 0;
+    for (name, file) in [("synthetic", path.as_path()), ("llama", fixture.as_path())] {
+        let dir = name;
+        let spec = Arc::new(ModelSpec::open(file).unwrap());
+        let size = spec.gguf.file_len();
+        for pct in (10..=90).step_by(5) {
+            for policy in [Policy::Tiers, Policy::Ats] {
+                let Ok((mut e, gpu)) = try_engine(&spec, size * pct / 100, policy) else {
+                    continue;
+                };
+                let temp = |set: &ats_sched::planner::PlanSet| {
+                    set.report
+                        .regions
+                        .iter()
+                        .find(|r| r.0 == "temp")
+                        .map_or(0, |r| r.1)
+                };
+                let held = || gpu.ledger().used_in(ats_core::ledger::Region::Temp);
+                let planned = temp(e.plan_set());
+                assert!(
+                    held() <= planned,
+                    "{dir} {policy:?} {pct}%: {} B of temp slots, {planned} B planned",
+                    held()
+                );
+                // every tier GPU-only: every non-resident streamable weight streams
+                if let Some(all) = e.planner().plans_forced(PlanKind::GpuOnly) {
+                    assert_eq!(temp(&all), planned, "{dir} {policy:?} {pct}%");
+                    e.set_plans_for_experiment(all).unwrap();
+                    assert_eq!(held(), planned, "{dir} {policy:?} {pct}%");
+                    exact += usize::from(planned > 0);
+                }
+                let set = e.plan_set();
+                // one slot per single-use role would cost as much as keeping
+                // it resident: the output projection is never streamed
+                let output = set
+                    .report
+                    .tensors
+                    .iter()
+                    .find(|t| t.name == "output.weight");
+                if let Some(o) = output {
+                    assert_ne!(o.region, "temp", "{dir} {policy:?} {pct}%: {o:?}");
+                }
+            }
+        }
+    }
+    assert!(exact > 0, "no layout streamed every non-resident weight");
 }

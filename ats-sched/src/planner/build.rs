@@ -89,9 +89,56 @@ struct Ctx<'a> {
     /// Per tier, the most kernel scratch one GPU node of such a round takes
     /// (attention over the full context), ascending by tier.
     scratch: &'a [(usize, u64)],
+    /// Per item: its weights may stream through temp slots.
+    streamable: Vec<bool>,
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
+    fn new(
+        g: &'a Graph,
+        cost: &'a CostModel,
+        cfg: &'a PlannerConfig,
+        gpu: usize,
+        n_devices: usize,
+        learned: &Learned<'a>,
+    ) -> Ctx<'a> {
+        let (items, host_nodes) = build_items(g, cfg.n_ctx, cfg.kv_type.size());
+        // A role with no more weights than slots would hold each of them in a
+        // slot of its own: as much memory as keeping them resident, plus a
+        // copy every round (the output projection is one such role). Such
+        // weights are resident or stay on the host, never streamed.
+        let mut uses: HashMap<std::borrow::Cow<'_, str>, usize> = HashMap::new();
+        for it in items.iter().filter(|it| it.streamable()) {
+            for &w in &it.weights {
+                *uses.entry(weight_role(&g.weights[w].name)).or_default() += 1;
+            }
+        }
+        let slots = cfg.slots_per_role.max(1);
+        let streamable = items
+            .iter()
+            .map(|it| {
+                it.streamable()
+                    && it
+                        .weights
+                        .iter()
+                        .all(|&w| uses[&weight_role(&g.weights[w].name)] > slots)
+            })
+            .collect();
+        Ctx {
+            g,
+            cost,
+            cfg,
+            items,
+            host_nodes,
+            gpu,
+            n_devices,
+            kv_f16: cfg.kv_type == KvType::F16,
+            bias: learned.bias,
+            scratch: learned.scratch,
+            streamable,
+        }
+    }
+
     fn decode_shape(&self) -> RoundShape {
         RoundShape {
             n_tokens: 1,
@@ -156,26 +203,30 @@ impl Ctx<'_> {
         self.compute_reserve(tier) * 9 / 8 + 64 * 1024
     }
 
-    /// Temp slot bytes for streaming the non-resident items.
+    /// Temp slot bytes for streaming the non-resident items, as the
+    /// executor allocates them: per role, its largest weight times the
+    /// slots it uses (the slots per role, or fewer weights).
     fn temp_reserve(&self, resident: &[bool]) -> u64 {
-        let mut by_role: HashMap<std::borrow::Cow<'_, str>, u64> = HashMap::new();
-        for (it, &r) in self.items.iter().zip(resident) {
-            if r || !it.streamable() {
+        let mut by_role: HashMap<std::borrow::Cow<'_, str>, (u64, u64)> = HashMap::new();
+        for (i, (it, &r)) in self.items.iter().zip(resident).enumerate() {
+            if r || !self.streamable[i] {
                 continue;
             }
             for &w in &it.weights {
                 let info = &self.g.weights[w];
                 let e = by_role.entry(weight_role(&info.name)).or_default();
-                *e = (*e).max(info.bytes);
+                e.0 = e.0.max(info.bytes);
+                e.1 += 1;
             }
         }
-        by_role.values().sum::<u64>() * self.cfg.slots_per_role.max(1) as u64
+        let slots = self.cfg.slots_per_role.max(1) as u64;
+        by_role.values().map(|&(b, n)| b * n.min(slots)).sum()
     }
 
     fn streamed_roles(&self, resident: &[bool]) -> usize {
         let mut roles = std::collections::HashSet::new();
-        for (it, &r) in self.items.iter().zip(resident) {
-            if !r && it.streamable() {
+        for (i, (it, &r)) in self.items.iter().zip(resident).enumerate() {
+            if !r && self.streamable[i] {
                 for &w in &it.weights {
                     roles.insert(weight_role(&self.g.weights[w].name));
                 }
@@ -208,6 +259,7 @@ type LayoutTier = (usize, PlanKind, f64, Vec<bool>, Estimates);
 fn transfer_items(
     costs: &[ItemCost],
     items: &[Item],
+    streamable: &[bool],
     resident: &[bool],
     streaming: bool,
     contention: f64,
@@ -216,13 +268,14 @@ fn transfer_items(
         .iter()
         .zip(items)
         .zip(resident)
-        .map(|((c, it), &r)| {
+        .zip(streamable)
+        .map(|(((c, it), &r), &can)| {
             // routed experts are copied once their router has run, so the
             // copy cannot hide under earlier work: it adds to their GPU time
             let routed_copy = it.experts.is_some() && !r;
             TransferItem {
                 on_gpu: r,
-                promotable: streaming && !r && it.streamable(),
+                promotable: streaming && !r && can,
                 cpu_time: c.cpu * contention,
                 gpu_time: if routed_copy { c.gpu + c.copy } else { c.gpu },
                 copy_time: if routed_copy { 0.0 } else { c.copy },
@@ -272,10 +325,18 @@ fn tier_plan(
         output_switch_cost: ctx.cost.d2h_secs(ctx.gpu, out_bytes) + ctx.cost.switch_secs(ctx.gpu),
     };
     let alg = |e: crate::dynamic::TransferError| PlanError::Algorithm(e.to_string());
-    let plain = transfer_items(&costs, &ctx.items, resident, streaming, 1.0);
+    let plain = transfer_items(
+        &costs,
+        &ctx.items,
+        &ctx.streamable,
+        resident,
+        streaming,
+        1.0,
+    );
     let contended = transfer_items(
         &costs,
         &ctx.items,
+        &ctx.streamable,
         resident,
         streaming,
         ctx.cost.contention(0),
@@ -793,19 +854,7 @@ pub(super) fn plan_set(
     let (Some(gpu), Some(budget)) = (gpu, budget) else {
         return Ok(cpu_only(g, cost, cfg));
     };
-    let (items, host_nodes) = build_items(g, cfg.n_ctx, cfg.kv_type.size());
-    let ctx = Ctx {
-        g,
-        cost,
-        cfg,
-        items,
-        host_nodes,
-        gpu,
-        n_devices,
-        kv_f16: cfg.kv_type == KvType::F16,
-        bias: learned.bias,
-        scratch: learned.scratch,
-    };
+    let ctx = Ctx::new(g, cost, cfg, gpu, n_devices, learned);
     let cap = cfg.max_tier.unwrap_or(usize::MAX).min(cfg.n_ctx);
     let mut tmax: Vec<usize> = [1usize, 64, 512, 2048]
         .into_iter()
@@ -867,7 +916,6 @@ pub(super) fn replan(
     old: &PlanSet,
     learned: &Learned<'_>,
 ) -> Result<PlanSet, PlanError> {
-    let (items, host_nodes) = build_items(g, cfg.n_ctx, cfg.kv_type.size());
     let n_devices = old.plans[0]
         .node_device
         .iter()
@@ -877,18 +925,7 @@ pub(super) fn replan(
         .unwrap_or(0)
         .max(gpu)
         + 1;
-    let ctx = Ctx {
-        g,
-        cost,
-        cfg,
-        items,
-        host_nodes,
-        gpu,
-        n_devices,
-        kv_f16: cfg.kv_type == KvType::F16,
-        bias: learned.bias,
-        scratch: learned.scratch,
-    };
+    let ctx = Ctx::new(g, cost, cfg, gpu, n_devices, learned);
     let resident: Vec<bool> = old.report.items.iter().map(|i| i.resident).collect();
     let streaming = old.report.streaming;
     let mut tiers = Vec::new();
