@@ -3,7 +3,8 @@
 #   1. what the machine has (driver, GPU, CUDA libraries),
 #   2. a release build,
 #   3. the GPU tests (ats-cuda's own, and tests/tests/gpu.rs: fixtures on the
-#      GPU and on mixed placements, quantised fixtures, ledger vs driver),
+#      GPU and on mixed placements, quantised fixtures, ledger vs driver,
+#      the vision towers against Hugging Face, a 1440p image at 1 GB),
 #   4. benchmarks of synthetic Llama-3-8B and Qwen3-30B-A3B models at 2, 4
 #      and 8 GiB budgets, prompt 2048 and 128 generated tokens, --policy
 #      layers against --policy ats,
@@ -101,10 +102,10 @@ step "ats-cli devices" 30 "$CLI" devices
 DEVICES="$(timeout 30 "$CLI" devices 2>&1 | head -8)"
 if [ -n "${ATS_PREBUILT:-}" ]; then
     step "ats-cuda tests" 90 "$ATS_PREBUILT/test-ats-cuda" --test-threads=1
-    step "GPU tests (fixtures, placements, ledger)" 150 "$ATS_PREBUILT/test-gpu" --nocapture --test-threads=1
+    step "GPU tests (text and vision fixtures, placements, ledger, 1440p)" 150 "$ATS_PREBUILT/test-gpu" --nocapture --test-threads=1
 else
     step "ats-cuda tests" 90 cargo test --release -p ats-cuda -- --test-threads=1
-    step "GPU tests (fixtures, placements, ledger)" 150 cargo test --release -p ats-tests --test gpu -- --nocapture --test-threads=1
+    step "GPU tests (text and vision fixtures, placements, ledger, 1440p)" 150 cargo test --release -p ats-tests --test gpu -- --nocapture --test-threads=1
 fi
 # the planner needs this machine's speeds: a quick profile of CPU and GPU
 step "ats-cli profile --quick" 60 "$CLI" profile --quick
@@ -171,7 +172,10 @@ PY
 # the papers' headline case (dense, 2G) first, so a short lease still gets it
 for vram in 2G 4G 8G; do
     for preset in llama-8b qwen3-30b-a3b; do
-        for policy in layers ats; do
+        policies="layers ats"
+        # the dense model at 2G also without streaming, for the decode comparison
+        [ "$preset-$vram" = llama-8b-2G ] && policies="layers ats static"
+        for policy in $policies; do
             f="$WORK/bench-$preset-$vram-$policy.json"
             name="bench $preset $vram $policy"
             if [ ! -s "$WORK/$preset.gguf" ]; then

@@ -37,6 +37,13 @@ for d in llama qwen2 qwen3 qwen3_moe llama_quant; do
     mkdir -p "$DIR/shared/fixtures/$d"
     cp ../shared/fixtures/$d/*.gguf ../shared/fixtures/$d/reference.safetensors "$DIR/shared/fixtures/$d/"
 done
+# vision: the towers and their references only (the device tool carries 64 MiB)
+for d in qwen2_vl qwen2_5_vl; do
+    mkdir -p "$DIR/shared/fixtures/$d"
+    cp ../shared/fixtures/$d/mmproj-*.gguf ../shared/fixtures/$d/reference.safetensors "$DIR/shared/fixtures/$d/"
+done
+mkdir -p "$DIR/shared/fixtures/vl_images"
+cp ../shared/fixtures/vl_images/*.png "$DIR/shared/fixtures/vl_images/"
 strip "$DIR"/bin/*
 gzip -9 "$DIR"/bin/*
 du -sh "$DIR"/*

@@ -281,3 +281,147 @@ fn the_ledger_holds_the_budget_and_agrees_with_the_driver() {
         drop(e);
     }
 }
+
+/// The CUDA device as the encoder's second device, after the host CPU.
+fn with_host(dev: &Arc<CudaDevice>) -> Vec<Arc<dyn Device>> {
+    let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
+    let g: Arc<dyn Device> = dev.clone();
+    vec![cpu, g]
+}
+
+#[test]
+fn vision_fixtures_on_the_gpu_match_hugging_face() {
+    use ats_tests::{VL_FIXTURES, VL_IMAGES};
+    use ats_vision::VisionSpec;
+    use ats_vision::encoder::{EncoderConfig, EncoderDevice, VisionEncoder};
+    use ats_vision::preprocess::{DecodeLimits, preprocess_bytes};
+    // vision weights stay on the host and stream through slots
+    let budget: u64 = 256 << 20;
+    let Some(dev) = gpu(opts(budget, true)) else {
+        return;
+    };
+    let held = dev.ledger().used();
+    for (dir, _, mmproj) in VL_FIXTURES {
+        // the tower alone (the GPU check carries no language models)
+        let spec = Arc::new(VisionSpec::open(fixtures().join(dir).join(mmproj)).unwrap());
+        let r = Reference::open(&format!("{dir}/reference.safetensors"));
+        let enc = VisionEncoder::new(
+            spec.clone(),
+            with_host(&dev),
+            EncoderConfig {
+                device: EncoderDevice::Device(1),
+                ..EncoderConfig::default()
+            },
+        )
+        .unwrap();
+        for case in VL_IMAGES {
+            let bytes = std::fs::read(fixtures().join(format!("vl_images/{case}.png"))).unwrap();
+            let pv = preprocess_bytes(&bytes, &spec.preprocess_config(), &DecodeLimits::default())
+                .unwrap();
+            let e = enc.encode(&pv).unwrap();
+            let (want, _) = r.f32(&format!("{case}.image_embeds"));
+            let d = max_abs_diff(&e.data, &want);
+            eprintln!(
+                "{dir} {case}: image_embeds on {} max |diff| {d:.2e}, vision peak {} B, {:.1} ms",
+                e.stats.device, e.stats.vision_peak_bytes, e.stats.ms
+            );
+            assert_ne!(e.stats.device, "cpu", "{dir} {case}: encoded on the CPU");
+            // the cuBLAS path multiplies f16 activations
+            assert!(d < 2e-2, "{dir} {case}: image embeddings differ by {d}");
+            assert_eq!(dev.ledger().used(), held, "{dir} {case}: memory left");
+            assert!(dev.ledger().peak() <= budget);
+        }
+    }
+}
+
+#[test]
+fn a_1440p_image_encodes_within_1_gb_on_the_gpu() {
+    use ats_core::ledger::Region;
+    use ats_core::synth::SynthMmproj;
+    use ats_vision::VisionSpec;
+    use ats_vision::encoder::{EncoderConfig, EncoderDevice, VisionEncoder};
+    use ats_vision::preprocess::{DecodeLimits, preprocess_bytes};
+    const GB: u64 = 1_000_000_000;
+    let Some(dev) = gpu(opts(GB, true)) else {
+        return;
+    };
+    dev.load_kernels().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let img = image::RgbImage::from_fn(2560, 1440, |x, y| {
+        let stripe = if (x / 80 + y / 60) % 2 == 0 { 200 } else { 40 };
+        image::Rgb([(x * 255 / 2559) as u8, stripe, ((x ^ y) & 0xff) as u8])
+    });
+    let png = dir.path().join("scene-1440p.png");
+    img.save(&png).unwrap();
+    let bytes = std::fs::read(&png).unwrap();
+    let held = dev.ledger().used();
+    // the real Qwen2.5-VL-3B tower (32 blocks, F16, 1.3 GB of weights on the
+    // host), then two of its blocks also on the CPU to compare
+    for layers in [32, 2] {
+        let path = dir.path().join(format!("mmproj-{layers}.gguf"));
+        SynthMmproj {
+            n_layer: layers,
+            ..SynthMmproj::preset("qwen2.5-vl-3b").unwrap()
+        }
+        .write(&path, 7)
+        .unwrap();
+        let spec = Arc::new(VisionSpec::open(&path).unwrap());
+        let pv =
+            preprocess_bytes(&bytes, &spec.preprocess_config(), &DecodeLimits::default()).unwrap();
+        dev.ledger().reset_peak();
+        let enc = VisionEncoder::new(
+            spec.clone(),
+            with_host(&dev),
+            EncoderConfig {
+                device: EncoderDevice::Device(1),
+                ..EncoderConfig::default()
+            },
+        )
+        .unwrap();
+        let vg = spec.graph(pv.grid_thw).unwrap();
+        let plan = enc.plan(&vg).unwrap();
+        let out = enc.encode(&pv).unwrap();
+        let peak = dev.ledger().peak_in(Region::Vision);
+        eprintln!(
+            "1440p ({} patches), {layers} blocks on the GPU at 1 GB: vision peak {peak} B (planned {} = activations {} + weight slots {} + attention scratch {}, Q chunk {}), {:.0} ms",
+            pv.n_patches,
+            plan.total_bytes(),
+            plan.activation_bytes,
+            plan.temp_bytes,
+            plan.scratch_bytes,
+            plan.q_block,
+            out.stats.ms
+        );
+        assert_ne!(out.stats.device, "cpu");
+        assert!(peak <= GB, "vision peak {peak} over 1 GB");
+        assert!(dev.ledger().peak() <= GB);
+        assert!(out.data.iter().all(|v| v.is_finite()));
+        assert_eq!(
+            dev.ledger().used(),
+            held,
+            "the encoder left memory on the GPU"
+        );
+        if layers == 2 {
+            let cpu_enc = VisionEncoder::new(
+                spec.clone(),
+                vec![Arc::new(
+                    CpuDevice::new(std::thread::available_parallelism().map_or(2, |n| n.get()))
+                        .unwrap(),
+                ) as Arc<dyn Device>],
+                EncoderConfig {
+                    device: EncoderDevice::Cpu,
+                    ..EncoderConfig::default()
+                },
+            )
+            .unwrap();
+            let want = cpu_enc.encode(&pv).unwrap();
+            let scale = want.data.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let d = max_abs_diff(&out.data, &want.data);
+            eprintln!(
+                "2 blocks: GPU vs CPU max |diff| {d:.2e} (largest |value| {scale:.2e}); CPU {:.0} ms",
+                want.stats.ms
+            );
+            assert!(d <= 2e-2 * scale.max(1.0), "GPU and CPU differ by {d}");
+        }
+    }
+}

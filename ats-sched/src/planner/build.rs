@@ -596,15 +596,24 @@ fn evaluate(
         let (kind, secs, on_gpu, est) = tier_plan(ctx, t, &resident, streaming, None)?;
         tiers.push((t, kind, secs, on_gpu, est));
     }
-    // the exact compute buffers: the largest schedule of the tier plans
+    // the exact compute buffers: the largest schedule of the tier plans and
+    // of the static and GPU-only shapes, which re-plans and the decode
+    // audition may switch to within this layout
+    let gpu_only: Vec<bool> = resident
+        .iter()
+        .zip(&ctx.streamable)
+        .map(|(&r, &s)| r || (streaming && s))
+        .collect();
     let mut exact = 0u64;
     for (t, _, _, on_gpu, _) in &tiers {
-        let p = exec_plan(ctx, &resident, on_gpu);
         let outs = if ctx.cfg.all_logits { *t } else { 1 };
-        exact = exact.max(
-            Schedule::build(ctx.g, &p, ctx.n_devices, *t, outs).compute_bytes(ctx.gpu) as u64
-                + ctx.scratch(*t),
-        );
+        for shape in [on_gpu, &resident, &gpu_only] {
+            let p = exec_plan(ctx, &resident, shape);
+            exact = exact.max(
+                Schedule::build(ctx.g, &p, ctx.n_devices, *t, outs).compute_bytes(ctx.gpu) as u64
+                    + ctx.scratch(*t),
+            );
+        }
     }
     let held: u64 = ctx
         .items

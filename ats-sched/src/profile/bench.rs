@@ -406,8 +406,35 @@ pub fn profile_devices(
     }
     profile.devices.push(cpu);
 
+    // A GPU's time per token falls steeply with the batch, so prompt tiers
+    // cannot be extrapolated from the small batches the CPU can afford:
+    // real GPUs also measure the large ones (in seconds, on a GPU).
+    let mut gpu_micros: Vec<Micro> = Vec::new();
+    for dt in dtypes(opts.quick) {
+        for &(r, c) in &[(4096usize, 4096usize), (14336, 4096), (4096, 14336)] {
+            for &t in &[512usize, 2048] {
+                if c % dt.block_size() == 0 {
+                    gpu_micros.push(matmul_micro(dt, r, c, t));
+                }
+            }
+        }
+    }
+    for &t in &[512usize, 2048] {
+        gpu_micros.push(attention_micro(32, 8, 128, t, 2048));
+    }
+    let real_gpus = devices[1..]
+        .iter()
+        .filter(|d| d.info().kind == DeviceKind::Gpu)
+        .count();
+    let total = total + real_gpus * gpu_micros.len();
+
     for d in 1..devices.len() {
         let dev = &devices[d];
+        let extra: &[Micro] = if dev.info().kind == DeviceKind::Gpu {
+            &gpu_micros
+        } else {
+            &[]
+        };
         let mut dp = DeviceProfile {
             device: dev.info().name.clone(),
             kind: match dev.info().kind {
@@ -418,7 +445,7 @@ pub fn profile_devices(
             .into(),
             ..Default::default()
         };
-        for m in &micros {
+        for m in micros.iter().chain(extra) {
             progress(&dev.info().name, done, total);
             let s = time_micro(devices, d, m, opts.reps).map_err(e)?;
             dp.samples.push(sample_of(m, 1, false, s));
