@@ -176,13 +176,21 @@ for vram in 2G 4G 8G; do
         # the dense model at 2G also without streaming, for the decode comparison
         [ "$preset-$vram" = llama-8b-2G ] && policies="layers ats static"
         for policy in $policies; do
+            # GPU_CHECK_BENCHES="llama-8b:2G:ats ...": only these (a short lease)
+            case " ${GPU_CHECK_BENCHES:-$preset:$vram:$policy} " in
+                *" $preset:$vram:$policy "*) ;;
+                *) continue ;;
+            esac
             f="$WORK/bench-$preset-$vram-$policy.json"
             name="bench $preset $vram $policy"
             if [ ! -s "$WORK/$preset.gguf" ]; then
                 BENCH+=("| $preset | $vram | $policy | - | - | - | - | - | - | no model |")
                 continue
             fi
-            step "$name" 45 sh -c "\"$CLI\" bench -m \"$WORK/$preset.gguf\" -p 2048 -n 128 -r 1 --vram $vram --policy $policy --json > \"$f\""
+            # static runs its prompt on the CPU (minutes at 2048 tokens): decode only
+            prompt=2048
+            [ "$policy" = static ] && prompt=0
+            step "$name" 60 sh -c "\"$CLI\" bench -m \"$WORK/$preset.gguf\" -p $prompt -n 128 -r 1 --vram $vram --policy $policy --json > \"$f\""
             rc=$?
             status=$([ $rc -eq 0 ] && echo ok || ([ $rc -eq 124 ] && echo "timed out" || echo "failed ($rc)"))
             BENCH+=("| $preset | $vram | $policy | $(bench_field "$f" pp) | $(bench_extra "$f") | $(bench_field "$f" tg) | $(bench_decode "$f") | $(bench_devices "$f") | $status |")

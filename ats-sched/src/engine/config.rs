@@ -11,7 +11,8 @@ use crate::rescheduler::ReschedConfig;
 pub enum Policy {
     /// llama.cpp's baseline: whole layers on the GPU, filled to the budget
     /// (the boundary layer split at attention/FFN); large prompt batches of
-    /// CPU layers stream their weights to the GPU, as llama.cpp offloads ops.
+    /// CPU layers stream their weights to the GPU, as llama.cpp offloads ops;
+    /// prompts run in micro-batches of at most 512 tokens (its `n_ubatch`).
     Layers,
     /// llama.cpp's `--cpu-moe`: routed experts on the CPU, the rest on the GPU as it fits.
     CpuMoe,

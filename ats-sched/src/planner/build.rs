@@ -864,7 +864,12 @@ pub(super) fn plan_set(
         return Ok(cpu_only(g, cost, cfg));
     };
     let ctx = Ctx::new(g, cost, cfg, gpu, n_devices, learned);
-    let cap = cfg.max_tier.unwrap_or(usize::MAX).min(cfg.n_ctx);
+    let mut cap = cfg.max_tier.unwrap_or(usize::MAX).min(cfg.n_ctx);
+    if matches!(cfg.policy, Policy::Layers | Policy::CpuMoe) {
+        // the baselines process prompts as llama.cpp does by default: in
+        // micro-batches of 512 tokens (its n_ubatch)
+        cap = cap.min(512);
+    }
     let mut tmax: Vec<usize> = [1usize, 64, 512, 2048]
         .into_iter()
         .filter(|&t| t <= cap)

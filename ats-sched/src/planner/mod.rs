@@ -323,7 +323,11 @@ impl Planner {
             Step::Switch(i) => self.pending = Some(a.candidate(i).clone()),
             Step::Done(report) => {
                 let winner = a.candidate(report.winner).clone();
-                self.bias = report.bias();
+                // shapes this audition measured take their new correction;
+                // the others keep what an earlier audition learned
+                let fresh = report.bias();
+                self.bias.retain(|b| fresh.iter().all(|f| f.0 != b.0));
+                self.bias.extend(fresh);
                 self.last_audition = Some(report);
                 self.audition = None;
                 self.pending = Some(winner);
@@ -473,12 +477,37 @@ impl Planner {
         // a move is a bet on PAYBACK_ROUNDS rounds: the re-scheduler does
         // not take another before they have run (no thrashing on noise)
         let settled = self.rounds_since_move >= PAYBACK_ROUNDS as usize;
+        let mut moved_layout = false;
         if (settled || !only_if_changed)
             && let Some(moved) = self.relayout(&new)
         {
             self.relayouts += 1;
             self.rounds_since_move = 0;
             new = moved;
+            moved_layout = true;
+        }
+        // A different decode plan in the same layout is measured before it is
+        // kept: estimates from live costs taken under one plan (a CPU slowed
+        // by another plan's copies, routed experts that vary by token) can
+        // flip the ranking the last audition measured.
+        let rounds = self.cfg.resched.audition_rounds;
+        if only_if_changed
+            && !moved_layout
+            && rounds > 0
+            && let Some(keep) = with_decode_of(&new, &self.set)
+        {
+            let kinds = |set: &PlanSet| vec![set.tiers[0].kind];
+            self.audition = Some(Audition::new(
+                vec![(keep.clone(), kinds(&self.set)), (new.clone(), kinds(&new))],
+                rounds,
+            ));
+            if let Some(rs) = &mut self.resched {
+                let now = self.clock.elapsed().as_secs_f64();
+                let _ = rs.replanned(snapshot(&keep), now);
+            }
+            self.replans += 1;
+            self.switch_to(keep);
+            return Some(&self.set);
         }
         if let Some(rs) = &mut self.resched {
             let now = self.clock.elapsed().as_secs_f64();
@@ -571,6 +600,28 @@ impl Planner {
     }
 }
 
+/// `new` with its decode tier replaced by `cur`'s decode plan, when the two
+/// decode plans differ (`None`: same decode plan, or no decode tier).
+fn with_decode_of(new: &PlanSet, cur: &PlanSet) -> Option<PlanSet> {
+    let (n1, c1) = (new.tiers.first()?, cur.tiers.first()?);
+    if n1.tier != 1 || c1.tier != 1 || new.plans[n1.plan] == cur.plans[c1.plan] {
+        return None;
+    }
+    let plan = &cur.plans[c1.plan];
+    let mut out = new.clone();
+    let idx = out.plans.iter().position(|p| p == plan).unwrap_or_else(|| {
+        out.plans.push(plan.clone());
+        out.plans.len() - 1
+    });
+    out.tiers[0] = TierEntry {
+        plan: idx,
+        ..c1.clone()
+    };
+    // same layout: the items differ only in where the decode plan runs them
+    out.report.items = cur.report.items.clone();
+    Some(out)
+}
+
 /// Decode rounds within which a re-plan that moves weights must win back
 /// the time of the copies (a move is a bet that the load lasts).
 pub const PAYBACK_ROUNDS: f64 = 64.0;
@@ -638,6 +689,34 @@ mod tests {
                 .collect(),
             report: PlanReport::default(),
         }
+    }
+
+    fn exec(devs: &[usize]) -> ExecPlan {
+        ExecPlan {
+            node_device: devs.to_vec(),
+            weight_home: Vec::new(),
+            kv_device: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_changed_decode_plan_is_auditioned_against_the_current_one() {
+        // current: decode on plan A; new: decode on plan B, prompt tier on C
+        let mut cur = set(&[(1, 0.020), (64, 0.100)]);
+        cur.plans = vec![exec(&[0, 1]), exec(&[1, 1])];
+        let mut new = set(&[(1, 0.015), (64, 0.090)]);
+        new.plans = vec![exec(&[1, 0]), exec(&[0, 0])];
+        new.tiers[0].kind = PlanKind::Dynamic;
+        let keep = with_decode_of(&new, &cur).unwrap();
+        // the decode tier runs the current plan, the prompt tier the new one
+        assert_eq!(keep.plans[keep.tiers[0].plan], cur.plans[0]);
+        assert_eq!(keep.tiers[0].kind, PlanKind::Static);
+        assert_eq!(keep.plans[keep.tiers[1].plan], new.plans[1]);
+        assert_eq!(keep.tiers[1].est_secs, 0.090);
+        // the same decode plan: nothing to audition
+        let mut same = new.clone();
+        same.plans[0] = cur.plans[0].clone();
+        assert!(with_decode_of(&same, &cur).is_none());
     }
 
     #[test]
