@@ -493,6 +493,19 @@ impl Planner {
         let rounds = self.cfg.resched.audition_rounds;
         if only_if_changed
             && !moved_layout
+            && let Some(keep) = with_decode_of(&new, &self.set)
+        {
+            let (n1, c1) = (&new.tiers[0], &self.set.tiers[0]);
+            let worth = n1.kind != c1.kind
+                || n1.est_secs < c1.est_secs * (1.0 - self.cfg.resched.hysteresis);
+            if !worth {
+                // the same shape re-optimised for a gain within the noise:
+                // not worth a switch (each one costs a warm-up round)
+                new = keep;
+            }
+        }
+        if only_if_changed
+            && !moved_layout
             && rounds > 0
             && let Some(keep) = with_decode_of(&new, &self.set)
         {
@@ -619,6 +632,16 @@ fn with_decode_of(new: &PlanSet, cur: &PlanSet) -> Option<PlanSet> {
     };
     // same layout: the items differ only in where the decode plan runs them
     out.report.items = cur.report.items.clone();
+    // drop the plans no tier runs (the executor makes slots for every plan)
+    let mut kept: Vec<ExecPlan> = Vec::new();
+    for t in &mut out.tiers {
+        let p = &out.plans[t.plan];
+        t.plan = kept.iter().position(|k| k == p).unwrap_or_else(|| {
+            kept.push(p.clone());
+            kept.len() - 1
+        });
+    }
+    out.plans = kept;
     Some(out)
 }
 
@@ -709,6 +732,7 @@ mod tests {
         new.tiers[0].kind = PlanKind::Dynamic;
         let keep = with_decode_of(&new, &cur).unwrap();
         // the decode tier runs the current plan, the prompt tier the new one
+        assert_eq!(keep.plans.len(), 2, "no plan that no tier runs");
         assert_eq!(keep.plans[keep.tiers[0].plan], cur.plans[0]);
         assert_eq!(keep.tiers[0].kind, PlanKind::Static);
         assert_eq!(keep.plans[keep.tiers[1].plan], new.plans[1]);
