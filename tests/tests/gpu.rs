@@ -282,11 +282,23 @@ fn the_ledger_holds_the_budget_and_agrees_with_the_driver() {
     }
 }
 
-/// The CUDA device as the encoder's second device, after the host CPU.
-fn with_host(dev: &Arc<CudaDevice>) -> Vec<Arc<dyn Device>> {
+/// A vision encoder on the CUDA device (the host CPU beside it).
+fn gpu_encoder(
+    spec: &Arc<ats_vision::VisionSpec>,
+    dev: &Arc<CudaDevice>,
+) -> ats_vision::encoder::VisionEncoder {
+    use ats_vision::encoder::{EncoderConfig, EncoderDevice, VisionEncoder};
     let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
     let g: Arc<dyn Device> = dev.clone();
-    vec![cpu, g]
+    VisionEncoder::new(
+        spec.clone(),
+        vec![cpu, g],
+        EncoderConfig {
+            device: EncoderDevice::Device(1),
+            ..EncoderConfig::default()
+        },
+    )
+    .unwrap()
 }
 
 #[test]
@@ -294,7 +306,6 @@ fn vision_fixtures_on_the_gpu_match_hugging_face() {
     use ats_core::ledger::Region;
     use ats_tests::{VL_FIXTURES, VL_IMAGES};
     use ats_vision::VisionSpec;
-    use ats_vision::encoder::{EncoderConfig, EncoderDevice, VisionEncoder};
     use ats_vision::preprocess::{DecodeLimits, preprocess_bytes};
     // vision weights stay on the host and stream through slots
     let budget: u64 = 256 << 20;
@@ -306,15 +317,7 @@ fn vision_fixtures_on_the_gpu_match_hugging_face() {
         // the tower alone (the GPU check carries no language models)
         let spec = Arc::new(VisionSpec::open(fixtures().join(dir).join(mmproj)).unwrap());
         let r = Reference::open(&format!("{dir}/reference.safetensors"));
-        let enc = VisionEncoder::new(
-            spec.clone(),
-            with_host(&dev),
-            EncoderConfig {
-                device: EncoderDevice::Device(1),
-                ..EncoderConfig::default()
-            },
-        )
-        .unwrap();
+        let enc = gpu_encoder(&spec, &dev);
         for case in VL_IMAGES {
             let bytes = std::fs::read(fixtures().join(format!("vl_images/{case}.png"))).unwrap();
             let pv = preprocess_bytes(&bytes, &spec.preprocess_config(), &DecodeLimits::default())
@@ -377,15 +380,7 @@ fn a_1440p_image_encodes_within_1_gb_on_the_gpu() {
         let pv =
             preprocess_bytes(&bytes, &spec.preprocess_config(), &DecodeLimits::default()).unwrap();
         dev.ledger().reset_peak();
-        let enc = VisionEncoder::new(
-            spec.clone(),
-            with_host(&dev),
-            EncoderConfig {
-                device: EncoderDevice::Device(1),
-                ..EncoderConfig::default()
-            },
-        )
-        .unwrap();
+        let enc = gpu_encoder(&spec, &dev);
         let vg = spec.graph(pv.grid_thw).unwrap();
         let plan = enc.plan(&vg).unwrap();
         let out = enc.encode(&pv).unwrap();

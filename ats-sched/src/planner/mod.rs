@@ -363,19 +363,17 @@ impl Planner {
                 continue;
             }
             // the current plans with only the decode tier replaced
-            let mut c = cur.clone();
-            let idx = c.plans.iter().position(|p| p == plan).unwrap_or_else(|| {
-                c.plans.push(plan.clone());
-                c.plans.len() - 1
-            });
-            c.tiers[0] = TierEntry {
-                plan: idx,
-                kind,
-                est_secs: f1.est_secs,
-                switches: f1.switches,
-                streamed_items: f1.streamed_items,
-                ..t1.clone()
-            };
+            let mut c = with_decode_plan(
+                cur,
+                plan,
+                TierEntry {
+                    kind,
+                    est_secs: f1.est_secs,
+                    switches: f1.switches,
+                    streamed_items: f1.streamed_items,
+                    ..t1.clone()
+                },
+            );
             c.report.items = forced.report.items.clone();
             out.push((c, vec![kind]));
         }
@@ -630,19 +628,22 @@ fn with_decode_of(new: &PlanSet, cur: &PlanSet) -> Option<PlanSet> {
     if n1.tier != 1 || c1.tier != 1 || new.plans[n1.plan] == cur.plans[c1.plan] {
         return None;
     }
-    let plan = &cur.plans[c1.plan];
-    let mut out = new.clone();
+    let mut out = with_decode_plan(new, &cur.plans[c1.plan], c1.clone());
+    // same layout: the items differ only in where the decode plan runs them
+    out.report.items = cur.report.items.clone();
+    Some(out)
+}
+
+/// `set` with its decode tier running `plan`, described by `entry` (whose
+/// plan index is set here); plans no tier runs any more are dropped (the
+/// executor makes slots for every plan it holds).
+fn with_decode_plan(set: &PlanSet, plan: &ExecPlan, entry: TierEntry) -> PlanSet {
+    let mut out = set.clone();
     let idx = out.plans.iter().position(|p| p == plan).unwrap_or_else(|| {
         out.plans.push(plan.clone());
         out.plans.len() - 1
     });
-    out.tiers[0] = TierEntry {
-        plan: idx,
-        ..c1.clone()
-    };
-    // same layout: the items differ only in where the decode plan runs them
-    out.report.items = cur.report.items.clone();
-    // drop the plans no tier runs (the executor makes slots for every plan)
+    out.tiers[0] = TierEntry { plan: idx, ..entry };
     let mut kept: Vec<ExecPlan> = Vec::new();
     for t in &mut out.tiers {
         let p = &out.plans[t.plan];
@@ -652,7 +653,7 @@ fn with_decode_of(new: &PlanSet, cur: &PlanSet) -> Option<PlanSet> {
         });
     }
     out.plans = kept;
-    Some(out)
+    out
 }
 
 /// Decode rounds within which a re-plan that moves weights must win back

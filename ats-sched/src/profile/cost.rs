@@ -108,6 +108,10 @@ pub struct CostModel {
     /// Per device: moving averages of observed and profiled seconds, whose
     /// ratio scales the nodes not observed lately (a device under load).
     scale: Vec<(f64, f64)>,
+    /// The same per (device, tokens per round): the profile's error differs
+    /// by batch size, so a live time is carried by the ratio of its own
+    /// batch size (a prompt round must not rescale decode times).
+    shape_scale: HashMap<(usize, usize), (f64, f64)>,
     /// Per device: moving ratio of observed to modelled copy seconds.
     copy_scale: Vec<Option<f64>>,
     /// Weight of a new observation in the moving average.
@@ -198,6 +202,7 @@ impl CostModel {
             devices,
             live: HashMap::new(),
             scale: vec![(0.0, 0.0); n],
+            shape_scale: HashMap::new(),
             copy_scale: vec![None; n],
             alpha: 0.3,
         }
@@ -207,6 +212,15 @@ impl CostModel {
     pub fn device_scale(&self, d: usize) -> f64 {
         let (obs, prof) = self.scale[d];
         if prof > 0.0 { obs / prof } else { 1.0 }
+    }
+
+    /// How much slower than profiled device `d` runs rounds of `tokens`
+    /// tokens lately (the device-wide ratio until such rounds were seen).
+    fn scale_for(&self, d: usize, tokens: usize) -> f64 {
+        match self.shape_scale.get(&(d, tokens)) {
+            Some(&(obs, prof)) if prof > 0.0 => obs / prof,
+            _ => self.device_scale(d),
+        }
     }
 
     /// How much slower than modelled copies to device `d` run lately.
@@ -278,12 +292,14 @@ impl CostModel {
         let prof = self.profiled_secs(g, node, d, shape, kv_f16);
         if prof > 0.0 {
             // a small decay per observation: the ratio follows recent load
-            let (o, p) = self.scale[d];
             let k = 0.02;
-            self.scale[d] = (o * (1.0 - k) + secs * k, p * (1.0 - k) + prof * k);
+            let decay = |(o, p): (f64, f64)| (o * (1.0 - k) + secs * k, p * (1.0 - k) + prof * k);
+            self.scale[d] = decay(self.scale[d]);
+            let e = self.shape_scale.entry((d, shape.n_tokens)).or_default();
+            *e = decay(*e);
         }
         let key = (d, node, shape.n_tokens);
-        let (a, scale_at) = (self.alpha, self.device_scale(d));
+        let (a, scale_at) = (self.alpha, self.scale_for(d, shape.n_tokens));
         self.live
             .entry(key)
             .and_modify(|e| {
@@ -300,6 +316,7 @@ impl CostModel {
     pub fn clear_live(&mut self) {
         self.live.clear();
         self.scale.iter_mut().for_each(|s| *s = (0.0, 0.0));
+        self.shape_scale.clear();
         self.copy_scale.iter_mut().for_each(|s| *s = None);
     }
 
@@ -309,7 +326,7 @@ impl CostModel {
     /// moved since, so plans that stopped using a device do not remember it
     /// at its worst.
     pub fn live_secs(&self, d: usize, node: usize, tokens: usize) -> Option<f64> {
-        let now = self.device_scale(d);
+        let now = self.scale_for(d, tokens);
         self.live
             .get(&(d, node, tokens))
             .map(|e| e.value * now / e.scale_at.max(1e-12))
@@ -368,8 +385,9 @@ impl CostModel {
         shape: RoundShape,
         kv_f16: bool,
     ) -> f64 {
-        self.live_secs(d, node, shape.n_tokens)
-            .unwrap_or_else(|| self.profiled_secs(g, node, d, shape, kv_f16) * self.device_scale(d))
+        self.live_secs(d, node, shape.n_tokens).unwrap_or_else(|| {
+            self.profiled_secs(g, node, d, shape, kv_f16) * self.scale_for(d, shape.n_tokens)
+        })
     }
 }
 
@@ -439,17 +457,38 @@ mod tests {
         c.observe(&g, 0, 0, shape, true, 1e-4);
         let prof = c.profiled_secs(&g, 0, 0, shape, true);
         let seen = c.live_secs(0, 0, 1).unwrap();
-        // the device then runs 3x slower on the same node at another token count
-        let other = RoundShape {
-            n_tokens: 2,
-            ..shape
-        };
-        let prof2 = c.profiled_secs(&g, 0, 0, other, true);
+        // the device then runs its other node 3x slower in the same rounds
+        let prof1 = c.profiled_secs(&g, 1, 0, shape, true);
         for _ in 0..2000 {
-            c.observe(&g, 0, 0, other, true, 3.0 * prof2 * (1e-4 / prof));
+            c.observe(&g, 0, 1, shape, true, 3.0 * prof1 * (1e-4 / prof));
         }
         let now = c.live_secs(0, 0, 1).unwrap();
         assert!((now / seen - 3.0).abs() < 0.05, "{seen} -> {now}");
+    }
+
+    #[test]
+    fn prompt_rounds_do_not_rescale_decode_times() {
+        // the profile is off by different factors at different batch sizes
+        // (here: observed at 1x the profile at 1 token, 0.25x at 64): a
+        // decode time stays what decode rounds measured
+        let mut c = one_sample_cpu();
+        let g = tiny_graph();
+        let decode = RoundShape::decode(0);
+        let prompt = RoundShape {
+            n_tokens: 64,
+            past: 0,
+            n_outputs: 1,
+        };
+        let p1 = c.profiled_secs(&g, 0, 0, decode, true);
+        c.observe(&g, 0, 0, decode, true, p1);
+        let seen = c.live_secs(0, 0, 1).unwrap();
+        let p64 = c.profiled_secs(&g, 0, 0, prompt, true);
+        for _ in 0..200 {
+            c.observe(&g, 0, 0, prompt, true, 0.25 * p64);
+        }
+        let now = c.live_secs(0, 0, 1).unwrap();
+        assert!((now / seen - 1.0).abs() < 1e-9, "{seen} -> {now}");
+        assert!(c.device_scale(0) < 0.5, "the device-wide ratio did move");
     }
 
     fn tiny_graph() -> Graph {
@@ -465,7 +504,8 @@ mod tests {
             layer: None,
             sublayer: SubLayer::FfnUp,
         });
-        let out = b.matmul("m", 0, w, None);
+        let mid = b.matmul("m", 0, w, None);
+        let out = b.matmul("m2", mid, w, None);
         b.finish(out)
     }
 
