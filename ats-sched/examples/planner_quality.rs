@@ -55,9 +55,9 @@ fn main() {
                         };
                         let (mut e, _gpu) = engine(&spec, &m, budget, ctx, false);
                         let by_estimate = e.plan_set().clone();
-                        // the first decode rounds are the audition
+                        // the first decode rounds are the audition (3 shapes and a recheck)
                         let rounds = ReschedConfig::default().audition_rounds;
-                        tpot(&mut e, 3 * rounds + 2);
+                        tpot(&mut e, 4 * rounds + 2);
                         let audited = e.plan_set().clone();
                         if let Some(r) = e.planner().last_audition() {
                             eprintln!("{this}: {r:?}");
