@@ -345,10 +345,10 @@ struct Segment {
     time: f64,
     /// When the transfer stream is free.
     copy_free: f64,
-    /// Finish times of the last `ring.len()` promoted items, oldest at `head` once full.
+    /// Finish times of the last `ring.len()` promoted items, oldest at
+    /// `head`; a slot not used yet holds the time copies may start.
     ring: Vec<f64>,
     head: usize,
-    promoted: usize,
     items: usize,
 }
 
@@ -359,7 +359,6 @@ impl Segment {
             copy_free: 0.0,
             ring: vec![0.0; slots],
             head: 0,
-            promoted: 0,
             items: 0,
         }
     }
@@ -370,7 +369,6 @@ impl Segment {
         self.copy_free = -lead;
         self.ring.fill(-lead);
         self.head = 0;
-        self.promoted = 0;
         self.items = 0;
     }
 
@@ -394,7 +392,6 @@ impl Segment {
         self.time = self.time.max(copy_end) + gpu_time;
         self.ring[self.head] = self.time;
         self.head = (self.head + 1) % slots;
-        self.promoted += 1;
         self.items += 1;
     }
 }
