@@ -280,3 +280,14 @@ impl XorShift {
         self.next_u64() % 100 < pct
     }
 }
+
+/// A 2560x1440 PNG with edges, gradients and texture, written to `dir`.
+pub fn write_1440p_png(dir: &std::path::Path) -> std::path::PathBuf {
+    let img = image::RgbImage::from_fn(2560, 1440, |x, y| {
+        let stripe = if (x / 80 + y / 60) % 2 == 0 { 200 } else { 40 };
+        image::Rgb([(x * 255 / 2559) as u8, stripe, ((x ^ y) & 0xff) as u8])
+    });
+    let path = dir.join("scene-1440p.png");
+    img.save(&path).expect("writing a PNG to a temp dir");
+    path
+}

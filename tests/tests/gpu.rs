@@ -358,13 +358,7 @@ fn a_1440p_image_encodes_within_1_gb_on_the_gpu() {
     };
     dev.load_kernels().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let img = image::RgbImage::from_fn(2560, 1440, |x, y| {
-        let stripe = if (x / 80 + y / 60) % 2 == 0 { 200 } else { 40 };
-        image::Rgb([(x * 255 / 2559) as u8, stripe, ((x ^ y) & 0xff) as u8])
-    });
-    let png = dir.path().join("scene-1440p.png");
-    img.save(&png).unwrap();
-    let bytes = std::fs::read(&png).unwrap();
+    let bytes = std::fs::read(ats_tests::write_1440p_png(dir.path())).unwrap();
     let held = dev.ledger().used();
     // the real Qwen2.5-VL-3B tower (32 blocks, F16, 1.3 GB of weights on the
     // host), then two of its blocks also on the CPU to compare

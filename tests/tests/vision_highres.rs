@@ -14,23 +14,14 @@ use ats_core::device::{Device, KvType};
 use ats_core::ledger::Region;
 use ats_core::synth::SynthMmproj;
 use ats_sched::engine::Policy;
-use ats_tests::{VL_IMAGES, engine_on, fixtures, max_abs_diff, sim_gpu, vl_fixture};
+use ats_tests::{
+    VL_IMAGES, engine_on, fixtures, max_abs_diff, sim_gpu, vl_fixture, write_1440p_png,
+};
 use ats_vision::encoder::{EncoderConfig, EncoderDevice, VisionEncoder};
 use ats_vision::preprocess::{DecodeLimits, PixelValues};
 use ats_vision::{VisionSpec, pipeline};
 
 const GB: u64 = 1_000_000_000;
-
-/// A 2560x1440 PNG with edges, gradients and texture, written to `dir`.
-fn make_1440p(dir: &std::path::Path) -> std::path::PathBuf {
-    let img = image::RgbImage::from_fn(2560, 1440, |x, y| {
-        let stripe = if (x / 80 + y / 60) % 2 == 0 { 200 } else { 40 };
-        image::Rgb([(x * 255 / 2559) as u8, stripe, ((x ^ y) & 0xff) as u8])
-    });
-    let path = dir.join("scene-1440p.png");
-    img.save(&path).unwrap();
-    path
-}
 
 /// Two blocks (one windowed, one full), 4 heads of 16 columns.
 fn synthetic_tower(dir: &std::path::Path) -> Arc<VisionSpec> {
@@ -66,7 +57,7 @@ fn cpu() -> Arc<dyn Device> {
 fn a_1440p_image_encodes_within_1_gb_on_the_simulated_gpu_and_the_cpu() {
     let dir = tempfile::tempdir().unwrap();
     let spec = synthetic_tower(dir.path());
-    let pv = pixels(&spec, &make_1440p(dir.path()));
+    let pv = pixels(&spec, &write_1440p_png(dir.path()));
     // smart_resize to max_pixels: 1316x728, 94x52 patches
     assert_eq!(pv.grid_thw, [1, 52, 94]);
     let n = pv.n_patches;
@@ -160,7 +151,7 @@ fn a_1440p_image_encodes_within_1_gb_on_the_simulated_gpu_and_the_cpu() {
 fn a_budget_too_small_for_the_image_falls_back_to_the_cpu_in_one_line() {
     let dir = tempfile::tempdir().unwrap();
     let spec = synthetic_tower(dir.path());
-    let pv = pixels(&spec, &make_1440p(dir.path()));
+    let pv = pixels(&spec, &write_1440p_png(dir.path()));
     let cpu: Arc<dyn Device> = Arc::new(ats_cpu::CpuDevice::new(2).unwrap());
     let gpu = sim_gpu(1 << 20, 1);
     let devices = vec![cpu.clone(), gpu.clone()];

@@ -484,68 +484,50 @@ impl Planner {
             new = moved;
             moved_layout = true;
         }
-        // A different decode plan in the same layout is measured before it is
-        // kept: estimates from live costs taken under one plan (a CPU slowed
-        // by another plan's copies, routed experts that vary by token) can
-        // flip the ranking the last audition measured.
-        let rounds = self.cfg.resched.audition_rounds;
-        if only_if_changed
-            && !moved_layout
-            && let Some(keep) = with_decode_of(&new, &self.set)
-        {
-            let (n1, c1) = (&new.tiers[0], &self.set.tiers[0]);
-            let worth = n1.kind != c1.kind
-                || n1.est_secs < c1.est_secs * (1.0 - self.cfg.resched.hysteresis);
-            if !worth {
-                // the same shape re-optimised for a gain within the noise:
-                // not worth a switch (each one costs a warm-up round)
-                new = keep;
+        // Re-plans at decode rounds, in the same layout, switch the executor
+        // only for a different decode plan, and measure it first: estimates
+        // from live costs taken under one plan (a CPU slowed by another
+        // plan's copies, routed experts that vary by token) can flip the
+        // ranking the last audition measured. A same-shape plan within the
+        // hysteresis, or new prompt tiers alone, are not worth a switch
+        // (each re-makes the executor's temp slots and schedules; on the
+        // H200, 22 such switches in 134 rounds cost more than they saved):
+        // the prompt tiers are re-planned with the next switch.
+        if only_if_changed && !moved_layout {
+            let hysteresis = self.cfg.resched.hysteresis;
+            let rounds = self.cfg.resched.audition_rounds;
+            match with_decode_of(&new, &self.set) {
+                Some(keep) if worth_switching(&new, &self.set, hysteresis) => {
+                    if rounds > 0 {
+                        let kinds = |set: &PlanSet| vec![set.tiers[0].kind];
+                        self.audition = Some(Audition::new(
+                            vec![(keep.clone(), kinds(&self.set)), (new.clone(), kinds(&new))],
+                            rounds,
+                        ));
+                        self.note_replanned(&keep);
+                        self.replans += 1;
+                        self.switch_to(keep);
+                        return Some(&self.set);
+                    }
+                    // no auditions: the new plans are taken as they are, below
+                }
+                kept => {
+                    // the current decode plan stays; fresher estimates are the reference
+                    let fresh = kept.unwrap_or(new);
+                    self.note_replanned(&fresh);
+                    self.refreshes += 1;
+                    if same_plans(&fresh, &self.set) {
+                        self.set = fresh;
+                    }
+                    return None;
+                }
             }
         }
-        if only_if_changed
-            && !moved_layout
-            && rounds > 0
-            && let Some(keep) = with_decode_of(&new, &self.set)
-        {
-            let kinds = |set: &PlanSet| vec![set.tiers[0].kind];
-            self.audition = Some(Audition::new(
-                vec![(keep.clone(), kinds(&self.set)), (new.clone(), kinds(&new))],
-                rounds,
-            ));
-            if let Some(rs) = &mut self.resched {
-                let now = self.clock.elapsed().as_secs_f64();
-                let _ = rs.replanned(snapshot(&keep), now);
-            }
-            self.replans += 1;
-            self.switch_to(keep);
-            return Some(&self.set);
-        }
-        if let Some(rs) = &mut self.resched {
-            let now = self.clock.elapsed().as_secs_f64();
-            let _ = rs.replanned(snapshot(&new), now);
-        }
-        // the executor holds the old plan list: "same" means the same list and indices
-        let same = new.plans == self.set.plans
-            && new.tiers.len() == self.set.tiers.len()
-            && new
-                .tiers
-                .iter()
-                .zip(&self.set.tiers)
-                .all(|(a, b)| a.plan == b.plan);
-        if same && only_if_changed {
+        self.note_replanned(&new);
+        if same_plans(&new, &self.set) && only_if_changed {
             // fresher estimates, same plans: nothing for the executor to do
             self.refreshes += 1;
             self.set = new;
-            return None;
-        }
-        if only_if_changed && !moved_layout && with_decode_of(&new, &self.set).is_none() {
-            // Re-plans run at decode rounds: one that keeps the decode plan
-            // and changes only prompt tiers is not worth switching the
-            // executor for now (each switch re-makes its temp slots and
-            // schedules; on the H200, 22 such switches in 134 rounds cost
-            // more than they saved). The prompt tiers are re-planned with
-            // the next switch.
-            self.refreshes += 1;
             return None;
         }
         self.replans += 1;
@@ -590,6 +572,14 @@ impl Planner {
         }
     }
 
+    /// Tells the re-scheduler that `set`'s estimates are the reference now.
+    fn note_replanned(&mut self, set: &PlanSet) {
+        if let Some(rs) = &mut self.resched {
+            let now = self.clock.elapsed().as_secs_f64();
+            let _ = rs.replanned(snapshot(set), now);
+        }
+    }
+
     fn learned(&self) -> build::Learned<'_> {
         build::Learned {
             bias: &self.bias,
@@ -619,6 +609,23 @@ impl Planner {
     pub fn config(&self) -> &PlannerConfig {
         &self.cfg
     }
+}
+
+/// Whether `new`'s decode plan is worth switching to from `cur`'s: another
+/// shape, or an estimate better by more than the hysteresis.
+fn worth_switching(new: &PlanSet, cur: &PlanSet, hysteresis: f64) -> bool {
+    match (new.tiers.first(), cur.tiers.first()) {
+        (Some(n), Some(c)) => n.kind != c.kind || n.est_secs < c.est_secs * (1.0 - hysteresis),
+        _ => false,
+    }
+}
+
+/// Whether the executor would run `a` and `b` alike: the same plan list and
+/// the same plan per tier.
+fn same_plans(a: &PlanSet, b: &PlanSet) -> bool {
+    a.plans == b.plans
+        && a.tiers.len() == b.tiers.len()
+        && a.tiers.iter().zip(&b.tiers).all(|(x, y)| x.plan == y.plan)
 }
 
 /// `new` with its decode tier replaced by `cur`'s decode plan, when the two

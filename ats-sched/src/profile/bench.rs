@@ -46,6 +46,7 @@ impl BenchOptions {
 }
 
 /// One micro-benchmark: a graph, its weights, and the rows it takes.
+#[derive(Clone)]
 struct Micro {
     graph: Arc<Graph>,
     host: Arc<Backing>,
@@ -408,24 +409,34 @@ pub fn profile_devices(
 
     // A GPU's time per token falls steeply with the batch, so prompt tiers
     // cannot be extrapolated from the small batches the CPU can afford:
-    // real GPUs also measure the large ones (in seconds, on a GPU).
-    let mut gpu_micros: Vec<Micro> = Vec::new();
-    for dt in dtypes(opts.quick) {
-        for &(r, c) in &[(4096usize, 4096usize), (14336, 4096), (4096, 14336)] {
-            for &t in &[512usize, 2048] {
-                if c % dt.block_size() == 0 {
-                    gpu_micros.push(matmul_micro(dt, r, c, t));
-                }
-            }
-        }
-    }
-    for &t in &[512usize, 2048] {
-        gpu_micros.push(attention_micro(32, 8, 128, t, 2048));
-    }
+    // real GPUs also measure the large ones (in seconds, on a GPU). Their
+    // weights are made only when there is such a GPU, once per shape.
     let real_gpus = devices[1..]
         .iter()
         .filter(|d| d.info().kind == DeviceKind::Gpu)
         .count();
+    let mut gpu_micros: Vec<Micro> = Vec::new();
+    if real_gpus > 0 {
+        let mut shapes: Vec<Micro> = Vec::new();
+        for dt in dtypes(opts.quick) {
+            for &(r, c) in &[(4096usize, 4096usize), (14336, 4096), (4096, 14336)] {
+                if c % dt.block_size() == 0 {
+                    shapes.push(matmul_micro(dt, r, c, 512));
+                }
+            }
+        }
+        shapes.push(attention_micro(32, 8, 128, 512, 2048));
+        for m in shapes {
+            // the same weights at 2048 tokens (attention: the whole 2048 context)
+            let end = m.tokens + m.past;
+            gpu_micros.push(Micro {
+                tokens: 2048,
+                past: end.saturating_sub(2048),
+                ..m.clone()
+            });
+            gpu_micros.push(m);
+        }
+    }
     let total = total + real_gpus * gpu_micros.len();
 
     for d in 1..devices.len() {
