@@ -154,6 +154,66 @@ pub fn attn_splits(
     (n_keys.div_ceil(keys), keys)
 }
 
+/// Threads of `attn_decode_*` (`DEC_THREADS`): four warps.
+pub const DEC_THREADS: usize = 128;
+/// Query vectors (`n_q * group`) one `attn_decode_*` block holds (`DEC_MAX_VECS`).
+pub const DEC_MAX_VECS: usize = 8;
+
+/// The launch of the decode attention kernel (`attn_decode_*`): which
+/// instantiation, the grid of (KV heads, key splits), the keys per split and
+/// the dynamic shared memory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecodeLaunch {
+    /// Kernel name suffix after `attn_decode_`, e.g. `f16kv_d128`.
+    pub suffix: String,
+    /// Key splits (`grid.y`); more than one needs `attn_combine`.
+    pub splits: usize,
+    /// Keys per split, a multiple of 32 (a warp's tile).
+    pub split_keys: usize,
+    /// Dynamic shared memory in bytes.
+    pub shared_bytes: usize,
+}
+
+/// The decode kernel's launch for `n_q` query rows of `n_heads` heads of size
+/// `d` over `n_keys` cached keys of `n_kv` heads, or `None` when the shape is
+/// not one it takes (head sizes 64, 128 and 256, at most [`DEC_MAX_VECS`]
+/// query vectors per KV head); the general kernel takes the rest. Keys are
+/// split so that about two blocks per SM run, at least 128 keys (one tile per
+/// warp) per split, within `scratch_floats` of partial results.
+#[allow(clippy::too_many_arguments)]
+pub fn decode_launch(
+    n_q: usize,
+    n_heads: usize,
+    n_kv: usize,
+    d: usize,
+    n_keys: usize,
+    f16_kv: bool,
+    sm_count: usize,
+    scratch_floats: usize,
+) -> Option<DecodeLaunch> {
+    const MIN_KEYS_PER_SPLIT: usize = DEC_THREADS;
+    if n_kv == 0 || n_q == 0 || !n_heads.is_multiple_of(n_kv) {
+        return None;
+    }
+    if n_q * (n_heads / n_kv) > DEC_MAX_VECS || !matches!(d, 64 | 128 | 256) {
+        return None;
+    }
+    let want = (2 * sm_count).div_ceil(n_kv);
+    let by_keys = n_keys.div_ceil(MIN_KEYS_PER_SPLIT);
+    let by_scratch = scratch_floats / (n_q * n_heads * (d + 2));
+    let splits = want.min(by_keys).min(by_scratch).clamp(1, 64);
+    let split_keys = n_keys.div_ceil(splits).next_multiple_of(32).max(32);
+    let splits = n_keys.div_ceil(split_keys).max(1);
+    let warps = DEC_THREADS / 32;
+    let floats = DEC_MAX_VECS * d + 2 * warps * DEC_MAX_VECS + warps * DEC_MAX_VECS * d;
+    Some(DecodeLaunch {
+        suffix: format!("{}kv_d{d}", if f16_kv { "f16" } else { "f32" }),
+        splits,
+        split_keys,
+        shared_bytes: floats * 4,
+    })
+}
+
 /// How a cuBLAS product is cut to fit the scratch area: weight rows per
 /// dequantised tile and tokens per converted activation chunk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -247,6 +307,44 @@ pub fn moe_tiles_bound(slots: usize, n_expert: usize) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decode_launch_fills_the_device_and_fits_shared_memory() {
+        // Llama-3-8B decode at 2048 keys on 132 SMs: 16 splits of 128 keys
+        let l = decode_launch(1, 32, 8, 128, 2048, true, 132, 1 << 20).unwrap();
+        assert_eq!(
+            (l.splits, l.split_keys, l.suffix.as_str()),
+            (16, 128, "f16kv_d128")
+        );
+        for d in [64, 128, 256] {
+            let l = decode_launch(1, 8, 1, d, 100, false, 132, 1 << 20).unwrap();
+            assert!(l.shared_bytes <= SHARED_LIMIT, "{d}: {}", l.shared_bytes);
+            assert_eq!((l.splits, l.split_keys), (1, 128));
+        }
+        // every key is in exactly one split
+        for n_keys in [1, 31, 32, 33, 127, 129, 5000] {
+            let l = decode_launch(2, 8, 2, 64, n_keys, true, 80, 1 << 20).unwrap();
+            assert!(l.splits * l.split_keys >= n_keys);
+            assert!((l.splits - 1) * l.split_keys < n_keys);
+            assert_eq!(l.split_keys % 32, 0);
+        }
+        // scratch for one split only: no partials
+        assert_eq!(
+            decode_launch(1, 32, 8, 128, 4096, true, 132, 0)
+                .unwrap()
+                .splits,
+            1
+        );
+    }
+
+    #[test]
+    fn decode_launch_leaves_other_shapes_to_the_general_kernel() {
+        assert!(decode_launch(1, 32, 8, 80, 64, true, 132, 1 << 20).is_none());
+        assert!(decode_launch(3, 32, 8, 128, 64, true, 132, 1 << 20).is_none());
+        assert!(decode_launch(1, 16, 1, 128, 64, true, 132, 1 << 20).is_none());
+        assert!(decode_launch(1, 30, 8, 128, 64, true, 132, 1 << 20).is_none());
+        assert!(decode_launch(1, 8, 8, 128, 64, true, 132, 1 << 20).is_some());
+    }
 
     #[test]
     fn elementwise_grids_cover_and_cap() {

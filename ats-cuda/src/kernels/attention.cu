@@ -50,7 +50,7 @@ __device__ void attn_impl(const float* __restrict__ q, const KV* __restrict__ k,
                           int n_keys, int n_heads, int n_kv, int D, float scale, int mask,
                           int offset, const int* __restrict__ bounds, int n_bounds, int R,
                           int BK, int split_keys) {
-    extern __shared__ __align__(16) float smem[];
+    DYN_SHARED(float, smem);
     const int group = n_heads / n_kv;
     const int qr = R / group;  // query rows per block
     const int g = blockIdx.y;
@@ -221,3 +221,221 @@ extern "C" __global__ void attn_combine(const float* __restrict__ part_o,
         out[slot * D + d] = L > 0.0f ? o / L : 0.0f;
     }
 }
+
+// Decode attention ("flash decoding"): few query vectors per KV head
+// (n_q * group <= DEC_MAX_VECS) over a long cache, causal or full. A block
+// takes one KV head and one split of the keys; each warp takes tiles of 32
+// keys: one key per lane for the scores of every query vector (no
+// reductions over the head), then the lanes share the head's columns for the
+// weighted values, the probabilities passed by shuffles. Warps keep their own
+// online softmax, merged in shared memory at the end; splits are merged by
+// attn_combine, or the block writes the output when there is one split.
+//
+// Dynamic shared memory (floats): Q[DEC_MAX_VECS][D], then per warp m and l
+// [DEC_WARPS][DEC_MAX_VECS] and the accumulators [DEC_WARPS][DEC_MAX_VECS][D].
+
+#define DEC_THREADS 128
+#define DEC_WARPS (DEC_THREADS / WARP)
+#define DEC_MAX_VECS 8
+
+// N consecutive cache elements as floats, one aligned vector load.
+template <int N>
+__device__ __forceinline__ void load_kv(const u16* p, float* f) {
+    if constexpr (N == 8) {
+        const uint4 r = *(const uint4*)p;
+        const u32 w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            f[2 * i] = h2f((u16)(w[i] & 0xffff));
+            f[2 * i + 1] = h2f((u16)(w[i] >> 16));
+        }
+    } else if constexpr (N == 4) {
+        const uint2 r = *(const uint2*)p;
+        f[0] = h2f((u16)(r.x & 0xffff));
+        f[1] = h2f((u16)(r.x >> 16));
+        f[2] = h2f((u16)(r.y & 0xffff));
+        f[3] = h2f((u16)(r.y >> 16));
+    } else {
+        static_assert(N == 2, "2, 4 or 8 elements");
+        const u32 r = *(const u32*)p;
+        f[0] = h2f((u16)(r & 0xffff));
+        f[1] = h2f((u16)(r >> 16));
+    }
+}
+
+template <int N>
+__device__ __forceinline__ void load_kv(const float* p, float* f) {
+    if constexpr (N == 2) {
+        const float2 r = *(const float2*)p;
+        f[0] = r.x;
+        f[1] = r.y;
+    } else {
+        static_assert(N % 4 == 0, "2 or a multiple of 4 elements");
+#pragma unroll
+        for (int i = 0; i < N / 4; i++) {
+            const float4 r = ((const float4*)p)[i];
+            f[4 * i] = r.x;
+            f[4 * i + 1] = r.y;
+            f[4 * i + 2] = r.z;
+            f[4 * i + 3] = r.w;
+        }
+    }
+}
+
+// DL: head columns per lane (head_dim / 32).
+template <typename KV, int DL>
+__device__ void attn_decode_impl(const float* __restrict__ q, const KV* __restrict__ k,
+                                 const KV* __restrict__ v, float* __restrict__ out,
+                                 float* __restrict__ part_o, float* __restrict__ part_ml, int n_q,
+                                 int n_keys, int n_heads, int n_kv, float scale, int mask,
+                                 int offset, int split_keys) {
+    constexpr int D = DL * WARP;
+    constexpr int KS = D < 8 ? D : 8;  // key columns per load in the scores
+    DYN_SHARED(float, smem);
+    float* qs = smem;
+    float* wm = qs + DEC_MAX_VECS * D;
+    float* wl = wm + DEC_WARPS * DEC_MAX_VECS;
+    float* wo = wl + DEC_WARPS * DEC_MAX_VECS;
+    const int group = n_heads / n_kv;
+    const int nv = n_q * group;  // block-uniform: branches on it keep warps converged
+    const int g = blockIdx.x;
+    const int lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
+    const u64 q_w = (u64)n_heads * D, kv_w = (u64)n_kv * D;
+
+    for (int i = threadIdx.x; i < nv * D; i += blockDim.x) {
+        const int vi = i / D, d = i % D;
+        qs[i] = q[(u64)(vi / group) * q_w + (u64)(g * group + vi % group) * D + d];
+    }
+    int hi[DEC_MAX_VECS];  // keys vector vi sees: 0..hi
+    int k_end = 0;
+#pragma unroll
+    for (int vi = 0; vi < DEC_MAX_VECS; vi++) {
+        hi[vi] = vi >= nv ? 0 : mask == MASK_CAUSAL ? min(offset + vi / group + 1, n_keys) : n_keys;
+        k_end = max(k_end, hi[vi]);
+    }
+    const int s0 = blockIdx.y * split_keys;
+    const int s1 = min(s0 + split_keys, k_end);
+    __syncthreads();
+
+    float m[DEC_MAX_VECS], l[DEC_MAX_VECS], o[DEC_MAX_VECS][DL];
+#pragma unroll
+    for (int vi = 0; vi < DEC_MAX_VECS; vi++) {
+        m[vi] = NEG_INF;
+        l[vi] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DL; i++) o[vi][i] = 0.0f;
+    }
+
+    for (int kb = s0 + w * WARP; kb < s1; kb += DEC_WARPS * WARP) {
+        const int key = kb + lane;
+        float s[DEC_MAX_VECS];
+#pragma unroll
+        for (int vi = 0; vi < DEC_MAX_VECS; vi++) s[vi] = 0.0f;
+        if (key < s1) {
+            const KV* kr = k + (u64)key * kv_w + (u64)g * D;
+            for (int d0 = 0; d0 < D; d0 += KS) {
+                float kf[KS];
+                load_kv<KS>(kr + d0, kf);
+#pragma unroll
+                for (int vi = 0; vi < DEC_MAX_VECS; vi++) {
+                    if (vi < nv) {
+                        const float* qv = qs + vi * D + d0;
+#pragma unroll
+                        for (int i = 0; i < KS; i++) s[vi] += qv[i] * kf[i];
+                    }
+                }
+            }
+        }
+        float p[DEC_MAX_VECS];
+#pragma unroll
+        for (int vi = 0; vi < DEC_MAX_VECS; vi++) {
+            p[vi] = 0.0f;
+            if (vi >= nv) continue;
+            const float sc = key < s1 && key < hi[vi] ? s[vi] * scale : NEG_INF;
+            const float mn = fmaxf(m[vi], warp_max(sc));
+            if (mn == NEG_INF) continue;  // warp-uniform: nothing seen yet
+            const float c = expf(m[vi] - mn);  // 0 when nothing was seen before
+            p[vi] = sc == NEG_INF ? 0.0f : expf(sc - mn);
+            l[vi] = l[vi] * c + warp_sum(p[vi]);
+            m[vi] = mn;
+#pragma unroll
+            for (int i = 0; i < DL; i++) o[vi][i] *= c;
+        }
+        const int nk = min(WARP, s1 - kb);
+        for (int j = 0; j < nk; j++) {
+            float vf[DL];
+            load_kv<DL>(v + (u64)(kb + j) * kv_w + (u64)g * D + lane * DL, vf);
+#pragma unroll
+            for (int vi = 0; vi < DEC_MAX_VECS; vi++) {
+                if (vi < nv) {
+                    const float pj = __shfl_sync(0xffffffffu, p[vi], j);
+#pragma unroll
+                    for (int i = 0; i < DL; i++) o[vi][i] += pj * vf[i];
+                }
+            }
+        }
+    }
+
+    // merge the warps: e^(m_w - M) weights each warp's sums
+#pragma unroll
+    for (int vi = 0; vi < DEC_MAX_VECS; vi++) {
+        if (vi < nv) {
+            if (lane == 0) {
+                wm[w * DEC_MAX_VECS + vi] = m[vi];
+                wl[w * DEC_MAX_VECS + vi] = l[vi];
+            }
+#pragma unroll
+            for (int i = 0; i < DL; i++) wo[(w * DEC_MAX_VECS + vi) * D + lane * DL + i] = o[vi][i];
+        }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < nv * D; idx += blockDim.x) {
+        const int vi = idx / D, d = idx % D;
+        float M = NEG_INF;
+        for (int x = 0; x < DEC_WARPS; x++) M = fmaxf(M, wm[x * DEC_MAX_VECS + vi]);
+        float L = 0.0f, O = 0.0f;
+        if (M != NEG_INF) {
+            for (int x = 0; x < DEC_WARPS; x++) {
+                const float mw = wm[x * DEC_MAX_VECS + vi];
+                if (mw != NEG_INF) {
+                    const float e = expf(mw - M);
+                    L += wl[x * DEC_MAX_VECS + vi] * e;
+                    O += wo[(x * DEC_MAX_VECS + vi) * D + d] * e;
+                }
+            }
+        }
+        const int row = vi / group, h = g * group + vi % group;
+        if (part_o) {
+            const u64 slot = ((u64)blockIdx.y * n_q + row) * n_heads + h;
+            part_o[slot * D + d] = O;
+            if (d == 0) {
+                part_ml[2 * slot] = M;
+                part_ml[2 * slot + 1] = L;
+            }
+        } else {
+            out[(u64)row * q_w + (u64)h * D + d] = L > 0.0f ? O / L : 0.0f;
+        }
+    }
+}
+
+#define DEC_ARGS                                                                          \
+    const float *q, const KVT *k, const KVT *v, float *out, float *part_o, float *part_ml, \
+        int n_q, int n_keys, int n_heads, int n_kv, float scale, int mask, int offset,     \
+        int split_keys
+#define DEC_CALL q, k, v, out, part_o, part_ml, n_q, n_keys, n_heads, n_kv, scale, mask, offset, split_keys
+
+#define DEC_KERNEL(SUFFIX, DL)                                                                  \
+    extern "C" __global__ void __launch_bounds__(DEC_THREADS) attn_decode_##SUFFIX(DEC_ARGS) { \
+        attn_decode_impl<KVT, DL>(DEC_CALL);                                                    \
+    }
+
+#define KVT u16
+DEC_KERNEL(f16kv_d64, 2)
+DEC_KERNEL(f16kv_d128, 4)
+DEC_KERNEL(f16kv_d256, 8)
+#undef KVT
+#define KVT float
+DEC_KERNEL(f32kv_d64, 2)
+DEC_KERNEL(f32kv_d128, 4)
+DEC_KERNEL(f32kv_d256, 8)
+#undef KVT

@@ -12,6 +12,11 @@ typedef long long i64;
 
 #define WARP 32
 
+#ifdef ATS_EMULATE
+// The host emulator (ats-cuda/tests/emulate) converts in software.
+__device__ __forceinline__ float h2f(u16 h) { return emu_h2f(h); }
+__device__ __forceinline__ u16 f2h(float f) { return emu_f2h(f); }
+#else
 // f16 <-> f32 through PTX, so no cuda_fp16.h is needed.
 __device__ __forceinline__ float h2f(u16 h) {
     float f;
@@ -24,6 +29,12 @@ __device__ __forceinline__ u16 f2h(float f) {
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
     return h;
 }
+#endif
+
+// The block's dynamic shared memory as an array of T.
+#ifndef DYN_SHARED
+#define DYN_SHARED(T, name) extern __shared__ __align__(16) T name[]
+#endif
 
 __device__ __forceinline__ float bf2f(u16 h) {
     return __uint_as_float(((u32)h) << 16);

@@ -18,7 +18,7 @@ __device__ __forceinline__ int expert_of(float f, int n_expert) {
 // One warp per token; dynamic shared memory: (blockDim.x / 32) * n_expert floats.
 extern "C" __global__ void moe_topk(const float* __restrict__ logits, float* __restrict__ out,
                                     int n_tok, int n_expert, int top_k, int norm) {
-    extern __shared__ float probs[];
+    DYN_SHARED(float, probs);
     const int lane = threadIdx.x % WARP, wid = threadIdx.x / WARP;
     const int t = blockIdx.x * (blockDim.x / WARP) + wid;
     if (t >= n_tok) return;
@@ -72,7 +72,7 @@ extern "C" __global__ void moe_topk(const float* __restrict__ logits, float* __r
 // Dynamic shared memory: 2 * n_expert ints.
 extern "C" __global__ void moe_index(const float* __restrict__ routing, int* __restrict__ meta,
                                      int n_tok, int n_expert, int top_k, int tile) {
-    extern __shared__ int sh[];
+    DYN_SHARED(int, sh);
     int* count = sh;
     int* fill = sh + n_expert;
     int* offsets = meta;

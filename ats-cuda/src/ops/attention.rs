@@ -81,6 +81,30 @@ pub(crate) fn attention(
         }
         (Some(_), None) => return Err(n.err("attention needs its KV cache")),
     };
+    if spec.mask != Mask::Segments
+        && let Some(l) = geometry::decode_launch(
+            nq,
+            nh,
+            nkv,
+            hd,
+            n_keys,
+            f16,
+            n.dev.sm_count as usize,
+            scratch.free() / 4,
+        )
+    {
+        let keys = Keys { q, k: kp, v: vp, o };
+        return decode(
+            n,
+            scratch,
+            spec,
+            &keys,
+            &l,
+            [nq, n_keys, nh, nkv],
+            mask,
+            offset,
+        );
+    }
     let group = nh / nkv;
     let tiles = geometry::attn_tiles(hd, group).map_err(|e| n.err(e))?;
     let q_tiles = nq.div_ceil(tiles.rows(group));
@@ -144,29 +168,107 @@ pub(crate) fn attention(
     // the tiles; partial buffers hold splits*nq*nh slots when splitting.
     drv(name, unsafe { b.launch(cfg) }).map_err(|e| n.cu(e))?;
     if splits > 1 {
-        let f = n
-            .dev
-            .kernels
-            .function(Module::Attention, "attn_combine")
-            .map_err(|e| n.cu(e))?;
-        let cfg = LaunchConfig {
-            grid_dim: ((nq * nh) as u32, 1, 1),
-            block_dim: (hd.min(256) as u32, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let (a, h, d, s) = (nq as i32, nh as i32, hd as i32, splits as i32);
-        let mut b = n.dev.streams.compute.launch_builder(&f);
-        b.arg(&part_o)
-            .arg(&part_ml)
-            .arg(&o)
-            .arg(&a)
-            .arg(&h)
-            .arg(&d)
-            .arg(&s);
-        // SAFETY: the partial buffers were written for every (split, row,
-        // head); o holds nq*nh*hd floats.
-        drv("attn_combine", unsafe { b.launch(cfg) }).map_err(|e| n.cu(e))?;
+        combine(n, part_o, part_ml, o, [nq, nh, hd, splits])?;
     }
+    Ok(())
+}
+
+/// Device addresses of the query, the keys and values attended over, and the output.
+struct Keys {
+    q: u64,
+    k: u64,
+    v: u64,
+    o: u64,
+}
+
+/// Few query vectors over a cache: `attn_decode_*` over (KV heads, key
+/// splits), then the merge of the splits.
+#[allow(clippy::too_many_arguments)]
+fn decode(
+    n: &Node<'_>,
+    scratch: &mut Carver,
+    spec: &AttnSpec,
+    t: &Keys,
+    l: &geometry::DecodeLaunch,
+    [nq, n_keys, nh, nkv]: [usize; 4],
+    mask: i32,
+    offset: usize,
+) -> Result<(), DeviceError> {
+    let hd = spec.head_dim;
+    let (part_o, part_ml) = if l.splits > 1 {
+        let slots = l.splits * nq * nh;
+        (
+            scratch.take(slots * hd * 4).map_err(|e| n.err(e))?,
+            scratch.take(slots * 2 * 4).map_err(|e| n.err(e))?,
+        )
+    } else {
+        (0u64, 0u64)
+    };
+    let name = format!("attn_decode_{}", l.suffix);
+    let f = n
+        .dev
+        .kernels
+        .function(Module::Attention, &name)
+        .map_err(|e| n.cu(e))?;
+    let cfg = LaunchConfig {
+        grid_dim: (nkv as u32, l.splits as u32, 1),
+        block_dim: (geometry::DEC_THREADS as u32, 1, 1),
+        shared_mem_bytes: l.shared_bytes as u32,
+    };
+    let ints = [nq as i32, n_keys as i32, nh as i32, nkv as i32];
+    let (offset, sk) = (offset as i32, l.split_keys as i32);
+    let mut b = n.dev.streams.compute.launch_builder(&f);
+    b.arg(&t.q)
+        .arg(&t.k)
+        .arg(&t.v)
+        .arg(&t.o)
+        .arg(&part_o)
+        .arg(&part_ml);
+    for i in &ints {
+        b.arg(i);
+    }
+    b.arg(&spec.scale).arg(&mask).arg(&offset).arg(&sk);
+    // SAFETY: q and o hold nq rows of nh*hd floats, k and v n_keys rows of
+    // nkv*hd cache elements (checked by the caller); the head size is the
+    // kernel's (decode_launch picks the instantiation); the shared memory
+    // matches its layout; the partial buffers hold splits*nq*nh slots.
+    drv(&name, unsafe { b.launch(cfg) }).map_err(|e| n.cu(e))?;
+    if l.splits > 1 {
+        combine(n, part_o, part_ml, t.o, [nq, nh, hd, l.splits])?;
+    }
+    Ok(())
+}
+
+/// `attn_combine`: merges the key splits' partial results into `o`.
+fn combine(
+    n: &Node<'_>,
+    part_o: u64,
+    part_ml: u64,
+    o: u64,
+    [nq, nh, hd, splits]: [usize; 4],
+) -> Result<(), DeviceError> {
+    let f = n
+        .dev
+        .kernels
+        .function(Module::Attention, "attn_combine")
+        .map_err(|e| n.cu(e))?;
+    let cfg = LaunchConfig {
+        grid_dim: ((nq * nh) as u32, 1, 1),
+        block_dim: (hd.min(256) as u32, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let (a, h, d, s) = (nq as i32, nh as i32, hd as i32, splits as i32);
+    let mut b = n.dev.streams.compute.launch_builder(&f);
+    b.arg(&part_o)
+        .arg(&part_ml)
+        .arg(&o)
+        .arg(&a)
+        .arg(&h)
+        .arg(&d)
+        .arg(&s);
+    // SAFETY: the partial buffers were written for every (split, row, head);
+    // o holds nq*nh*hd floats.
+    drv("attn_combine", unsafe { b.launch(cfg) }).map_err(|e| n.cu(e))?;
     Ok(())
 }
 

@@ -1,0 +1,298 @@
+//! The attention kernels run on the host under the emulator in
+//! `tests/emulate` (every CUDA thread a host thread, barriers for
+//! `__syncthreads` and shuffles), launched with the geometry the backend
+//! uses, against attention computed here in f64. This checks the kernels'
+//! logic (indexing, masks, online softmax, warp and split merges) on
+//! machines without a GPU; speed and the device's own rounding are for the
+//! GPU tests (`tests/tests/gpu.rs`).
+//!
+//! Needs a C++20 compiler (`$CXX`, else `c++`). Without one the test says why
+//! and passes, unless `ATS_REQUIRE_EMULATION=1` (CI) makes it fail.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ats_cuda::geometry::{attn_splits, attn_tiles, decode_launch};
+use ats_cuda::kernels::Module;
+use half::f16;
+
+const CAUSAL: i32 = 0;
+const FULL: i32 = 1;
+
+/// The emulated attention module, compiled once into `dir`; `None` (and why) without a compiler.
+fn build(dir: &Path) -> Result<PathBuf, String> {
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/emulate");
+    let driver =
+        std::fs::read_to_string(here.join("attention_driver.cpp")).map_err(|e| e.to_string())?;
+    let src = format!(
+        "#include \"{}\"\n{}\n{}",
+        here.join("emu.h").display(),
+        Module::Attention.source(),
+        driver
+    );
+    let cpp = dir.join("attention_emu.cpp");
+    let exe = dir.join("attention_emu");
+    std::fs::write(&cpp, src).map_err(|e| e.to_string())?;
+    let out = Command::new(&cxx)
+        .args([
+            "-std=c++20",
+            "-O2",
+            "-pthread",
+            "-fno-strict-aliasing",
+            "-ffp-contract=off",
+            "-w",
+        ])
+        .arg(&cpp)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .map_err(|e| format!("cannot run the C++ compiler `{cxx}`: {e}"))?;
+    if !out.status.success() {
+        // a compiler that runs but rejects the source is a failure, not a skip
+        panic!(
+            "the emulated attention kernels do not compile:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(exe)
+}
+
+/// One attention call: shapes, mask and data.
+struct Case {
+    n_q: usize,
+    n_keys: usize,
+    n_heads: usize,
+    n_kv: usize,
+    d: usize,
+    mask: i32,
+    f16: bool,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+}
+
+impl Case {
+    fn new(
+        n_q: usize,
+        n_keys: usize,
+        heads: (usize, usize),
+        d: usize,
+        mask: i32,
+        f16: bool,
+    ) -> Case {
+        let mut seed = (n_q * 7919 + n_keys * 31 + d + heads.0) as u64;
+        let mut rnd = |n: usize, amp: f32| -> Vec<f32> {
+            (0..n)
+                .map(|_| {
+                    seed = seed
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    ((seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * amp
+                })
+                .collect()
+        };
+        let q = rnd(n_q * heads.0 * d, 1.0);
+        let kv = n_keys * heads.1 * d;
+        // keys large enough that the softmax is far from uniform
+        let (mut k, mut v) = (rnd(kv, 2.0), rnd(kv, 1.0));
+        if f16 {
+            // the cache holds halves: the reference sees the same values
+            for x in k.iter_mut().chain(v.iter_mut()) {
+                *x = f16::from_f32(*x).to_f32();
+            }
+        }
+        Case {
+            n_q,
+            n_keys,
+            n_heads: heads.0,
+            n_kv: heads.1,
+            d,
+            mask,
+            f16,
+            q,
+            k,
+            v,
+        }
+    }
+
+    fn scale(&self) -> f32 {
+        1.0 / (self.d as f32).sqrt()
+    }
+
+    /// Softmax attention in f64 with the full score row.
+    fn reference(&self) -> Vec<f32> {
+        let (d, group) = (self.d, self.n_heads / self.n_kv);
+        let offset = self.n_keys - self.n_q;
+        let mut out = vec![0f32; self.n_q * self.n_heads * d];
+        for r in 0..self.n_q {
+            let hi = if self.mask == CAUSAL {
+                offset + r + 1
+            } else {
+                self.n_keys
+            };
+            for h in 0..self.n_heads {
+                let g = h / group;
+                let qv = &self.q[(r * self.n_heads + h) * d..][..d];
+                let s: Vec<f64> = (0..hi)
+                    .map(|j| {
+                        let kr = &self.k[(j * self.n_kv + g) * d..][..d];
+                        qv.iter()
+                            .zip(kr)
+                            .map(|(&a, &b)| a as f64 * b as f64)
+                            .sum::<f64>()
+                            * self.scale() as f64
+                    })
+                    .collect();
+                let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = s.iter().map(|x| (x - mx).exp()).collect();
+                let l: f64 = e.iter().sum();
+                for c in 0..d {
+                    let o: f64 = (0..hi)
+                        .map(|j| e[j] * self.v[(j * self.n_kv + g) * d + c] as f64)
+                        .sum();
+                    out[(r * self.n_heads + h) * d + c] = (o / l) as f32;
+                }
+            }
+        }
+        out
+    }
+
+    /// Runs the case through the emulated kernel: `decode` picks
+    /// `attn_decode_*` (as the backend does for it), else the general kernel.
+    fn emulate(&self, exe: &Path, dir: &Path, decode: bool, sm_count: usize) -> Vec<f32> {
+        let offset = (self.n_keys - self.n_q) as i32;
+        let scratch = 1 << 20;
+        let (kernel, splits, split_keys, q_tiles, r, bk, shared) = if decode {
+            let l = decode_launch(
+                self.n_q,
+                self.n_heads,
+                self.n_kv,
+                self.d,
+                self.n_keys,
+                self.f16,
+                sm_count,
+                scratch,
+            )
+            .expect("a decode shape");
+            (1, l.splits, l.split_keys, 0, 0, 0, l.shared_bytes)
+        } else {
+            let group = self.n_heads / self.n_kv;
+            let t = attn_tiles(self.d, group).unwrap();
+            let q_tiles = self.n_q.div_ceil(t.rows(group));
+            let (s, sk) = attn_splits(
+                q_tiles,
+                self.n_kv,
+                self.n_keys,
+                sm_count,
+                self.n_q,
+                self.n_heads,
+                self.d,
+                scratch,
+            );
+            (0, s, sk, q_tiles, t.r, t.bk, t.shared_bytes)
+        };
+        let mut bytes = Vec::new();
+        let ints = [
+            kernel,
+            self.n_q as i32,
+            self.n_keys as i32,
+            self.n_heads as i32,
+            self.n_kv as i32,
+            self.d as i32,
+            self.mask,
+            offset,
+            self.f16 as i32,
+            splits as i32,
+            split_keys as i32,
+            q_tiles as i32,
+            r as i32,
+            bk as i32,
+            shared as i32,
+        ];
+        ints.iter().for_each(|i| bytes.extend(i.to_le_bytes()));
+        bytes.extend(self.scale().to_le_bytes());
+        self.q.iter().for_each(|x| bytes.extend(x.to_le_bytes()));
+        for x in self.k.iter().chain(&self.v) {
+            if self.f16 {
+                bytes.extend(f16::from_f32(*x).to_bits().to_le_bytes());
+            } else {
+                bytes.extend(x.to_le_bytes());
+            }
+        }
+        let (input, output) = (dir.join("case.bin"), dir.join("out.bin"));
+        std::fs::write(&input, bytes).unwrap();
+        let st = Command::new(exe).arg(&input).arg(&output).status().unwrap();
+        assert!(st.success(), "the emulated kernel failed: {st}");
+        std::fs::read(&output)
+            .unwrap()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
+    }
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(
+            0.0,
+            |m, d| if d.is_nan() { f32::INFINITY } else { m.max(d) },
+        )
+}
+
+#[test]
+fn attention_kernels_match_the_reference_under_emulation() {
+    let dir = std::env::temp_dir().join(format!("ats-kernel-emu-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = match build(&dir) {
+        Ok(e) => e,
+        Err(why) => {
+            let required = std::env::var("ATS_REQUIRE_EMULATION").is_ok_and(|v| v == "1");
+            assert!(
+                !required,
+                "ATS_REQUIRE_EMULATION=1 but the emulator cannot be built: {why}"
+            );
+            eprintln!("skipping the kernel emulation: {why}");
+            return;
+        }
+    };
+    // (queries, keys, (heads, kv heads), head size, mask, f16 cache, SMs)
+    let decode_cases = [
+        (1, 300, (32, 8), 128, CAUSAL, true, 132), // Llama-3-8B decode, 3 splits
+        (1, 300, (32, 8), 128, CAUSAL, true, 1),   // the same in one split
+        (1, 77, (9, 3), 64, CAUSAL, false, 132),   // SmolLM2 heads, a partial tile
+        (2, 161, (8, 2), 256, CAUSAL, true, 132),  // two rows: the second sees one key more
+        (1, 1, (8, 1), 64, CAUSAL, false, 132),    // the first token
+        (1, 520, (8, 8), 128, FULL, false, 64),    // no grouping, full mask
+    ];
+    for (n_q, n_keys, heads, d, mask, f16, sm) in decode_cases {
+        let c = Case::new(n_q, n_keys, heads, d, mask, f16);
+        let got = c.emulate(&exe, &dir, true, sm);
+        let diff = max_diff(&got, &c.reference());
+        eprintln!(
+            "decode {n_q}x{n_keys} heads {heads:?} d {d} mask {mask} f16 {f16}: max |diff| {diff:.2e}"
+        );
+        assert!(
+            diff < 2e-5,
+            "decode {n_q}x{n_keys} {heads:?} d {d}: max |diff| {diff}"
+        );
+    }
+    // the general kernel, which the GPU tests already check on a device:
+    // agreement here is what says the emulator itself is right
+    for (n_q, n_keys, heads, d, mask, f16) in [
+        (5, 40, (8, 2), 64, CAUSAL, true),
+        (1, 600, (4, 2), 64, CAUSAL, false),
+    ] {
+        let c = Case::new(n_q, n_keys, heads, d, mask, f16);
+        let diff = max_diff(&c.emulate(&exe, &dir, false, 132), &c.reference());
+        eprintln!("general {n_q}x{n_keys} heads {heads:?} d {d}: max |diff| {diff:.2e}");
+        assert!(
+            diff < 2e-5,
+            "general {n_q}x{n_keys} {heads:?} d {d}: max |diff| {diff}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
