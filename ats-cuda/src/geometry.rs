@@ -63,6 +63,20 @@ pub fn matvec(rows: usize) -> LaunchConfig {
     }
 }
 
+/// Warps per block of `matvec_wide_*` (`MVW_WARPS`).
+pub const MVW_WARPS: u32 = 4;
+/// Rows per warp of `matvec_wide_*` (`MVW_ROWS`).
+pub const MVW_ROWS: u32 = 2;
+
+/// `matvec_wide_*` over `rows` output rows.
+pub fn matvec_wide(rows: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: ((rows as u32).div_ceil(MVW_WARPS * MVW_ROWS), 1, 1),
+        block_dim: (MVW_WARPS * 32, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 /// `mm_*` over `rows` weight rows and `n_tok` tokens (or tile rows).
 pub fn matmul(rows: usize, tiles_y: u32) -> LaunchConfig {
     LaunchConfig {

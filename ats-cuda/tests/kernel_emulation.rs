@@ -1,4 +1,4 @@
-//! The attention kernels run on the host under the emulator in
+//! The attention and decode matrix-vector kernels run on the host under the emulator in
 //! `tests/emulate` (every CUDA thread a host thread, barriers for
 //! `__syncthreads` and shuffles), launched with the geometry the backend
 //! uses, against attention computed here in f64. This checks the kernels'
@@ -12,27 +12,29 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ats_cuda::geometry::{attn_splits, attn_tiles, decode_launch};
+use ats_core::dtype::DType;
+use ats_core::quant;
+use ats_cuda::geometry::{self, attn_splits, attn_tiles, decode_launch};
 use ats_cuda::kernels::Module;
 use half::f16;
 
 const CAUSAL: i32 = 0;
 const FULL: i32 = 1;
 
-/// The emulated attention module, compiled once into `dir`; `None` (and why) without a compiler.
-fn build(dir: &Path) -> Result<PathBuf, String> {
+/// `module` with `driver` after it, compiled into `dir`; `Err` (why) when
+/// there is no C++ compiler to run.
+fn build(dir: &Path, module: Module, driver: &str) -> Result<PathBuf, String> {
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
     let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/emulate");
-    let driver =
-        std::fs::read_to_string(here.join("attention_driver.cpp")).map_err(|e| e.to_string())?;
+    let driver = std::fs::read_to_string(here.join(driver)).map_err(|e| e.to_string())?;
     let src = format!(
         "#include \"{}\"\n{}\n{}",
         here.join("emu.h").display(),
-        Module::Attention.source(),
+        module.source(),
         driver
     );
-    let cpp = dir.join("attention_emu.cpp");
-    let exe = dir.join("attention_emu");
+    let cpp = dir.join("emu.cpp");
+    let exe = dir.join("emu");
     std::fs::write(&cpp, src).map_err(|e| e.to_string())?;
     let out = Command::new(&cxx)
         .args([
@@ -51,11 +53,56 @@ fn build(dir: &Path) -> Result<PathBuf, String> {
     if !out.status.success() {
         // a compiler that runs but rejects the source is a failure, not a skip
         panic!(
-            "the emulated attention kernels do not compile:\n{}",
+            "{} does not compile under the emulator:\n{}",
+            module.file_name(),
             String::from_utf8_lossy(&out.stderr)
         );
     }
     Ok(exe)
+}
+
+/// A scratch folder and the emulated `module`, or `None` (the test passes
+/// with a printed reason) when no compiler is there and CI does not require one.
+fn emulator(test: &str, module: Module, driver: &str) -> Option<(PathBuf, PathBuf)> {
+    let dir = std::env::temp_dir().join(format!("ats-emu-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    match build(&dir, module, driver) {
+        Ok(exe) => Some((dir, exe)),
+        Err(why) => {
+            let required = std::env::var("ATS_REQUIRE_EMULATION").is_ok_and(|v| v == "1");
+            assert!(
+                !required,
+                "ATS_REQUIRE_EMULATION=1 but the emulator cannot be built: {why}"
+            );
+            eprintln!("skipping the kernel emulation: {why}");
+            None
+        }
+    }
+}
+
+/// Runs `exe` on `input` and reads the f32 values it writes.
+fn run(exe: &Path, dir: &Path, input: Vec<u8>) -> Vec<f32> {
+    let (inp, out) = (dir.join("case.bin"), dir.join("out.bin"));
+    std::fs::write(&inp, input).unwrap();
+    let st = Command::new(exe).arg(&inp).arg(&out).status().unwrap();
+    assert!(st.success(), "the emulated kernel failed: {st}");
+    std::fs::read(&out)
+        .unwrap()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+/// A small deterministic generator of values in [-amp, amp).
+fn values(seed: &mut u64, n: usize, amp: f32) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            *seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((*seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * amp
+        })
+        .collect()
 }
 
 /// One attention call: shapes, mask and data.
@@ -82,16 +129,7 @@ impl Case {
         f16: bool,
     ) -> Case {
         let mut seed = (n_q * 7919 + n_keys * 31 + d + heads.0) as u64;
-        let mut rnd = |n: usize, amp: f32| -> Vec<f32> {
-            (0..n)
-                .map(|_| {
-                    seed = seed
-                        .wrapping_mul(6364136223846793005)
-                        .wrapping_add(1442695040888963407);
-                    ((seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * amp
-                })
-                .collect()
-        };
+        let mut rnd = |n: usize, amp: f32| values(&mut seed, n, amp);
         let q = rnd(n_q * heads.0 * d, 1.0);
         let kv = n_keys * heads.1 * d;
         // keys large enough that the softmax is far from uniform
@@ -220,15 +258,7 @@ impl Case {
                 bytes.extend(x.to_le_bytes());
             }
         }
-        let (input, output) = (dir.join("case.bin"), dir.join("out.bin"));
-        std::fs::write(&input, bytes).unwrap();
-        let st = Command::new(exe).arg(&input).arg(&output).status().unwrap();
-        assert!(st.success(), "the emulated kernel failed: {st}");
-        std::fs::read(&output)
-            .unwrap()
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect()
+        run(exe, dir, bytes)
     }
 }
 
@@ -245,19 +275,8 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
 
 #[test]
 fn attention_kernels_match_the_reference_under_emulation() {
-    let dir = std::env::temp_dir().join(format!("ats-kernel-emu-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = match build(&dir) {
-        Ok(e) => e,
-        Err(why) => {
-            let required = std::env::var("ATS_REQUIRE_EMULATION").is_ok_and(|v| v == "1");
-            assert!(
-                !required,
-                "ATS_REQUIRE_EMULATION=1 but the emulator cannot be built: {why}"
-            );
-            eprintln!("skipping the kernel emulation: {why}");
-            return;
-        }
+    let Some((dir, exe)) = emulator("attention", Module::Attention, "attention_driver.cpp") else {
+        return;
     };
     // (queries, keys, (heads, kv heads), head size, mask, f16 cache, SMs)
     let decode_cases = [
@@ -293,6 +312,102 @@ fn attention_kernels_match_the_reference_under_emulation() {
             diff < 2e-5,
             "general {n_q}x{n_keys} {heads:?} d {d}: max |diff| {diff}"
         );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A decode product: `x` holds `x.len() / cols` tokens.
+struct Product<'a> {
+    dtype: DType,
+    rows: usize,
+    cols: usize,
+    w: &'a [u8],
+    x: &'a [f32],
+    bias: Option<&'a [f32]>,
+}
+
+impl Product<'_> {
+    /// `y` through the emulated `matvec_*` (chunked) or `matvec_wide_*` kernel.
+    fn emulate(&self, exe: &Path, dir: &Path, wide: bool) -> Vec<f32> {
+        let cfg = if wide {
+            geometry::matvec_wide(self.rows)
+        } else {
+            geometry::matvec(self.rows)
+        };
+        let id = match self.dtype {
+            DType::Q4K => 12,
+            DType::Q6K => 14,
+            _ => unreachable!("the test's types"),
+        };
+        let ints = [
+            wide as i32,
+            id,
+            self.rows as i32,
+            self.cols as i32,
+            (self.x.len() / self.cols) as i32,
+            (self.w.len() / self.rows) as i32,
+            self.bias.is_some() as i32,
+            cfg.grid_dim.0 as i32,
+            cfg.block_dim.0 as i32,
+        ];
+        let mut bytes: Vec<u8> = ints.iter().flat_map(|i| i.to_le_bytes()).collect();
+        bytes.extend_from_slice(self.w);
+        self.x
+            .iter()
+            .chain(self.bias.unwrap_or(&[]))
+            .for_each(|v| bytes.extend(v.to_le_bytes()));
+        run(exe, dir, bytes)
+    }
+}
+
+#[test]
+fn decode_matvec_kernels_match_the_reference_under_emulation() {
+    let Some((dir, exe)) = emulator("matvec", Module::Matvec, "matvec_driver.cpp") else {
+        return;
+    };
+    let mut seed = 17u64;
+    // (type, rows, cols, tokens, bias): odd row counts leave a warp half full
+    let cases = [
+        (DType::Q4K, 19, 512, 1, false),
+        (DType::Q4K, 8, 2304, 3, true),
+        (DType::Q6K, 19, 512, 1, true),
+        (DType::Q6K, 5, 768, 8, false), // 3 blocks a row: rows 2-byte aligned only
+    ];
+    for (dtype, rows, cols, n_tok, with_bias) in cases {
+        let wf = values(&mut seed, rows * cols, 1.0);
+        let w = quant::quantize(dtype, &wf).unwrap();
+        let deq = quant::dequantize(dtype, &w, rows * cols).unwrap();
+        let x = values(&mut seed, n_tok * cols, 1.0);
+        let bias = with_bias.then(|| values(&mut seed, rows, 1.0));
+        let want: Vec<f32> = (0..n_tok)
+            .flat_map(|t| {
+                let (x, deq, bias) = (&x, &deq, &bias);
+                (0..rows).map(move |r| {
+                    let dot: f64 = (0..cols)
+                        .map(|c| deq[r * cols + c] as f64 * x[t * cols + c] as f64)
+                        .sum();
+                    (dot + bias.as_ref().map_or(0.0, |b| b[r] as f64)) as f32
+                })
+            })
+            .collect();
+        let p = Product {
+            dtype,
+            rows,
+            cols,
+            w: &w,
+            x: &x,
+            bias: bias.as_deref(),
+        };
+        for wide in [false, true] {
+            let got = p.emulate(&exe, &dir, wide);
+            let diff = max_diff(&got, &want);
+            eprintln!("{dtype} {rows}x{cols}, {n_tok} tokens, wide {wide}: max |diff| {diff:.2e}");
+            // sums of up to 2304 products of values near 1
+            assert!(
+                diff < 1e-4,
+                "{dtype} {rows}x{cols} wide {wide}: max |diff| {diff}"
+            );
+        }
     }
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -68,3 +68,209 @@ __device__ __forceinline__ void matvec_impl(const u8* __restrict__ w, u64 row_by
 
 FOR_EACH_DTYPE(MATVEC_KERNEL)
 FOR_EACH_FLOAT_DTYPE(MATVEC_TAIL_KERNEL)
+
+// Wide matrix-vector products for the K-quants of Q4_K_M models (Q4_K for
+// most matrices, Q6_K for attn_v, ffn_down and the output): a lane reads
+// whole 16-byte pieces of a super-block with vector loads (the chunked
+// kernel above reads a byte at a time), and a warp takes MVW_ROWS rows so
+// each activation loaded serves all of them. Sub-block sums are taken over
+// the integer values, then scaled once: w.x = d sc sum(q x) - dmin m sum(x)
+// (Q6_K: d sc (sum(q x) - 32 sum(x))). The rounding differs from the
+// chunked kernel's exact dequantisation by the order of the sums only.
+//
+// Block: MVW_WARPS warps; grid: rows / (MVW_WARPS * MVW_ROWS).
+
+#define MVW_WARPS 4
+#define MVW_ROWS 2
+
+// Byte k (0..11) of a Q4_K/Q5_K scale field held in words a, b, c.
+__device__ __forceinline__ int scale_byte(u32 a, u32 b, u32 c, int k) {
+    const u32 w = k < 4 ? a : k < 8 ? b : c;
+    return (int)((w >> (8 * (k & 3))) & 0xff);
+}
+
+// Scale and min of Q4_K sub-block j from the packed field in words a, b, c.
+__device__ __forceinline__ void scale_min_words(u32 a, u32 b, u32 c, int j, int* sc, int* m) {
+    if (j < 4) {
+        *sc = scale_byte(a, b, c, j) & 63;
+        *m = scale_byte(a, b, c, j + 4) & 63;
+    } else {
+        *sc = (scale_byte(a, b, c, j + 4) & 0x0f) | ((scale_byte(a, b, c, j - 4) >> 6) << 4);
+        *m = (scale_byte(a, b, c, j + 4) >> 4) | ((scale_byte(a, b, c, j) >> 6) << 4);
+    }
+}
+
+// 16 bytes at a 2-byte aligned address (Q6_K blocks are 210 bytes), from
+// aligned words; reads up to 4 bytes past the range, inside the block.
+__device__ __forceinline__ uint4 ld16_a2(const u8* p) {
+    const u64 a = (u64)p;
+    const u32* w = (const u32*)(a & ~(u64)3);
+    const u32 sh = (u32)(a & 3) * 8;
+    uint4 r;
+    r.x = w[0];
+    r.y = w[1];
+    r.z = w[2];
+    r.w = w[3];
+    if (sh != 0) {
+        const u32 w4 = w[4];
+        r.x = (r.x >> sh) | (r.y << (32 - sh));
+        r.y = (r.y >> sh) | (r.z << (32 - sh));
+        r.z = (r.z >> sh) | (r.w << (32 - sh));
+        r.w = (r.w >> sh) | (w4 << (32 - sh));
+    }
+    return r;
+}
+
+// Byte i (0..15) of a 16-byte piece.
+__device__ __forceinline__ u32 piece_byte(const uint4& q, int i) {
+    const u32 w = i < 4 ? q.x : i < 8 ? q.y : i < 12 ? q.z : q.w;
+    return (w >> (8 * (i & 3))) & 0xff;
+}
+
+// 16 activations at p (16-byte aligned) and their sum.
+__device__ __forceinline__ float load16(const float* p, float* x) {
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float4 a = ((const float4*)p)[i];
+        x[4 * i] = a.x;
+        x[4 * i + 1] = a.y;
+        x[4 * i + 2] = a.z;
+        x[4 * i + 3] = a.w;
+        s += (a.x + a.y) + (a.z + a.w);
+    }
+    return s;
+}
+
+// Writes the warp's sums: lane 0 of each row and token.
+__device__ __forceinline__ void mvw_store(float (&acc)[MVW_ROWS][MV_MAX_TOKENS], int row0, int rows,
+                                          int n_tok, float* __restrict__ y,
+                                          const float* __restrict__ bias) {
+    const int lane = threadIdx.x % WARP;
+#pragma unroll
+    for (int r = 0; r < MVW_ROWS; r++) {
+#pragma unroll
+        for (int t = 0; t < MV_MAX_TOKENS; t++) {
+            if (t < n_tok) {
+                const float s = warp_sum(acc[r][t]);
+                if (lane == 0 && row0 + r < rows)
+                    y[(u64)t * rows + row0 + r] = s + (bias ? bias[row0 + r] : 0.0f);
+            }
+        }
+    }
+}
+
+// Q4_K: piece p (0..7) of a block is qs bytes 16p..16p+16, the low nibbles
+// elements 64j + 16h + i of sub-block 2j and the high ones 32 further (2j+1),
+// with j = p / 2, h = p % 2.
+extern "C" __global__ void __launch_bounds__(MVW_WARPS * WARP)
+    matvec_wide_q4_k(const u8* __restrict__ w, u64 row_bytes, int rows, int cols,
+                     const float* __restrict__ x, int n_tok, float* __restrict__ y,
+                     const float* __restrict__ bias) {
+    const int lane = threadIdx.x % WARP;
+    const int row0 = (blockIdx.x * MVW_WARPS + threadIdx.x / WARP) * MVW_ROWS;
+    if (row0 >= rows) return;  // the whole warp
+    float acc[MVW_ROWS][MV_MAX_TOKENS];
+#pragma unroll
+    for (int r = 0; r < MVW_ROWS; r++)
+#pragma unroll
+        for (int t = 0; t < MV_MAX_TOKENS; t++) acc[r][t] = 0.0f;
+    const int pieces = cols / 256 * 8;
+    for (int pc = lane; pc < pieces; pc += WARP) {
+        const int b = pc >> 3, p = pc & 7, j = p >> 1, h = p & 1;
+        uint4 q[MVW_ROWS];
+        float dl[MVW_ROWS][2], ml[MVW_ROWS][2];
+#pragma unroll
+        for (int r = 0; r < MVW_ROWS; r++) {
+            // rows past the end read the last row; their sums are not stored
+            const u8* blk = w + (u64)min(row0 + r, rows - 1) * row_bytes + (u64)b * 144;
+            q[r] = *(const uint4*)(blk + 16 + 16 * p);
+            const uint4 hd = *(const uint4*)blk;
+            const float d = h2f((u16)(hd.x & 0xffff)), dmin = h2f((u16)(hd.x >> 16));
+#pragma unroll
+            for (int s = 0; s < 2; s++) {
+                int sc, m;
+                scale_min_words(hd.y, hd.z, hd.w, 2 * j + s, &sc, &m);
+                dl[r][s] = d * (float)sc;
+                ml[r][s] = dmin * (float)m;
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < MV_MAX_TOKENS; t++) {
+            if (t < n_tok) {
+                const float* xt = x + (u64)t * cols + 256 * b + 64 * j + 16 * h;
+#pragma unroll
+                for (int s = 0; s < 2; s++) {  // low nibbles, then high
+                    float xs[16];
+                    const float sum = load16(xt + 32 * s, xs);
+#pragma unroll
+                    for (int r = 0; r < MVW_ROWS; r++) {
+                        float dot = 0.0f;
+#pragma unroll
+                        for (int i = 0; i < 16; i++)
+                            dot += (float)((piece_byte(q[r], i) >> (4 * s)) & 0x0f) * xs[i];
+                        acc[r][t] += dl[r][s] * dot - ml[r][s] * sum;
+                    }
+                }
+            }
+        }
+    }
+    mvw_store(acc, row0, rows, n_tok, y, bias);
+}
+
+// Q6_K: piece (h, u) (0..3) of a block is elements 128h + 16u + 32k + i,
+// k = 0..3, i < 16: low nibbles of ql bytes 64h + 16u + i (k = 0) and
+// 64h + 32 + 16u + i (k = 1), their high nibbles (k = 2, 3), two bits each
+// from qh bytes 128 + 32h + 16u + i; scale sc[8h + u + 2k].
+extern "C" __global__ void __launch_bounds__(MVW_WARPS * WARP)
+    matvec_wide_q6_k(const u8* __restrict__ w, u64 row_bytes, int rows, int cols,
+                     const float* __restrict__ x, int n_tok, float* __restrict__ y,
+                     const float* __restrict__ bias) {
+    const int lane = threadIdx.x % WARP;
+    const int row0 = (blockIdx.x * MVW_WARPS + threadIdx.x / WARP) * MVW_ROWS;
+    if (row0 >= rows) return;  // the whole warp
+    float acc[MVW_ROWS][MV_MAX_TOKENS];
+#pragma unroll
+    for (int r = 0; r < MVW_ROWS; r++)
+#pragma unroll
+        for (int t = 0; t < MV_MAX_TOKENS; t++) acc[r][t] = 0.0f;
+    const int pieces = cols / 256 * 4;
+    for (int pc = lane; pc < pieces; pc += WARP) {
+        const int b = pc >> 2, h = (pc >> 1) & 1, u = pc & 1;
+        uint4 ql[MVW_ROWS][2], qh[MVW_ROWS];
+        float ds[MVW_ROWS][4];
+#pragma unroll
+        for (int r = 0; r < MVW_ROWS; r++) {
+            const u8* blk = w + (u64)min(row0 + r, rows - 1) * row_bytes + (u64)b * 210;
+            ql[r][0] = ld16_a2(blk + 64 * h + 16 * u);
+            ql[r][1] = ld16_a2(blk + 64 * h + 32 + 16 * u);
+            qh[r] = ld16_a2(blk + 128 + 32 * h + 16 * u);
+            const float d = h2f(*(const u16*)(blk + 208));
+#pragma unroll
+            for (int k = 0; k < 4; k++) ds[r][k] = d * (float)(i8)blk[192 + 8 * h + u + 2 * k];
+        }
+#pragma unroll
+        for (int t = 0; t < MV_MAX_TOKENS; t++) {
+            if (t < n_tok) {
+                const float* xt = x + (u64)t * cols + 256 * b + 128 * h + 16 * u;
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    float xs[16];
+                    const float sum = load16(xt + 32 * k, xs);
+#pragma unroll
+                    for (int r = 0; r < MVW_ROWS; r++) {
+                        float dot = 0.0f;
+#pragma unroll
+                        for (int i = 0; i < 16; i++) {
+                            const u32 lo = (piece_byte(ql[r][k & 1], i) >> (4 * (k >> 1))) & 0x0f;
+                            const u32 hi = (piece_byte(qh[r], i) >> (2 * k)) & 3;
+                            dot += (float)(lo | (hi << 4)) * xs[i];
+                        }
+                        acc[r][t] += ds[r][k] * (dot - 32.0f * sum);
+                    }
+                }
+            }
+        }
+    }
+    mvw_store(acc, row0, rows, n_tok, y, bias);
+}

@@ -1,7 +1,8 @@
 //! `y = x W^T (+ bias)` for every weight type.
 //!
 //! - Up to [`MV_MAX_TOKENS`] tokens (decode): `matvec_*`, which reads each
-//!   weight row once and dequantises it in registers.
+//!   weight row once and dequantises it in registers; for Q4_K and Q6_K
+//!   `matvec_wide_*`, with 16-byte loads and two rows per warp.
 //! - More tokens with cuBLAS: F32 weights go to an f32 GEMM in place (no
 //!   TF32); F16 weights to an f16 GEMM with the activations converted to f16;
 //!   BF16 weights are dequantised to f32 tiles; quantised weights are
@@ -48,6 +49,20 @@ pub(crate) fn node(n: &Node<'_>, scratch: &mut Carver) -> Result<(), DeviceError
     product(n.dev, &w, x, nx, o, bias, scratch).map_err(|e| n.cu(e))
 }
 
+/// The wide decode kernel for `w`, when there is one for its type: Q4_K
+/// (16-byte loads: the weight and the activations 16-byte aligned) and Q6_K
+/// (2-byte aligned blocks, read through aligned words).
+fn wide_matvec(w: &WeightRef, x: CUdeviceptr) -> Option<&'static str> {
+    if !x.is_multiple_of(16) || !w.cols.is_multiple_of(256) {
+        return None;
+    }
+    match w.dtype {
+        DType::Q4K if w.ptr.is_multiple_of(16) => Some("matvec_wide_q4_k"),
+        DType::Q6K if w.ptr.is_multiple_of(4) => Some("matvec_wide_q6_k"),
+        _ => None,
+    }
+}
+
 fn launch_err(e: String) -> CudaError {
     CudaError::Launch(e)
 }
@@ -75,6 +90,23 @@ pub(crate) fn product(
     let sfx = dtype_suffix(w.dtype);
     let (rows, cols, rb) = (w.rows as i32, w.cols as i32, w.row_bytes());
     if n_tok <= MV_MAX_TOKENS {
+        if let Some(name) = wide_matvec(w, x) {
+            let f = dev.kernels.function(Module::Matvec, name)?;
+            let nt = n_tok as i32;
+            let mut b = dev.streams.compute.launch_builder(&f);
+            b.arg(&w.ptr)
+                .arg(&rb)
+                .arg(&rows)
+                .arg(&cols)
+                .arg(&x)
+                .arg(&nt)
+                .arg(&y)
+                .arg(&bias);
+            // SAFETY: as for the chunked kernel below; wide_matvec checked
+            // the alignment its vector loads need.
+            drv(name, unsafe { b.launch(geometry::matvec_wide(w.rows)) })?;
+            return Ok(());
+        }
         let name = if tail {
             format!("matvec_tail_{sfx}")
         } else {
