@@ -19,6 +19,10 @@ pub struct BenchArgs {
     /// Generated tokens per tg test (0: skip).
     #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
     n_gen: usize,
+    /// Tokens already in the context before each test (llama-bench's
+    /// `-d`): prefilled, untimed, so the test runs at that depth.
+    #[arg(short = 'd', long = "n-depth", default_value_t = 0)]
+    n_depth: usize,
     /// Repetitions.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     reps: usize,
@@ -47,32 +51,50 @@ pub fn run(a: BenchArgs) -> Result<()> {
         usage_bail!("nothing to measure: -p and -n are both 0");
     }
     let mut model = a.model.clone();
-    model.ctx = Some(model.ctx.unwrap_or((a.n_prompt + a.n_gen).max(1)));
+    model.ctx = Some(
+        model
+            .ctx
+            .unwrap_or(a.n_depth + a.n_prompt.max(a.n_gen).max(1)),
+    );
     let mut loaded = load::load(&model, false)?;
     let engine = &mut loaded.engine;
     let vocab = engine.spec().hp.n_vocab as u32;
     let mut rng = rand::rngs::StdRng::seed_from_u64(1234);
     let mut tokens =
         |n: usize| -> Vec<u32> { (0..n).map(|_| rng.random_range(0..vocab)).collect() };
+    let depth = tokens(a.n_depth);
+    // an empty context, or one holding the depth tokens (untimed)
+    let start = |engine: &mut ats_sched::engine::Engine| -> Result<()> {
+        engine.reset();
+        if !depth.is_empty() {
+            engine.prefill(&depth, false)?;
+        }
+        Ok(())
+    };
+    let at = if a.n_depth > 0 {
+        format!(" @ d{}", a.n_depth)
+    } else {
+        String::new()
+    };
     let mut results = Vec::new();
     if a.n_prompt > 0 {
-        // warm-up, then timed repetitions from an empty context
+        // warm-up, then timed repetitions
         let p = tokens(a.n_prompt);
-        engine.reset();
+        start(engine)?;
         engine.prefill(&p, false)?;
         let mut tps = Vec::new();
         for _ in 0..a.reps {
-            engine.reset();
+            start(engine)?;
             let t = std::time::Instant::now();
             engine.prefill(&p, false)?;
             tps.push(a.n_prompt as f64 / t.elapsed().as_secs_f64());
         }
-        results.push((format!("pp{}", a.n_prompt), a.n_prompt, tps));
+        results.push((format!("pp{}{at}", a.n_prompt), a.n_prompt, tps));
     }
     if a.n_gen > 0 {
         let g = tokens(a.n_gen);
         // warm-up, through the decode audition so that the timed runs use its winner
-        engine.reset();
+        start(engine)?;
         engine.decode(g[0])?;
         for &id in g.iter().skip(1) {
             if !engine.planner().auditioning() {
@@ -82,14 +104,14 @@ pub fn run(a: BenchArgs) -> Result<()> {
         }
         let mut tps = Vec::new();
         for _ in 0..a.reps {
-            engine.reset();
+            start(engine)?;
             let t = std::time::Instant::now();
             for &id in &g {
                 engine.decode(id)?;
             }
             tps.push(a.n_gen as f64 / t.elapsed().as_secs_f64());
         }
-        results.push((format!("tg{}", a.n_gen), a.n_gen, tps));
+        results.push((format!("tg{}{at}", a.n_gen), a.n_gen, tps));
     }
     let threads = engine.executor().devices()[0]
         .info()
@@ -117,6 +139,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             "policy": model.policy.name(),
             "vram_budget": model.vram,
             "repetitions": a.reps,
+            "n_depth": a.n_depth,
             "tests": tests,
             "decode_plan": engine.plan_set().tiers.first().map(|t| t.kind),
             "audition": engine.planner().last_audition(),

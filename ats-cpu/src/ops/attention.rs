@@ -3,10 +3,11 @@
 //! key/value block; causal, full and segment (window) masks.
 
 use half::f16;
-use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
-use super::vec::{axpy, dot, scale};
+use super::decode_attention;
+use super::online_softmax::{self, Block, State};
+use super::vec::{f16_to_f32, scale};
 
 /// Keys and values: rows of `n_kv_heads * head_dim`.
 #[derive(Clone, Copy, Debug)]
@@ -45,7 +46,7 @@ pub enum KeyRange<'a> {
 }
 
 impl KeyRange<'_> {
-    fn of(&self, r: usize, n_keys: usize) -> (usize, usize) {
+    pub(crate) fn of(&self, r: usize, n_keys: usize) -> (usize, usize) {
         match *self {
             KeyRange::Causal { offset } => (0, (offset + r + 1).min(n_keys)),
             KeyRange::Full => (0, n_keys),
@@ -104,8 +105,12 @@ impl AttnShape {
         4 * (qb * group * (hd + 2) + 2 * k * hd + k) + 16 * qb
     }
 
-    /// Scratch bytes of a whole call on `threads` threads (each runs one task at a time).
+    /// Scratch bytes of a whole call on `threads` threads (each runs one
+    /// task at a time); decode shapes take the key-split path's.
     pub fn scratch_bytes(&self, threads: usize) -> u64 {
+        if let Some(splits) = decode_attention::splits(self) {
+            return decode_attention::scratch_bytes(self, splits, threads);
+        }
         self.tasks().min(threads.max(1)) as u64 * self.task_scratch_bytes()
     }
 }
@@ -150,7 +155,6 @@ struct Scratch {
     l: Vec<f32>,
     kbuf: Vec<f32>,
     vbuf: Vec<f32>,
-    scores: Vec<f32>,
     bounds: Vec<(usize, usize)>,
 }
 
@@ -164,7 +168,6 @@ impl Scratch {
             l: vec![0.0; qb * group],
             kbuf: vec![0.0; K_BLOCK * hd],
             vbuf: vec![0.0; K_BLOCK * hd],
-            scores: vec![0.0; K_BLOCK],
             bounds: Vec::with_capacity(qb),
         }
     }
@@ -188,6 +191,9 @@ pub fn flash_attention(
         out.len() >= s.n_queries * q_width,
         "attention output too small"
     );
+    if let Some(splits) = decode_attention::splits(&s) {
+        return decode_attention::split_attention(q, kv, range, out, s, splits);
+    }
     let shared = SharedOut {
         ptr: out.as_mut_ptr(),
         len: out.len(),
@@ -236,7 +242,7 @@ fn block(
     m.fill(f32::NEG_INFINITY);
     let l = &mut sc.l[..rows * group];
     l.fill(0.0);
-    let (kbuf, vbuf, scores) = (&mut sc.kbuf, &mut sc.vbuf, &mut sc.scores);
+    let (kbuf, vbuf) = (&mut sc.kbuf, &mut sc.vbuf);
 
     let mut kb = k_lo;
     while kb < k_hi {
@@ -251,8 +257,8 @@ fn block(
                     vd.copy_from_slice(&v[src..src + hd]);
                 }
                 KvRows::F16 { k, v } => {
-                    k[src..src + hd].convert_to_f32_slice(kd);
-                    v[src..src + hd].convert_to_f32_slice(vd);
+                    f16_to_f32(&k[src..src + hd], kd);
+                    f16_to_f32(&v[src..src + hd], vd);
                 }
             }
         }
@@ -264,25 +270,18 @@ fn block(
             for h in 0..group {
                 let qh = &q[(r0 + i) * q_width + (g * group + h) * hd..][..hd];
                 let idx = i * group + h;
-                let mut mx = m[idx];
-                for j in j0..j1 {
-                    let sc = dot(qh, &kbuf[(j - kb) * hd..][..hd]) * s.scale;
-                    scores[j - kb] = sc;
-                    mx = mx.max(sc);
-                }
-                let a = &mut acc[idx * hd..][..hd];
-                if mx > m[idx] {
-                    // rescale what was accumulated under the old maximum
-                    let corr = (m[idx] - mx).exp();
-                    l[idx] *= corr;
-                    scale(a, corr);
-                    m[idx] = mx;
-                }
-                for j in j0..j1 {
-                    let p = (scores[j - kb] - mx).exp();
-                    l[idx] += p;
-                    axpy(a, p, &vbuf[(j - kb) * hd..][..hd]);
-                }
+                let b = Block {
+                    k: &kbuf[(j0 - kb) * hd..],
+                    v: &vbuf[(j0 - kb) * hd..],
+                    stride: hd,
+                    n: j1 - j0,
+                };
+                let st = State {
+                    m: &mut m[idx],
+                    l: &mut l[idx],
+                    acc: &mut acc[idx * hd..][..hd],
+                };
+                online_softmax::update(qh, b, s.scale, st);
             }
         }
         kb += n;
@@ -339,8 +338,20 @@ mod tests {
     #[test]
     fn matches_naive_attention_for_every_mask() {
         let bounds = [5usize, 37, 70, 100];
+        let decode_bounds = [300usize, 301, 900];
         for (nq, nk, range) in [
             (1usize, 130usize, KeyRange::Causal { offset: 129 }),
+            // decode shapes: the key-split path (uneven last split, 8 splits)
+            (1, 1000, KeyRange::Causal { offset: 999 }),
+            (3, 700, KeyRange::Causal { offset: 697 }),
+            (8, 300, KeyRange::Full),
+            (
+                4,
+                1000,
+                KeyRange::Segments {
+                    bounds: &decode_bounds,
+                },
+            ),
             (40, 40, KeyRange::Causal { offset: 0 }),
             (33, 100, KeyRange::Causal { offset: 67 }),
             (100, 100, KeyRange::Full),
@@ -359,6 +370,7 @@ mod tests {
             let k = data(nk * 32, 2.0);
             let v = data(nk * 32, 3.0);
             let want = naive(&q, &k, &v, range, s);
+            assert_eq!(decode_attention::splits(&s).is_some(), nk >= 256 && nq <= 8);
             // every Q chunk gives the same result: 1 row, uneven, default, all rows
             for q_block in [1, 7, 0, 1000] {
                 s.q_block = q_block;
@@ -407,5 +419,11 @@ mod tests {
         s.q_block = 5000;
         assert_eq!(s.tasks(), 16);
         assert_eq!(s.scratch_bytes(64), 16 * s.task_scratch_bytes());
+        // decode (the key-split path): bounded whatever the context
+        s.n_queries = 1;
+        let at = |n_keys: usize| AttnShape { n_keys, ..s }.scratch_bytes(16);
+        assert_eq!(at(100_000), at(1_000_000));
+        assert!(at(1_000_000) < 64 * 16 * 82 * 4 + 16 * (2 * 16 * 16 * 80 + 16) * 4 + 1);
+        assert!(at(300) < at(100_000));
     }
 }

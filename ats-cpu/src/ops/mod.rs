@@ -2,10 +2,12 @@
 
 pub mod attention;
 pub mod cols;
+mod decode_attention;
 pub mod elementwise;
 pub mod embed;
 pub mod moe;
 pub mod norm;
+mod online_softmax;
 pub mod rope;
 pub mod rows;
 pub mod vec;

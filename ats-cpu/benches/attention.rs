@@ -1,0 +1,67 @@
+//! Decode attention benchmarks: one query row over an f16 KV cache of
+//! 512 and 2048 keys, at the Llama-3-8B (32 heads, 8 KV heads of 128) and
+//! SmolLM2-135M (9 heads, 3 KV heads of 64) shapes, on the rayon pool's
+//! threads. Throughput in bytes of the cache read (keys and values).
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use ats_cpu::ops::attention::{AttnShape, KeyRange, KvRows, flash_attention};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use half::f16;
+
+fn values(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s % 2001) as f32 / 1000.0 - 1.0
+        })
+        .collect()
+}
+
+fn decode(c: &mut Criterion) {
+    let mut g = c.benchmark_group("attention_decode");
+    g.measurement_time(Duration::from_secs(3));
+    for (model, heads, kv_heads, hd) in [("llama-8b", 32, 8, 128), ("smollm2", 9, 3, 64)] {
+        for ctx in [512usize, 2048] {
+            let q = values(heads * hd, 1);
+            let k: Vec<f16> = values(ctx * kv_heads * hd, 2)
+                .into_iter()
+                .map(f16::from_f32)
+                .collect();
+            let v: Vec<f16> = values(ctx * kv_heads * hd, 3)
+                .into_iter()
+                .map(f16::from_f32)
+                .collect();
+            let mut out = vec![0f32; heads * hd];
+            let shape = AttnShape {
+                n_heads: heads,
+                n_kv_heads: kv_heads,
+                head_dim: hd,
+                scale: 1.0 / (hd as f32).sqrt(),
+                n_queries: 1,
+                n_keys: ctx,
+                q_block: 0,
+            };
+            g.throughput(Throughput::Bytes((2 * k.len() * 2) as u64));
+            g.bench_function(BenchmarkId::new(model, ctx), |b| {
+                b.iter(|| {
+                    flash_attention(
+                        black_box(&q),
+                        KvRows::F16 { k: &k, v: &v },
+                        KeyRange::Causal { offset: ctx - 1 },
+                        &mut out,
+                        shape,
+                    )
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, decode);
+criterion_main!(benches);

@@ -1,0 +1,126 @@
+//! Attention of a few query rows over many keys (decode): tasks take key
+//! splits rather than KV heads, so each streams whole cache rows (all heads
+//! of a key are contiguous) and there are enough tasks for every thread even
+//! with few KV heads; the splits' softmax states are merged after. The
+//! general path (one task per KV head) read 256-byte pieces 2 KB apart and
+//! had 8 tasks for a Llama-3-8B decode step.
+
+use rayon::prelude::*;
+
+use super::attention::{AttnShape, KeyRange, KvRows};
+use super::online_softmax::{self, Block, State};
+use super::vec::{axpy, f16_to_f32, scale};
+
+/// Most query rows the split path takes.
+const MAX_QUERIES: usize = 8;
+/// Fewest keys per split.
+const SPLIT_MIN_KEYS: usize = 128;
+/// Most splits: bounds the partial states whatever the context.
+const MAX_SPLITS: usize = 64;
+/// Cache rows converted to f32 at once.
+const ROWS: usize = 16;
+
+/// Key splits for `s`, or `None` when the general path takes the shape.
+/// Depends on the shape only, so results do not depend on the thread count.
+pub(crate) fn splits(s: &AttnShape) -> Option<usize> {
+    (s.n_queries <= MAX_QUERIES && s.n_keys >= 2 * SPLIT_MIN_KEYS)
+        .then(|| s.n_keys.div_ceil(SPLIT_MIN_KEYS).min(MAX_SPLITS))
+}
+
+/// Scratch bytes of the split path on `threads` threads: the partial states
+/// of every split, and per running task its converted rows and scores.
+pub(crate) fn scratch_bytes(s: &AttnShape, splits: usize, threads: usize) -> u64 {
+    let states = (s.n_queries * s.n_heads * (s.head_dim + 2)) as u64;
+    let task = (2 * ROWS * s.n_kv_heads * s.head_dim + ROWS) as u64;
+    4 * (splits as u64 * states + splits.min(threads.max(1)) as u64 * task)
+}
+
+/// [`super::attention::flash_attention`] over `splits` key splits.
+pub(crate) fn split_attention(
+    q: &[f32],
+    kv: KvRows<'_>,
+    range: KeyRange<'_>,
+    out: &mut [f32],
+    s: AttnShape,
+    splits: usize,
+) {
+    let (hd, nh) = (s.head_dim, s.n_heads);
+    let group = nh / s.n_kv_heads;
+    let kvw = s.n_kv_heads * hd;
+    let states = s.n_queries * nh;
+    // per split: acc[states][hd], then m[states], then l[states]
+    let stride = states * (hd + 2);
+    let per = s.n_keys.div_ceil(splits);
+    let mut parts = vec![0f32; splits * stride];
+    parts.par_chunks_mut(stride).enumerate().for_each_init(
+        || (vec![0f32; ROWS * kvw], vec![0f32; ROWS * kvw]),
+        |(kb, vb), (i, part)| {
+            let (a, b) = (i * per, ((i + 1) * per).min(s.n_keys));
+            let (acc, ml) = part.split_at_mut(states * hd);
+            let (m, l) = ml.split_at_mut(states);
+            m.fill(f32::NEG_INFINITY);
+            let mut j0 = a;
+            while j0 < b {
+                let n = ROWS.min(b - j0);
+                let rows = j0 * kvw..(j0 + n) * kvw;
+                match kv {
+                    KvRows::F32 { k, v } => {
+                        kb[..n * kvw].copy_from_slice(&k[rows.clone()]);
+                        vb[..n * kvw].copy_from_slice(&v[rows]);
+                    }
+                    KvRows::F16 { k, v } => {
+                        f16_to_f32(&k[rows.clone()], &mut kb[..n * kvw]);
+                        f16_to_f32(&v[rows], &mut vb[..n * kvw]);
+                    }
+                }
+                for r in 0..s.n_queries {
+                    let (lo, hi) = range.of(r, s.n_keys);
+                    let (x0, x1) = (lo.max(j0), hi.min(j0 + n));
+                    if x0 >= x1 {
+                        continue;
+                    }
+                    for h in 0..nh {
+                        let off = (h / group) * hd;
+                        let idx = r * nh + h;
+                        let b = Block {
+                            k: &kb[(x0 - j0) * kvw + off..],
+                            v: &vb[(x0 - j0) * kvw + off..],
+                            stride: kvw,
+                            n: x1 - x0,
+                        };
+                        let st = State {
+                            m: &mut m[idx],
+                            l: &mut l[idx],
+                            acc: &mut acc[idx * hd..][..hd],
+                        };
+                        online_softmax::update(&q[idx * hd..][..hd], b, s.scale, st);
+                    }
+                }
+                j0 += n;
+            }
+        },
+    );
+    // out = sum_i acc_i e^(m_i - M) / sum_i l_i e^(m_i - M)
+    for idx in 0..states {
+        let o = &mut out[idx * hd..][..hd];
+        o.fill(0.0);
+        let mx = (0..splits)
+            .map(|i| parts[i * stride + states * hd + idx])
+            .fold(f32::NEG_INFINITY, f32::max);
+        if mx == f32::NEG_INFINITY {
+            continue; // no key in range: zeros, as the general path gives
+        }
+        let mut total = 0.0;
+        for i in 0..splits {
+            let p = &parts[i * stride..][..stride];
+            let mi = p[states * hd + idx];
+            if mi == f32::NEG_INFINITY {
+                continue;
+            }
+            let e = (mi - mx).exp();
+            total += p[states * hd + states + idx] * e;
+            axpy(o, e, &p[idx * hd..][..hd]);
+        }
+        scale(o, 1.0 / total);
+    }
+}

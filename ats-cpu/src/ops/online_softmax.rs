@@ -1,0 +1,309 @@
+//! One attention head over one block of keys: the scores, then the online
+//! softmax update of the head's running maximum `m`, sum `l` and weighted
+//! values `acc`. Both attention paths call it for every (head, key block);
+//! the AVX2 path keeps the accumulators in registers across the block's keys
+//! and takes the exponentials eight at a time.
+
+use super::vec::{axpy, dot, scale};
+
+/// Keys and values of one block for one head: row `j` of the keys is
+/// `k[j * stride..][..head_dim]`, likewise the values.
+#[derive(Clone, Copy)]
+pub(crate) struct Block<'a> {
+    /// Keys, from the first row's head offset.
+    pub k: &'a [f32],
+    /// Values, from the first row's head offset.
+    pub v: &'a [f32],
+    /// Floats from one row to the next.
+    pub stride: usize,
+    /// Rows in the block (at most [`MAX_KEYS`]).
+    pub n: usize,
+}
+
+/// Most keys a block holds.
+pub(crate) const MAX_KEYS: usize = 64;
+
+/// The running softmax state of one head: maximum, sum, weighted values.
+pub(crate) struct State<'a> {
+    /// Largest score seen.
+    pub m: &'a mut f32,
+    /// Sum of `exp(score - m)`.
+    pub l: &'a mut f32,
+    /// Sum of `exp(score - m) * value`.
+    pub acc: &'a mut [f32],
+}
+
+/// Updates `st` with the keys of `b` for query `q` (scores scaled by `scale`).
+pub(crate) fn update(q: &[f32], b: Block<'_>, scale_by: f32, st: State<'_>) {
+    debug_assert!(b.n <= MAX_KEYS);
+    #[cfg(target_arch = "x86_64")]
+    if super::vec::has_avx2() && q.len().is_multiple_of(8) && q.len() <= 256 {
+        // SAFETY: AVX2/FMA detected; the head size is a multiple of 8 up to
+        // 256 (the accumulator tiles); rows are inside the slices (checked
+        // by the indexing of the portable path's contract, asserted below).
+        assert!(b.n == 0 || (b.n - 1) * b.stride + q.len() <= b.k.len().min(b.v.len()));
+        return unsafe { avx2::update(q, b, scale_by, st) };
+    }
+    update_scalar(q, b, scale_by, st)
+}
+
+/// [`update`], portable.
+pub(crate) fn update_scalar(q: &[f32], b: Block<'_>, scale_by: f32, st: State<'_>) {
+    let hd = q.len();
+    let mut sc = [0f32; MAX_KEYS];
+    let mut mx = *st.m;
+    for (j, s) in sc.iter_mut().enumerate().take(b.n) {
+        *s = dot(q, &b.k[j * b.stride..][..hd]) * scale_by;
+        mx = mx.max(*s);
+    }
+    if mx > *st.m {
+        // rescale what was accumulated under the old maximum
+        let corr = (*st.m - mx).exp();
+        *st.l *= corr;
+        scale(st.acc, corr);
+        *st.m = mx;
+    }
+    for (j, &s) in sc.iter().enumerate().take(b.n) {
+        let p = (s - mx).exp();
+        *st.l += p;
+        axpy(st.acc, p, &b.v[j * b.stride..][..hd]);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{Block, MAX_KEYS, State};
+
+    /// `exp(x)` for eight lanes: Cody-Waite reduction by ln 2 and a degree-5
+    /// polynomial (Cephes' expf), within 2 ulp of the libm result for the
+    /// arguments attention gives (x <= 0); 0 where the result is not a normal f32.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub fn exp8(x: __m256) -> __m256 {
+        let lo = _mm256_set1_ps(-87.336_54); // ln of the smallest normal f32
+        let under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+        let x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.3));
+        let fx = _mm256_round_ps(
+            _mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)),
+            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
+        );
+        let r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693_359_4), x);
+        let r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.121_944_4e-4), r);
+        let mut p = _mm256_set1_ps(1.987_569_1e-4);
+        for c in [
+            1.398_199_9e-3,
+            8.333_452e-3,
+            4.166_579_6e-2,
+            1.666_666_5e-1,
+            5e-1,
+        ] {
+            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+        }
+        let r2 = _mm256_mul_ps(r, r);
+        let y = _mm256_add_ps(_mm256_fmadd_ps(p, r2, r), _mm256_set1_ps(1.0));
+        let pow2 = _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)),
+            23,
+        ));
+        _mm256_andnot_ps(under, _mm256_mul_ps(y, pow2))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn hsum(v: __m256) -> f32 {
+        let s4 = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+        let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+        _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)))
+    }
+
+    /// # Safety
+    /// AVX2 and FMA; `q.len()` a multiple of 8 up to 256; rows `0..b.n` of
+    /// `b.k` and `b.v` (at `j * b.stride`, `q.len()` long) inside the slices;
+    /// `st.acc` at least `q.len()` long.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn update(q: &[f32], b: Block<'_>, scale_by: f32, st: State<'_>) {
+        let hd = q.len();
+        let (pq, pk, pv) = (q.as_ptr(), b.k.as_ptr(), b.v.as_ptr());
+        let mut sc = [0f32; MAX_KEYS];
+        // scores four keys at a time: four independent FMA chains, q loaded once
+        let mut j = 0;
+        while j + 4 <= b.n {
+            let mut a = [_mm256_setzero_ps(); 4];
+            // SAFETY: rows j..j+4 are inside b.k (caller); i + 8 <= hd.
+            unsafe {
+                let rows = [0, 1, 2, 3].map(|t| pk.add((j + t) * b.stride));
+                for i in (0..hd).step_by(8) {
+                    let qv = _mm256_loadu_ps(pq.add(i));
+                    for (t, acc) in a.iter_mut().enumerate() {
+                        *acc = _mm256_fmadd_ps(qv, _mm256_loadu_ps(rows[t].add(i)), *acc);
+                    }
+                }
+            }
+            // [a0 a1 a2 a3] summed across lanes at once
+            let t = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+            let s4 = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+            let s4 = _mm_mul_ps(s4, _mm_set1_ps(scale_by));
+            // SAFETY: j + 4 <= b.n <= MAX_KEYS.
+            unsafe { _mm_storeu_ps(sc.as_mut_ptr().add(j), s4) };
+            j += 4;
+        }
+        for (jj, s) in sc.iter_mut().enumerate().take(b.n).skip(j) {
+            let mut a0 = _mm256_setzero_ps();
+            // SAFETY: row jj's hd floats are inside b.k (caller); i + 8 <= hd.
+            unsafe {
+                let row = pk.add(jj * b.stride);
+                for i in (0..hd).step_by(8) {
+                    a0 = _mm256_fmadd_ps(
+                        _mm256_loadu_ps(pq.add(i)),
+                        _mm256_loadu_ps(row.add(i)),
+                        a0,
+                    );
+                }
+            }
+            *s = hsum(a0) * scale_by;
+        }
+        let mx = sc[..b.n].iter().fold(*st.m, |m, &x| m.max(x));
+        if mx > *st.m {
+            let corr = (*st.m - mx).exp();
+            *st.l *= corr;
+            for a in st.acc[..hd].iter_mut() {
+                *a *= corr;
+            }
+            *st.m = mx;
+        }
+        // probabilities, eight at a time (the tail lanes are exp(-inf - mx) = 0)
+        let n8 = b.n.div_ceil(8) * 8;
+        for s in sc.iter_mut().take(n8).skip(b.n) {
+            *s = f32::NEG_INFINITY;
+        }
+        let vmx = _mm256_set1_ps(mx);
+        let mut lsum = _mm256_setzero_ps();
+        for c in (0..n8).step_by(8) {
+            // SAFETY: c + 8 <= n8 <= MAX_KEYS.
+            unsafe {
+                let p = exp8(_mm256_sub_ps(_mm256_loadu_ps(sc.as_ptr().add(c)), vmx));
+                _mm256_storeu_ps(sc.as_mut_ptr().add(c), p);
+                lsum = _mm256_add_ps(lsum, p);
+            }
+        }
+        *st.l += hsum(lsum);
+        // weighted values: 64 columns of accumulators in registers per pass
+        let pa = st.acc.as_mut_ptr();
+        let mut c0 = 0;
+        while c0 < hd {
+            let w = (hd - c0).min(64) / 8;
+            let mut acc = [_mm256_setzero_ps(); 8];
+            // SAFETY: columns c0..c0 + 8w are inside acc (hd long) and rows.
+            unsafe {
+                for (t, a) in acc.iter_mut().enumerate().take(w) {
+                    *a = _mm256_loadu_ps(pa.add(c0 + 8 * t));
+                }
+                for (j, &p) in sc.iter().enumerate().take(b.n) {
+                    let vp = _mm256_set1_ps(p);
+                    let row = pv.add(j * b.stride + c0);
+                    for (t, a) in acc.iter_mut().enumerate().take(w) {
+                        *a = _mm256_fmadd_ps(vp, _mm256_loadu_ps(row.add(8 * t)), *a);
+                    }
+                }
+                for (t, a) in acc.iter().enumerate().take(w) {
+                    _mm256_storeu_ps(pa.add(c0 + 8 * t), *a);
+                }
+            }
+            c0 += 8 * w;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(n: usize, seed: f32) -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i as f32 + seed) * 0.731).sin() * 2.0)
+            .collect()
+    }
+
+    #[test]
+    fn simd_update_matches_the_portable_one() {
+        for (hd, n, stride) in [
+            (64, 16, 192),
+            (128, 64, 1024),
+            (8, 1, 8),
+            (256, 37, 512),
+            (80, 5, 80),
+        ] {
+            let q = values(hd, 1.0);
+            let k = values(n * stride, 2.0);
+            let v = values(n * stride, 3.0);
+            let b = Block {
+                k: &k,
+                v: &v,
+                stride,
+                n,
+            };
+            // from a fresh state, then again on top of it (the rescale)
+            let (mut m1, mut l1, mut a1) = (f32::NEG_INFINITY, 0f32, vec![0f32; hd]);
+            let (mut m2, mut l2, mut a2) = (f32::NEG_INFINITY, 0f32, vec![0f32; hd]);
+            for s in [0.1, 0.7] {
+                update(
+                    &q,
+                    b,
+                    s,
+                    State {
+                        m: &mut m1,
+                        l: &mut l1,
+                        acc: &mut a1,
+                    },
+                );
+                update_scalar(
+                    &q,
+                    b,
+                    s,
+                    State {
+                        m: &mut m2,
+                        l: &mut l2,
+                        acc: &mut a2,
+                    },
+                );
+            }
+            assert!(
+                (m1 - m2).abs() <= 1e-5 * m2.abs().max(1.0),
+                "hd {hd}: m {m1} vs {m2}"
+            );
+            assert!((l1 - l2).abs() <= 1e-5 * l2, "hd {hd}: l {l1} vs {l2}");
+            for (x, y) in a1.iter().zip(&a2) {
+                assert!((x - y).abs() <= 1e-5 * l2, "hd {hd}: acc {x} vs {y}");
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn exp8_is_within_two_ulp() {
+        if !super::super::vec::has_avx2() {
+            eprintln!("no AVX2: the vector exp is not used here");
+            return;
+        }
+        use std::arch::x86_64::*;
+        let mut worst = 0f32;
+        for i in 0..200_000 {
+            let x = -90.0 + i as f32 * 0.00046;
+            let mut out = [0f32; 8];
+            // SAFETY: AVX2/FMA detected above.
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr(), avx2::exp8(_mm256_set1_ps(x))) };
+            let want = (x as f64).exp();
+            if want < f32::MIN_POSITIVE as f64 {
+                assert!(out[0] < 1.2e-38, "exp({x}) = {}", out[0]);
+                continue;
+            }
+            let ulp = ((out[0] as f64 - want).abs()
+                / (want as f32).abs() as f64
+                / f32::EPSILON as f64) as f32;
+            worst = worst.max(ulp);
+        }
+        assert!(worst <= 2.0, "worst {worst} ulp");
+    }
+}
