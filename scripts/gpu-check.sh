@@ -7,7 +7,8 @@
 #      the vision towers against Hugging Face, a 1440p image at 1 GB),
 #   4. benchmarks of synthetic Llama-3-8B and Qwen3-30B-A3B models at 2, 4
 #      and 8 GiB budgets, prompt 2048 and 128 generated tokens, --policy
-#      layers against --policy ats,
+#      layers against --policy ats (GPU_CHECK_DEPTH=N runs each test with N
+#      tokens already in the context),
 # and writes a markdown results table to $OUT/gpu-check.md (also printed).
 # Every step is timed and has a time limit; a failing step is reported and
 # the next one still runs. The full log is $OUT/gpu-check.log.
@@ -189,8 +190,10 @@ for vram in 2G 4G 8G; do
             fi
             # static runs its prompt on the CPU (minutes at 2048 tokens): decode only
             prompt=2048
-            [ "$policy" = static ] && prompt=0
-            step "$name" 60 sh -c "\"$CLI\" bench -m \"$WORK/$preset.gguf\" -p $prompt -n 128 -r 1 --vram $vram --policy $policy --json > \"$f\""
+            # GPU_CHECK_DEPTH=N: each test after N tokens of context (bench -d)
+            depth="${GPU_CHECK_DEPTH:-0}"
+            [ "$policy" = static ] && prompt=0 && depth=0
+            step "$name" 60 sh -c "\"$CLI\" bench -m \"$WORK/$preset.gguf\" -p $prompt -n 128 -d $depth -r 1 --vram $vram --policy $policy --json > \"$f\""
             rc=$?
             status=$([ $rc -eq 0 ] && echo ok || ([ $rc -eq 124 ] && echo "timed out" || echo "failed ($rc)"))
             BENCH+=("| $preset | $vram | $policy | $(bench_field "$f" pp) | $(bench_extra "$f") | $(bench_field "$f" tg) | $(bench_decode "$f") | $(bench_devices "$f") | $status |")

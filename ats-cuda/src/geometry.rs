@@ -77,6 +77,19 @@ pub fn matvec_wide(rows: usize) -> LaunchConfig {
     }
 }
 
+/// `matvec_wide_moe_*` over `rows` output rows of each of `slots` routed slots.
+pub fn matvec_wide_moe(rows: usize, slots: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (
+            (rows as u32).div_ceil(MVW_WARPS * MVW_ROWS),
+            slots as u32,
+            1,
+        ),
+        block_dim: (MVW_WARPS * 32, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 /// `mm_*` over `rows` weight rows and `n_tok` tokens (or tile rows).
 pub fn matmul(rows: usize, tiles_y: u32) -> LaunchConfig {
     LaunchConfig {

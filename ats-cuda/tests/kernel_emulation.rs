@@ -349,6 +349,10 @@ impl Product<'_> {
             self.bias.is_some() as i32,
             cfg.grid_dim.0 as i32,
             cfg.block_dim.0 as i32,
+            0,
+            0,
+            0,
+            0,
         ];
         let mut bytes: Vec<u8> = ints.iter().flat_map(|i| i.to_le_bytes()).collect();
         bytes.extend_from_slice(self.w);
@@ -358,6 +362,48 @@ impl Product<'_> {
             .for_each(|v| bytes.extend(v.to_le_bytes()));
         run(exe, dir, bytes)
     }
+
+    /// `y[slot]` through the emulated `matvec_wide_moe_*`: `w` holds
+    /// `n_expert` matrices, `routing` a row of ids then weights per token.
+    fn emulate_routed(&self, exe: &Path, dir: &Path, routed: Routed<'_>) -> Vec<f32> {
+        let slots = routed.routing.len() / 2;
+        let cfg = geometry::matvec_wide_moe(self.rows, slots);
+        assert_eq!(cfg.grid_dim.1 as usize, slots);
+        let id = if self.dtype == DType::Q4K { 12 } else { 14 };
+        let ints = [
+            2,
+            id,
+            self.rows as i32,
+            self.cols as i32,
+            (self.x.len() / self.cols) as i32,
+            (self.w.len() / routed.n_expert / self.rows) as i32,
+            0,
+            cfg.grid_dim.0 as i32,
+            cfg.block_dim.0 as i32,
+            routed.n_expert as i32,
+            routed.top_k as i32,
+            routed.x_div as i32,
+            slots as i32,
+        ];
+        let mut bytes: Vec<u8> = ints.iter().flat_map(|i| i.to_le_bytes()).collect();
+        bytes.extend_from_slice(self.w);
+        self.x
+            .iter()
+            .chain(routed.routing)
+            .for_each(|v| bytes.extend(v.to_le_bytes()));
+        run(exe, dir, bytes)
+    }
+}
+
+/// How routed slots find their expert and their activation row.
+#[derive(Clone, Copy)]
+struct Routed<'a> {
+    n_expert: usize,
+    top_k: usize,
+    /// Slots per activation row.
+    x_div: usize,
+    /// Per token: top_k expert ids, then top_k weights.
+    routing: &'a [f32],
 }
 
 #[test]
@@ -407,6 +453,66 @@ fn decode_matvec_kernels_match_the_reference_under_emulation() {
                 diff < 1e-4,
                 "{dtype} {rows}x{cols} wide {wide}: max |diff| {diff}"
             );
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn routed_expert_matvecs_match_the_reference_under_emulation() {
+    let Some((dir, exe)) = emulator("moe", Module::Matvec, "matvec_driver.cpp") else {
+        return;
+    };
+    let mut seed = 29u64;
+    let (n_expert, top_k, rows) = (4, 2, 21);
+    // two tokens: experts 2 and 0, then "none" (id n_expert) and 3
+    let routing = [2.0, 0.0, 0.6, 0.4, 4.0, 3.0, 0.0, 1.0];
+    for (dtype, cols) in [(DType::Q4K, 512), (DType::Q6K, 768)] {
+        let wf = values(&mut seed, n_expert * rows * cols, 1.0);
+        let w = quant::quantize(dtype, &wf).unwrap();
+        let deq = quant::dequantize(dtype, &w, n_expert * rows * cols).unwrap();
+        // gate/up (an activation row per token), then down (a row per slot)
+        for x_div in [top_k, 1] {
+            let x = values(&mut seed, 4 / x_div * cols, 1.0);
+            let p = Product {
+                dtype,
+                rows,
+                cols,
+                w: &w,
+                x: &x,
+                bias: None,
+            };
+            let r = Routed {
+                n_expert,
+                top_k,
+                x_div,
+                routing: &routing,
+            };
+            let got = p.emulate_routed(&exe, &dir, r);
+            for slot in 0..4 {
+                let e = routing[(slot / top_k) * 2 * top_k + slot % top_k] as usize;
+                let y = &got[slot * rows..][..rows];
+                if e >= n_expert {
+                    assert!(
+                        y.iter().all(|v| v.is_nan()),
+                        "slot {slot} has no expert: nothing written"
+                    );
+                    continue;
+                }
+                let xr = &x[(slot / x_div) * cols..][..cols];
+                let want: Vec<f32> = (0..rows)
+                    .map(|r| {
+                        let wr = &deq[(e * rows + r) * cols..][..cols];
+                        wr.iter()
+                            .zip(xr)
+                            .map(|(a, b)| *a as f64 * *b as f64)
+                            .sum::<f64>() as f32
+                    })
+                    .collect();
+                let diff = max_diff(y, &want);
+                eprintln!("{dtype} expert {e} slot {slot} x_div {x_div}: max |diff| {diff:.2e}");
+                assert!(diff < 1e-4, "{dtype} slot {slot}: max |diff| {diff}");
+            }
         }
     }
     std::fs::remove_dir_all(&dir).ok();

@@ -99,3 +99,11 @@ __device__ double block_sum_d(double v, double* scratch) {
 }
 
 #define NEG_INF __int_as_float(0xff800000)
+
+// Expert id of a MoE routing entry as the CPU reference reads it (`f as
+// usize`): NaN and negatives give 0; n_expert means "no expert".
+__device__ __forceinline__ int expert_of(float f, int n_expert) {
+    if (!(f >= 0.0f)) return 0;
+    if (f >= (float)n_expert) return n_expert;
+    return (int)f;
+}

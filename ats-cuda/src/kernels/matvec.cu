@@ -143,14 +143,15 @@ __device__ __forceinline__ float load16(const float* p, float* x) {
 }
 
 // Writes the warp's sums: lane 0 of each row and token.
-__device__ __forceinline__ void mvw_store(float (&acc)[MVW_ROWS][MV_MAX_TOKENS], int row0, int rows,
+template <int NT>
+__device__ __forceinline__ void mvw_store(float (&acc)[MVW_ROWS][NT], int row0, int rows,
                                           int n_tok, float* __restrict__ y,
                                           const float* __restrict__ bias) {
     const int lane = threadIdx.x % WARP;
 #pragma unroll
     for (int r = 0; r < MVW_ROWS; r++) {
 #pragma unroll
-        for (int t = 0; t < MV_MAX_TOKENS; t++) {
+        for (int t = 0; t < NT; t++) {
             if (t < n_tok) {
                 const float s = warp_sum(acc[r][t]);
                 if (lane == 0 && row0 + r < rows)
@@ -163,18 +164,19 @@ __device__ __forceinline__ void mvw_store(float (&acc)[MVW_ROWS][MV_MAX_TOKENS],
 // Q4_K: piece p (0..7) of a block is qs bytes 16p..16p+16, the low nibbles
 // elements 64j + 16h + i of sub-block 2j and the high ones 32 further (2j+1),
 // with j = p / 2, h = p % 2.
-extern "C" __global__ void __launch_bounds__(MVW_WARPS * WARP)
-    matvec_wide_q4_k(const u8* __restrict__ w, u64 row_bytes, int rows, int cols,
-                     const float* __restrict__ x, int n_tok, float* __restrict__ y,
-                     const float* __restrict__ bias) {
+// NT: most tokens (n_tok <= NT); one kernel per NT keeps registers for 1 low.
+template <int NT>
+__device__ __forceinline__ void mvw_q4_k(const u8* __restrict__ w, u64 row_bytes, int rows,
+                                         int cols, const float* __restrict__ x, int n_tok,
+                                         float* __restrict__ y, const float* __restrict__ bias) {
     const int lane = threadIdx.x % WARP;
     const int row0 = (blockIdx.x * MVW_WARPS + threadIdx.x / WARP) * MVW_ROWS;
     if (row0 >= rows) return;  // the whole warp
-    float acc[MVW_ROWS][MV_MAX_TOKENS];
+    float acc[MVW_ROWS][NT];
 #pragma unroll
     for (int r = 0; r < MVW_ROWS; r++)
 #pragma unroll
-        for (int t = 0; t < MV_MAX_TOKENS; t++) acc[r][t] = 0.0f;
+        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
     const int pieces = cols / 256 * 8;
     for (int pc = lane; pc < pieces; pc += WARP) {
         const int b = pc >> 3, p = pc & 7, j = p >> 1, h = p & 1;
@@ -196,7 +198,7 @@ extern "C" __global__ void __launch_bounds__(MVW_WARPS * WARP)
             }
         }
 #pragma unroll
-        for (int t = 0; t < MV_MAX_TOKENS; t++) {
+        for (int t = 0; t < NT; t++) {
             if (t < n_tok) {
                 const float* xt = x + (u64)t * cols + 256 * b + 64 * j + 16 * h;
 #pragma unroll
@@ -222,18 +224,19 @@ extern "C" __global__ void __launch_bounds__(MVW_WARPS * WARP)
 // k = 0..3, i < 16: low nibbles of ql bytes 64h + 16u + i (k = 0) and
 // 64h + 32 + 16u + i (k = 1), their high nibbles (k = 2, 3), two bits each
 // from qh bytes 128 + 32h + 16u + i; scale sc[8h + u + 2k].
-extern "C" __global__ void __launch_bounds__(MVW_WARPS * WARP)
-    matvec_wide_q6_k(const u8* __restrict__ w, u64 row_bytes, int rows, int cols,
-                     const float* __restrict__ x, int n_tok, float* __restrict__ y,
-                     const float* __restrict__ bias) {
+// NT: most tokens (n_tok <= NT); one kernel per NT keeps registers for 1 low.
+template <int NT>
+__device__ __forceinline__ void mvw_q6_k(const u8* __restrict__ w, u64 row_bytes, int rows,
+                                         int cols, const float* __restrict__ x, int n_tok,
+                                         float* __restrict__ y, const float* __restrict__ bias) {
     const int lane = threadIdx.x % WARP;
     const int row0 = (blockIdx.x * MVW_WARPS + threadIdx.x / WARP) * MVW_ROWS;
     if (row0 >= rows) return;  // the whole warp
-    float acc[MVW_ROWS][MV_MAX_TOKENS];
+    float acc[MVW_ROWS][NT];
 #pragma unroll
     for (int r = 0; r < MVW_ROWS; r++)
 #pragma unroll
-        for (int t = 0; t < MV_MAX_TOKENS; t++) acc[r][t] = 0.0f;
+        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
     const int pieces = cols / 256 * 4;
     for (int pc = lane; pc < pieces; pc += WARP) {
         const int b = pc >> 2, h = (pc >> 1) & 1, u = pc & 1;
@@ -250,7 +253,7 @@ extern "C" __global__ void __launch_bounds__(MVW_WARPS * WARP)
             for (int k = 0; k < 4; k++) ds[r][k] = d * (float)(i8)blk[192 + 8 * h + u + 2 * k];
         }
 #pragma unroll
-        for (int t = 0; t < MV_MAX_TOKENS; t++) {
+        for (int t = 0; t < NT; t++) {
             if (t < n_tok) {
                 const float* xt = x + (u64)t * cols + 256 * b + 128 * h + 16 * u;
 #pragma unroll
@@ -274,3 +277,37 @@ extern "C" __global__ void __launch_bounds__(MVW_WARPS * WARP)
     }
     mvw_store(acc, row0, rows, n_tok, y, bias);
 }
+
+// matvec_wide_*: up to MV_MAX_TOKENS tokens; matvec_wide1_*: one (decode).
+#define MVW_KERNEL(NAME)                                                                         \
+    extern "C" __global__ void __launch_bounds__(MVW_WARPS * WARP)                               \
+        matvec_wide_##NAME(const u8* w, u64 row_bytes, int rows, int cols, const float* x,       \
+                           int n_tok, float* y, const float* bias) {                             \
+        mvw_##NAME<MV_MAX_TOKENS>(w, row_bytes, rows, cols, x, n_tok, y, bias);                  \
+    }                                                                                            \
+    extern "C" __global__ void __launch_bounds__(MVW_WARPS * WARP)                               \
+        matvec_wide1_##NAME(const u8* w, u64 row_bytes, int rows, int cols, const float* x,      \
+                            int n_tok, float* y, const float* bias) {                            \
+        mvw_##NAME<1>(w, row_bytes, rows, cols, x, 1, y, bias);                                  \
+    }
+
+// Routed experts of a decode round (few tokens): grid row `slot` (token
+// slot / top_k, its k-th choice) multiplies the chosen expert's matrix
+// (w + e * expert_bytes) with x row slot / x_div into y row slot. Slots with
+// no expert write nothing (moe_combine skips them). The expert ids are read
+// on the device: no host readback of the routing.
+#define MVW_MOE_KERNEL(NAME)                                                                     \
+    extern "C" __global__ void __launch_bounds__(MVW_WARPS * WARP) matvec_wide_moe_##NAME(      \
+        const u8* w, u64 row_bytes, u64 expert_bytes, int rows, int cols, const float* x,        \
+        int x_div, float* y, const float* routing, int top_k, int n_expert) {                    \
+        const int slot = blockIdx.y;                                                             \
+        const int e = expert_of(routing[(u64)(slot / top_k) * 2 * top_k + slot % top_k], n_expert); \
+        if (e >= n_expert) return;                                                               \
+        mvw_##NAME<1>(w + (u64)e * expert_bytes, row_bytes, rows, cols, x + (u64)(slot / x_div) * cols, \
+                   1, y + (u64)slot * rows, nullptr);                                            \
+    }
+
+MVW_KERNEL(q4_k)
+MVW_KERNEL(q6_k)
+MVW_MOE_KERNEL(q4_k)
+MVW_MOE_KERNEL(q6_k)

@@ -7,14 +7,6 @@
 // - moe_combine: out[t] = sum over slots, in increasing expert id, of
 //   weight * expert output (the CPU reference's summation order).
 
-// Expert id of a routing entry as the CPU reference reads it (`f as usize`):
-// NaN and negatives give 0; n_expert means "no expert".
-__device__ __forceinline__ int expert_of(float f, int n_expert) {
-    if (!(f >= 0.0f)) return 0;
-    if (f >= (float)n_expert) return n_expert;
-    return (int)f;
-}
-
 // One warp per token; dynamic shared memory: (blockDim.x / 32) * n_expert floats.
 extern "C" __global__ void moe_topk(const float* __restrict__ logits, float* __restrict__ out,
                                     int n_tok, int n_expert, int top_k, int norm) {

@@ -49,16 +49,19 @@ pub(crate) fn node(n: &Node<'_>, scratch: &mut Carver) -> Result<(), DeviceError
     product(n.dev, &w, x, nx, o, bias, scratch).map_err(|e| n.cu(e))
 }
 
-/// The wide decode kernel for `w`, when there is one for its type: Q4_K
+/// The type suffix of the wide decode kernels (`matvec_wide_*`,
+/// `matvec_wide_moe_*`) for `w`, when there are some for its type: Q4_K
 /// (16-byte loads: the weight and the activations 16-byte aligned) and Q6_K
-/// (2-byte aligned blocks, read through aligned words).
-fn wide_matvec(w: &WeightRef, x: CUdeviceptr) -> Option<&'static str> {
+/// (2-byte aligned blocks, read through aligned words). Every matrix of a
+/// stacked (expert) weight is aligned as its first is: their sizes are
+/// whole Q4_K blocks (144 bytes) or even (Q6_K).
+pub(crate) fn wide_suffix(w: &WeightRef, x: CUdeviceptr) -> Option<&'static str> {
     if !x.is_multiple_of(16) || !w.cols.is_multiple_of(256) {
         return None;
     }
     match w.dtype {
-        DType::Q4K if w.ptr.is_multiple_of(16) => Some("matvec_wide_q4_k"),
-        DType::Q6K if w.ptr.is_multiple_of(4) => Some("matvec_wide_q6_k"),
+        DType::Q4K if w.ptr.is_multiple_of(16) => Some("q4_k"),
+        DType::Q6K if w.ptr.is_multiple_of(4) => Some("q6_k"),
         _ => None,
     }
 }
@@ -90,8 +93,11 @@ pub(crate) fn product(
     let sfx = dtype_suffix(w.dtype);
     let (rows, cols, rb) = (w.rows as i32, w.cols as i32, w.row_bytes());
     if n_tok <= MV_MAX_TOKENS {
-        if let Some(name) = wide_matvec(w, x) {
-            let f = dev.kernels.function(Module::Matvec, name)?;
+        if let Some(sfx) = wide_suffix(w, x) {
+            // one token: the kernel whose registers are sized for one
+            let one = if n_tok == 1 { "1" } else { "" };
+            let name = format!("matvec_wide{one}_{sfx}");
+            let f = dev.kernels.function(Module::Matvec, &name)?;
             let nt = n_tok as i32;
             let mut b = dev.streams.compute.launch_builder(&f);
             b.arg(&w.ptr)
@@ -102,9 +108,9 @@ pub(crate) fn product(
                 .arg(&nt)
                 .arg(&y)
                 .arg(&bias);
-            // SAFETY: as for the chunked kernel below; wide_matvec checked
+            // SAFETY: as for the chunked kernel below; wide_suffix checked
             // the alignment its vector loads need.
-            drv(name, unsafe { b.launch(geometry::matvec_wide(w.rows)) })?;
+            drv(&name, unsafe { b.launch(geometry::matvec_wide(w.rows)) })?;
             return Ok(());
         }
         let name = if tail {

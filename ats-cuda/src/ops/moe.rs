@@ -11,7 +11,7 @@ use cudarc::driver::{LaunchConfig, PushKernelArg};
 use super::{Node, WeightRef, dtype_suffix, launch_n, matmul};
 use crate::CudaError;
 use crate::device::CudaDevice;
-use crate::geometry::{self, MM_BT, MOE_MAX_TOPK};
+use crate::geometry::{self, MM_BT, MOE_MAX_TOPK, MV_MAX_TOKENS};
 use crate::kernels::Module;
 use crate::memory::drv;
 use crate::workspace::Carver;
@@ -106,6 +106,23 @@ pub(crate) fn experts(
     if nt == 0 {
         return Ok(());
     }
+    if nt <= MV_MAX_TOKENS
+        && [&gate, &up, &down]
+            .iter()
+            .all(|w| matmul::wide_suffix(w, x).is_some())
+    {
+        let mut c = *scratch;
+        return routed_matvecs(
+            n.dev,
+            &mut c,
+            [&gate, &up, &down],
+            x,
+            routing,
+            o,
+            [nt, d, n_expert, top_k],
+        )
+        .map_err(|e| n.cu(e));
+    }
     let chunk =
         geometry::moe_chunk(nt, top_k, f, d, n_expert, scratch.free()).map_err(|e| n.err(e))?;
     let base = *scratch;
@@ -137,6 +154,92 @@ pub(crate) fn experts(
         run(&mut c).map_err(|e| n.cu(e))?;
     }
     Ok(())
+}
+
+/// The experts of a decode round: each routed slot's gate, up and down
+/// products read only its expert's rows (`matvec_wide_moe_*`), with no
+/// grouping of tokens by expert.
+fn routed_matvecs(
+    dev: &CudaDevice,
+    c: &mut Carver,
+    [gate, up, down]: [&WeightRef; 3],
+    x: u64,
+    routing: u64,
+    o: u64,
+    [nt, d, n_expert, top_k]: [usize; 4],
+) -> Result<(), CudaError> {
+    let (slots, f) = (nt * top_k, gate.rows);
+    let le = |e: String| CudaError::Launch(e);
+    let g = c.take(slots * f * 4).map_err(le)?;
+    let u = c.take(slots * f * 4).map_err(le)?;
+    let y = c.take(slots * d * 4).map_err(le)?;
+    let r = Routed {
+        routing,
+        slots,
+        top_k,
+        n_expert,
+    };
+    r.product(dev, gate, x, top_k, g)?;
+    r.product(dev, up, x, top_k, u)?;
+    launch_n(
+        dev,
+        Module::Elementwise,
+        "swiglu_f32",
+        &[g, u, g],
+        (slots * f) as u64,
+    )?;
+    r.product(dev, down, g, 1, y)?;
+    combine(dev, routing, y, o, nt, n_expert, top_k, d)
+}
+
+/// The routing of a decode round's slots.
+struct Routed {
+    routing: u64,
+    slots: usize,
+    top_k: usize,
+    n_expert: usize,
+}
+
+impl Routed {
+    /// `out[slot] = W_e x[slot / x_div]` for every routed slot (`matvec_wide_moe_*`).
+    fn product(
+        &self,
+        dev: &CudaDevice,
+        w: &WeightRef,
+        x: u64,
+        x_div: usize,
+        out: u64,
+    ) -> Result<(), CudaError> {
+        let sfx = matmul::wide_suffix(w, x)
+            .ok_or_else(|| CudaError::Launch(format!("no routed decode kernel for {}", w.dtype)))?;
+        let name = format!("matvec_wide_moe_{sfx}");
+        let func = dev.kernels.function(Module::Matvec, &name)?;
+        let rb = w.row_bytes();
+        let eb = rb * w.rows as u64;
+        let (rows, cols, xd) = (w.rows as i32, w.cols as i32, x_div as i32);
+        let (k, e) = (self.top_k as i32, self.n_expert as i32);
+        let mut b = dev.streams.compute.launch_builder(&func);
+        b.arg(&w.ptr)
+            .arg(&rb)
+            .arg(&eb)
+            .arg(&rows)
+            .arg(&cols)
+            .arg(&x)
+            .arg(&xd)
+            .arg(&out)
+            .arg(&self.routing)
+            .arg(&k)
+            .arg(&e);
+        // SAFETY: w holds n_expert matrices of rows x cols (checked by
+        // `experts`), aligned as wide_suffix requires; x holds slots / x_div
+        // rows of cols floats, out slots rows of rows floats; the routing
+        // holds a row of 2 top_k floats per token and ids past the experts
+        // are skipped.
+        drv(&name, unsafe {
+            b.launch(geometry::matvec_wide_moe(w.rows, self.slots))
+        })?;
+        Ok(())
+    }
 }
 
 fn index(

@@ -6,11 +6,20 @@
 #include <cstdio>
 
 struct Header {
-    int wide;   // 0: matvec_* (chunked), 1: matvec_wide_*
+    int wide;   // 0: matvec_* (chunked), 1: matvec_wide_*, 2: matvec_wide_moe_*
     int dtype;  // GGML type id: 12 Q4_K, 14 Q6_K
     int rows, cols, n_tok, row_bytes, has_bias;
     int grid, threads;
+    // routed experts (wide 2): n_tok is the x rows; the weights hold n_expert
+    // matrices; a routing row of 2 top_k floats per token follows the biases
+    int n_expert, top_k, x_div, slots;
 };
+
+static std::vector<float> read_floats(FILE* f, size_t n) {
+    std::vector<float> v(n);
+    if (fread(v.data(), 4, n, f) != n) std::abort();
+    return v;
+}
 
 int main(int argc, char** argv) {
     if (argc != 3) return 2;
@@ -18,19 +27,34 @@ int main(int argc, char** argv) {
     if (!f) return 3;
     Header h;
     if (fread(&h, sizeof h, 1, f) != 1) return 4;
-    const size_t wn = (size_t)h.rows * h.row_bytes, xn = (size_t)h.n_tok * h.cols;
+    const int mats = h.wide == 2 ? h.n_expert : 1;
+    const int y_rows = h.wide == 2 ? h.slots : h.n_tok;
+    const size_t wn = (size_t)mats * h.rows * h.row_bytes, xn = (size_t)h.n_tok * h.cols;
     // 16-byte aligned like device allocations
     std::vector<uint4> wbuf(wn / 16 + 2);
-    std::vector<float> x(xn), bias(h.rows), y((size_t)h.n_tok * h.rows, NAN);
+    std::vector<float> x(xn), bias(h.rows), y((size_t)y_rows * h.rows, NAN);
     if (fread(wbuf.data(), 1, wn, f) != wn || fread(x.data(), 4, xn, f) != xn) return 4;
     if (h.has_bias && fread(bias.data(), 4, h.rows, f) != (size_t)h.rows) return 4;
+    std::vector<float> routing;
+    if (h.wide == 2) routing = read_floats(f, (size_t)h.slots / h.top_k * 2 * h.top_k);
     fclose(f);
     const u8* w = (const u8*)wbuf.data();
     const float* b = h.has_bias ? bias.data() : nullptr;
     const u64 rb = h.row_bytes;
-    emu::launch({(unsigned)h.grid, 1, 1}, {(unsigned)h.threads, 1, 1}, [&] {
+    const u64 eb = (u64)h.rows * rb;
+    const unsigned grid_y = h.wide == 2 ? h.slots : 1;
+    emu::launch({(unsigned)h.grid, grid_y, 1}, {(unsigned)h.threads, 1, 1}, [&] {
+#define MOE(NAME) NAME(w, rb, eb, h.rows, h.cols, x.data(), h.x_div, y.data(), routing.data(), h.top_k, h.n_expert)
+        if (h.wide == 2) {
+            if (h.dtype == DT_Q4_K) MOE(matvec_wide_moe_q4_k);
+            else MOE(matvec_wide_moe_q6_k);
+            return;
+        }
+#undef MOE
 #define MV(NAME) NAME(w, rb, h.rows, h.cols, x.data(), h.n_tok, y.data(), b)
-        if (h.wide && h.dtype == DT_Q4_K) MV(matvec_wide_q4_k);
+        if (h.wide && h.n_tok == 1 && h.dtype == DT_Q4_K) MV(matvec_wide1_q4_k);
+        else if (h.wide && h.n_tok == 1 && h.dtype == DT_Q6_K) MV(matvec_wide1_q6_k);
+        else if (h.wide && h.dtype == DT_Q4_K) MV(matvec_wide_q4_k);
         else if (h.wide && h.dtype == DT_Q6_K) MV(matvec_wide_q6_k);
         else if (h.dtype == DT_Q4_K) MV(matvec_q4_k);
         else if (h.dtype == DT_Q6_K) MV(matvec_q6_k);
