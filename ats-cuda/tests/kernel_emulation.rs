@@ -334,11 +334,7 @@ impl Product<'_> {
         } else {
             geometry::matvec(self.rows)
         };
-        let id = match self.dtype {
-            DType::Q4K => 12,
-            DType::Q6K => 14,
-            _ => unreachable!("the test's types"),
-        };
+        let id = type_id(self.dtype);
         let ints = [
             wide as i32,
             id,
@@ -369,7 +365,7 @@ impl Product<'_> {
         let slots = routed.routing.len() / 2;
         let cfg = geometry::matvec_wide_moe(self.rows, slots);
         assert_eq!(cfg.grid_dim.1 as usize, slots);
-        let id = if self.dtype == DType::Q4K { 12 } else { 14 };
+        let id = type_id(self.dtype);
         let ints = [
             2,
             id,
@@ -392,6 +388,17 @@ impl Product<'_> {
             .chain(routed.routing)
             .for_each(|v| bytes.extend(v.to_le_bytes()));
         run(exe, dir, bytes)
+    }
+}
+
+/// The GGML type id the driver dispatches on.
+fn type_id(dtype: DType) -> i32 {
+    match dtype {
+        DType::Q8_0 => 8,
+        DType::Q4K => 12,
+        DType::Q5K => 13,
+        DType::Q6K => 14,
+        _ => unreachable!("the test's types"),
     }
 }
 
@@ -418,6 +425,10 @@ fn decode_matvec_kernels_match_the_reference_under_emulation() {
         (DType::Q4K, 8, 2304, 3, true),
         (DType::Q6K, 19, 512, 1, true),
         (DType::Q6K, 5, 768, 8, false), // 3 blocks a row: rows 2-byte aligned only
+        (DType::Q5K, 19, 512, 1, true),
+        (DType::Q5K, 6, 768, 5, false),
+        (DType::Q8_0, 19, 96, 1, true), // 3 blocks of 34 bytes a row
+        (DType::Q8_0, 7, 1024, 8, false),
     ];
     for (dtype, rows, cols, n_tok, with_bias) in cases {
         let wf = values(&mut seed, rows * cols, 1.0);
@@ -467,7 +478,12 @@ fn routed_expert_matvecs_match_the_reference_under_emulation() {
     let (n_expert, top_k, rows) = (4, 2, 21);
     // two tokens: experts 2 and 0, then "none" (id n_expert) and 3
     let routing = [2.0, 0.0, 0.6, 0.4, 4.0, 3.0, 0.0, 1.0];
-    for (dtype, cols) in [(DType::Q4K, 512), (DType::Q6K, 768)] {
+    for (dtype, cols) in [
+        (DType::Q4K, 512),
+        (DType::Q5K, 256),
+        (DType::Q6K, 768),
+        (DType::Q8_0, 160),
+    ] {
         let wf = values(&mut seed, n_expert * rows * cols, 1.0);
         let w = quant::quantize(dtype, &wf).unwrap();
         let deq = quant::dequantize(dtype, &w, n_expert * rows * cols).unwrap();

@@ -69,8 +69,9 @@ __device__ __forceinline__ void matvec_impl(const u8* __restrict__ w, u64 row_by
 FOR_EACH_DTYPE(MATVEC_KERNEL)
 FOR_EACH_FLOAT_DTYPE(MATVEC_TAIL_KERNEL)
 
-// Wide matrix-vector products for the K-quants of Q4_K_M models (Q4_K for
-// most matrices, Q6_K for attn_v, ffn_down and the output): a lane reads
+// Wide matrix-vector products for the K-quants of Q4_K_M / Q5_K_M models
+// (Q4_K or Q5_K for most matrices, Q6_K for attn_v, ffn_down and the
+// output) and for Q8_0: a lane reads
 // whole 16-byte pieces of a super-block with vector loads (the chunked
 // kernel above reads a byte at a time), and a warp takes MVW_ROWS rows so
 // each activation loaded serves all of them. Sub-block sums are taken over
@@ -278,6 +279,114 @@ __device__ __forceinline__ void mvw_q6_k(const u8* __restrict__ w, u64 row_bytes
     mvw_store(acc, row0, rows, n_tok, y, bias);
 }
 
+// Q5_K: Q4_K's pieces (qs at 48 + 16p) with a fifth bit per value from
+// qh bytes 16h + i (block offset 16 + 16h): bit 2j for the low nibble,
+// 2j + 1 for the high one.
+template <int NT>
+__device__ __forceinline__ void mvw_q5_k(const u8* __restrict__ w, u64 row_bytes, int rows,
+                                         int cols, const float* __restrict__ x, int n_tok,
+                                         float* __restrict__ y, const float* __restrict__ bias) {
+    const int lane = threadIdx.x % WARP;
+    const int row0 = (blockIdx.x * MVW_WARPS + threadIdx.x / WARP) * MVW_ROWS;
+    if (row0 >= rows) return;  // the whole warp
+    float acc[MVW_ROWS][NT];
+#pragma unroll
+    for (int r = 0; r < MVW_ROWS; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+    const int pieces = cols / 256 * 8;
+    for (int pc = lane; pc < pieces; pc += WARP) {
+        const int b = pc >> 3, p = pc & 7, j = p >> 1, h = p & 1;
+        uint4 q[MVW_ROWS], qh[MVW_ROWS];
+        float dl[MVW_ROWS][2], ml[MVW_ROWS][2];
+#pragma unroll
+        for (int r = 0; r < MVW_ROWS; r++) {
+            const u8* blk = w + (u64)min(row0 + r, rows - 1) * row_bytes + (u64)b * 176;
+            q[r] = *(const uint4*)(blk + 48 + 16 * p);
+            qh[r] = *(const uint4*)(blk + 16 + 16 * h);
+            const uint4 hd = *(const uint4*)blk;
+            const float d = h2f((u16)(hd.x & 0xffff)), dmin = h2f((u16)(hd.x >> 16));
+#pragma unroll
+            for (int s = 0; s < 2; s++) {
+                int sc, m;
+                scale_min_words(hd.y, hd.z, hd.w, 2 * j + s, &sc, &m);
+                dl[r][s] = d * (float)sc;
+                ml[r][s] = dmin * (float)m;
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t < n_tok) {
+                const float* xt = x + (u64)t * cols + 256 * b + 64 * j + 16 * h;
+#pragma unroll
+                for (int s = 0; s < 2; s++) {  // low nibbles, then high
+                    float xs[16];
+                    const float sum = load16(xt + 32 * s, xs);
+#pragma unroll
+                    for (int r = 0; r < MVW_ROWS; r++) {
+                        float dot = 0.0f;
+#pragma unroll
+                        for (int i = 0; i < 16; i++) {
+                            const u32 lo = (piece_byte(q[r], i) >> (4 * s)) & 0x0f;
+                            const u32 hi = (piece_byte(qh[r], i) >> (2 * j + s)) & 1;
+                            dot += (float)(lo | (hi << 4)) * xs[i];
+                        }
+                        acc[r][t] += dl[r][s] * dot - ml[r][s] * sum;
+                    }
+                }
+            }
+        }
+    }
+    mvw_store(acc, row0, rows, n_tok, y, bias);
+}
+
+// Q8_0: a piece is one 34-byte block (2-byte aligned): the f16 scale, then
+// 32 signed values read as two 16-byte pieces through aligned words.
+template <int NT>
+__device__ __forceinline__ void mvw_q8_0(const u8* __restrict__ w, u64 row_bytes, int rows,
+                                         int cols, const float* __restrict__ x, int n_tok,
+                                         float* __restrict__ y, const float* __restrict__ bias) {
+    const int lane = threadIdx.x % WARP;
+    const int row0 = (blockIdx.x * MVW_WARPS + threadIdx.x / WARP) * MVW_ROWS;
+    if (row0 >= rows) return;  // the whole warp
+    float acc[MVW_ROWS][NT];
+#pragma unroll
+    for (int r = 0; r < MVW_ROWS; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+    const int pieces = cols / 32;
+    for (int pc = lane; pc < pieces; pc += WARP) {
+        uint4 q[MVW_ROWS][2];
+        float d[MVW_ROWS];
+#pragma unroll
+        for (int r = 0; r < MVW_ROWS; r++) {
+            const u8* blk = w + (u64)min(row0 + r, rows - 1) * row_bytes + (u64)pc * 34;
+            d[r] = h2f(*(const u16*)blk);
+            q[r][0] = ld16_a2(blk + 2);
+            q[r][1] = ld16_a2(blk + 18);
+        }
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t < n_tok) {
+                const float* xt = x + (u64)t * cols + 32 * pc;
+#pragma unroll
+                for (int s = 0; s < 2; s++) {
+                    float xs[16];
+                    load16(xt + 16 * s, xs);
+#pragma unroll
+                    for (int r = 0; r < MVW_ROWS; r++) {
+                        float dot = 0.0f;
+#pragma unroll
+                        for (int i = 0; i < 16; i++) dot += (float)(i8)piece_byte(q[r][s], i) * xs[i];
+                        acc[r][t] += d[r] * dot;
+                    }
+                }
+            }
+        }
+    }
+    mvw_store(acc, row0, rows, n_tok, y, bias);
+}
+
 // matvec_wide_*: up to MV_MAX_TOKENS tokens; matvec_wide1_*: one (decode).
 #define MVW_KERNEL(NAME)                                                                         \
     extern "C" __global__ void __launch_bounds__(MVW_WARPS * WARP)                               \
@@ -308,6 +417,10 @@ __device__ __forceinline__ void mvw_q6_k(const u8* __restrict__ w, u64 row_bytes
     }
 
 MVW_KERNEL(q4_k)
+MVW_KERNEL(q5_k)
 MVW_KERNEL(q6_k)
+MVW_KERNEL(q8_0)
 MVW_MOE_KERNEL(q4_k)
+MVW_MOE_KERNEL(q5_k)
 MVW_MOE_KERNEL(q6_k)
+MVW_MOE_KERNEL(q8_0)

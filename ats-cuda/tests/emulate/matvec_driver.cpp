@@ -7,7 +7,7 @@
 
 struct Header {
     int wide;   // 0: matvec_* (chunked), 1: matvec_wide_*, 2: matvec_wide_moe_*
-    int dtype;  // GGML type id: 12 Q4_K, 14 Q6_K
+    int dtype;  // GGML type id: 8 Q8_0, 12 Q4_K, 13 Q5_K, 14 Q6_K
     int rows, cols, n_tok, row_bytes, has_bias;
     int grid, threads;
     // routed experts (wide 2): n_tok is the x rows; the weights hold n_expert
@@ -45,20 +45,21 @@ int main(int argc, char** argv) {
     const unsigned grid_y = h.wide == 2 ? h.slots : 1;
     emu::launch({(unsigned)h.grid, grid_y, 1}, {(unsigned)h.threads, 1, 1}, [&] {
 #define MOE(NAME) NAME(w, rb, eb, h.rows, h.cols, x.data(), h.x_div, y.data(), routing.data(), h.top_k, h.n_expert)
-        if (h.wide == 2) {
-            if (h.dtype == DT_Q4_K) MOE(matvec_wide_moe_q4_k);
-            else MOE(matvec_wide_moe_q6_k);
-            return;
-        }
-#undef MOE
 #define MV(NAME) NAME(w, rb, h.rows, h.cols, x.data(), h.n_tok, y.data(), b)
-        if (h.wide && h.n_tok == 1 && h.dtype == DT_Q4_K) MV(matvec_wide1_q4_k);
-        else if (h.wide && h.n_tok == 1 && h.dtype == DT_Q6_K) MV(matvec_wide1_q6_k);
-        else if (h.wide && h.dtype == DT_Q4_K) MV(matvec_wide_q4_k);
-        else if (h.wide && h.dtype == DT_Q6_K) MV(matvec_wide_q6_k);
-        else if (h.dtype == DT_Q4_K) MV(matvec_q4_k);
-        else if (h.dtype == DT_Q6_K) MV(matvec_q6_k);
-        else std::abort();
+#define BY_TYPE(M, PREFIX)                              \
+    switch (h.dtype) {                                  \
+        case DT_Q4_K: M(PREFIX##q4_k); break;           \
+        case DT_Q5_K: M(PREFIX##q5_k); break;           \
+        case DT_Q6_K: M(PREFIX##q6_k); break;           \
+        case DT_Q8_0: M(PREFIX##q8_0); break;           \
+        default: std::abort();                          \
+    }
+        if (h.wide == 2) BY_TYPE(MOE, matvec_wide_moe_)
+        else if (h.wide && h.n_tok == 1) BY_TYPE(MV, matvec_wide1_)
+        else if (h.wide) BY_TYPE(MV, matvec_wide_)
+        else BY_TYPE(MV, matvec_)
+#undef BY_TYPE
+#undef MOE
 #undef MV
     });
     FILE* o = fopen(argv[2], "wb");
