@@ -1,6 +1,7 @@
 //! Matmul benchmarks on the SmolLM2-135M shapes (Q4_1 layers, Q8_0 output
 //! head), at 1 and 2 threads:
-//! - `decode/*`: 1 token; throughput in bytes of weights read. The weights
+//! - `decode/*`: 1 token; throughput in bytes of weights read (also two
+//!   Llama-3-8B Q4_K_M shapes, Q4_K and Q6_K). The weights
 //!   rotate through copies totalling well over the L3 cache, so every call
 //!   streams from DRAM as in a real decode step.
 //! - `prefill/*`: 512 tokens; throughput in elements = FLOPs (2 * rows * cols * tokens).
@@ -77,6 +78,9 @@ fn shapes() -> Vec<(String, DType, usize, usize)> {
         HEAD.0,
         HEAD.1,
     ));
+    // Llama-3-8B Q4_K_M: the products a hybrid decode leaves on the CPU most
+    v.push(("gate_14336x4096_q4_k".into(), DType::Q4K, 14336, 4096));
+    v.push(("down_4096x14336_q6_k".into(), DType::Q6K, 4096, 14336));
     v
 }
 

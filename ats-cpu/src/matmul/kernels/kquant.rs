@@ -94,6 +94,26 @@ pub(super) trait SuperBlock {
     /// The CPU must support AVX2/FMA/F16C and `p` must point to a whole block.
     #[cfg(target_arch = "x86_64")]
     unsafe fn unpack_avx2(p: *const u8, c: &mut Canon);
+
+    /// One row's dot product with token `t` (AVX2), for one-token rounds:
+    /// through the canonical form unless the format has a direct kernel.
+    /// Every path gives the same integers and the same f32 sequence, so the
+    /// result is bit-identical to the tiles'.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2/FMA/F16C; `row` must point to
+    /// `acts.blocks` whole super-blocks; `t < acts.t_pad`.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dot1_avx2(row: *const u8, acts: &QuantActs, t: usize, prefetch: usize) -> f32
+    where
+        Self: Sized,
+    {
+        let mut o = [[0f32; 1]; 1];
+        // SAFETY: as the caller guarantees.
+        unsafe { avx2::tile::<Self, 1, 1>([row], acts, t, prefetch, &mut o) };
+        o[0][0]
+    }
 }
 
 /// Portable dot product of one weight row with token `t`.
@@ -186,12 +206,36 @@ pub(super) fn set_k4_scales_avx2(block: &[u8], c: &mut Canon) {
 }
 
 /// The little-endian f16 at byte `at` of `b`, as f32.
+#[inline]
 pub(super) fn f16_at(b: &[u8], at: usize) -> f32 {
-    half::f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
+    f16_bits_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
+}
+
+/// Exact f16 -> f32 in a few integer operations that inline into every
+/// kernel. `half`'s conversion calls a feature-detected function per value,
+/// which cost a Q4_K decode about half its time (two scales per block).
+#[inline]
+pub(super) fn f16_bits_to_f32(h: u16) -> f32 {
+    const SHIFTED_EXP: u32 = 0x7c00 << 13;
+    let h = u32::from(h);
+    let mut o = (h & 0x7fff) << 13;
+    let exp = o & SHIFTED_EXP;
+    o += (127 - 15) << 23;
+    let f = if exp == SHIFTED_EXP {
+        f32::from_bits(o + ((128 - 16) << 23)) // infinity, NaN
+    } else if exp == 0 {
+        // zero and subnormals: renormalise through the float unit (exact)
+        f32::from_bits(o + (1 << 23)) - f32::from_bits(113 << 23)
+    } else {
+        f32::from_bits(o)
+    };
+    f32::from_bits(f.to_bits() | ((h & 0x8000) << 16))
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(super) use avx2::{set_scales as set_scales_avx2, tile as tile_avx2, tokens8 as tokens8_avx2};
+pub(super) use avx2::{
+    hsum_i32 as hsum_i32_avx2, set_scales as set_scales_avx2, tokens8 as tokens8_avx2,
+};
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
@@ -203,7 +247,7 @@ mod avx2 {
     /// Sum of the eight int32 lanes of `v` (exact).
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn hsum_i32(v: __m256i) -> i32 {
+    pub(in crate::matmul::kernels) fn hsum_i32(v: __m256i) -> i32 {
         let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
         let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
         let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01));
@@ -394,5 +438,23 @@ mod avx2 {
             }
         }
         crate::matmul::kernels::simd::store_tokens8(acc, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::f16_bits_to_f32;
+
+    #[test]
+    fn f16_conversion_is_exact_for_every_value() {
+        for h in 0..=u16::MAX {
+            let want = half::f16::from_bits(h).to_f32();
+            let got = f16_bits_to_f32(h);
+            if want.is_nan() {
+                assert!(got.is_nan(), "{h:#06x}");
+            } else {
+                assert_eq!(got.to_bits(), want.to_bits(), "{h:#06x}");
+            }
+        }
     }
 }

@@ -213,7 +213,7 @@ fn run_kquant<K: SuperBlock>(
         let single = |r: &[usize; 1], t: usize, o: &mut [[f32; 1]; 1]| {
             let pf = PREFETCH;
             // SAFETY: as above, with t < n_tokens.
-            unsafe { kquant::tile_avx2::<K, 1, 1>([row(r[0]).as_ptr()], acts, t, pf, o) }
+            o[0][0] = unsafe { K::dot1_avx2(row(r[0]).as_ptr(), acts, t, pf) };
         };
         return gemm::drive(shape, y, &tile, &single, WIDE_MIN);
     }
