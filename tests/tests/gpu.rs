@@ -425,3 +425,79 @@ fn a_1440p_image_encodes_within_1_gb_on_the_gpu() {
         }
     }
 }
+
+/// Decode rounds (one token: the decode attention kernel, the wide and
+/// routed matrix-vector kernels) against one prefill round of the same
+/// tokens (the general attention kernel, the tiled products), both on the
+/// GPU without cuBLAS, on synthetic Q4_K/Q6_K models whose shapes the
+/// decode kernels take: a dense one past 256 keys (several key splits)
+/// and a MoE one (routed experts).
+#[test]
+fn synthetic_models_decode_as_they_prefill_on_the_gpu() {
+    let Some(dev) = gpu(opts(1 << 30, false)) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("ats-gpu-synth-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tiny = ats_core::synth::SynthSpec::preset("tiny").unwrap();
+    let moe = ats_core::synth::SynthSpec {
+        arch: "qwen3moe".into(),
+        n_expert: 8,
+        n_expert_used: 2,
+        n_ff_expert: 256,
+        tied: false,
+        ..tiny.clone()
+    };
+    let mut failures = Vec::new();
+    for (name, spec_w, n_prompt) in [("dense", tiny, 300), ("moe", moe, 12)] {
+        let path = dir.join(format!("{name}.gguf"));
+        spec_w.write(&path, 7).unwrap();
+        let spec = ModelSpec::open(&path).unwrap();
+        let graph = Arc::new(spec.graph().unwrap());
+        let host: Arc<dyn HostMemory> = spec.gguf.backing().clone();
+        let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
+        let g: Arc<dyn Device> = dev.clone();
+        g.pin_host(&host).unwrap();
+        let cfg = ExecConfig {
+            kv_capacity: n_prompt + 8,
+            kv_type: KvType::F16,
+            slots_per_role: 2,
+            region: None,
+        };
+        let mut rng = XorShift(0x5eed_0005);
+        let vocab = spec_w.n_vocab as u64;
+        let ids: Vec<u32> = (0..n_prompt + 3)
+            .map(|_| (rng.next_u64() % vocab) as u32)
+            .collect();
+        let executor = || {
+            Executor::new(
+                graph.clone(),
+                host.clone(),
+                vec![cpu.clone(), g.clone()],
+                cfg.clone(),
+                plan(&graph, &mut XorShift(1), 0),
+            )
+            .unwrap()
+        };
+        let all = executor()
+            .run(&Arc::new(Round::text(ids.clone(), 0, true)))
+            .unwrap();
+        let n_vocab = all.len() / ids.len();
+        let scale = all.iter().fold(1f32, |m, v| m.max(v.abs()));
+        let mut ex = executor();
+        ex.run(&Arc::new(Round::text(ids[..n_prompt].to_vec(), 0, false)))
+            .unwrap();
+        for (i, &id) in ids.iter().enumerate().skip(n_prompt) {
+            let got = ex.run(&Arc::new(Round::text(vec![id], i, true))).unwrap();
+            let d = max_abs_diff(&got, &all[i * n_vocab..(i + 1) * n_vocab]);
+            eprintln!(
+                "{name} decode at {i}: max |decode - prefill| = {d:.2e} (logits up to {scale:.2})"
+            );
+            if d.is_nan() || d > 1e-4 * scale {
+                failures.push(format!("{name} at {i}: {d} over {}", 1e-4 * scale));
+            }
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
