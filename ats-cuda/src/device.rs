@@ -439,7 +439,7 @@ impl Device for CudaDevice {
         let start = if self.opts.timings {
             Some(
                 self.streams
-                    .record_timed(Stream::Compute)
+                    .record_timed(Stream::Compute, &mut st.spans.pool)
                     .map_err(|e| self.backend(e))?,
             )
         } else {
@@ -449,7 +449,7 @@ impl Device for CudaDevice {
         if let Some(start) = start {
             let end = self
                 .streams
-                .record_timed(Stream::Compute)
+                .record_timed(Stream::Compute, &mut st.spans.pool)
                 .map_err(|e| self.backend(e))?;
             st.spans.nodes.push((args.node_id, start, end));
             st.spans.bound();
@@ -483,7 +483,7 @@ impl Device for CudaDevice {
         let start = if self.opts.timings {
             Some(
                 self.streams
-                    .record_timed(Stream::Transfer)
+                    .record_timed(Stream::Transfer, &mut st.spans.pool)
                     .map_err(|e| self.backend(e))?,
             )
         } else {
@@ -500,7 +500,7 @@ impl Device for CudaDevice {
         if let Some(start) = start {
             let end = self
                 .streams
-                .record_timed(Stream::Transfer)
+                .record_timed(Stream::Transfer, &mut st.spans.pool)
                 .map_err(|e| self.backend(e))?;
             st.spans.copies.push((src.len as u64, start, end));
             st.spans.bound();
@@ -547,23 +547,27 @@ impl Device for CudaDevice {
 
     fn drain_timings(&self) -> DeviceTimings {
         let mut st = self.lock();
-        let spans = std::mem::take(&mut st.spans);
+        let nodes = std::mem::take(&mut st.spans.nodes);
+        let copies = std::mem::take(&mut st.spans.copies);
         drop(st);
         if self.bind().is_err() {
             return DeviceTimings::default();
         }
-        DeviceTimings {
-            nodes: spans
-                .nodes
+        let t = DeviceTimings {
+            nodes: nodes
                 .iter()
                 .filter_map(|(n, a, b)| Spans::secs(a, b).ok().map(|s| (*n, s)))
                 .collect(),
-            copies: spans
-                .copies
+            copies: copies
                 .iter()
                 .filter_map(|(n, a, b)| Spans::secs(a, b).ok().map(|s| (*n, s)))
                 .collect(),
-        }
+        };
+        // read and complete: the events can time other work
+        let events = (nodes.into_iter().flat_map(|(_, a, b)| [a, b]))
+            .chain(copies.into_iter().flat_map(|(_, a, b)| [a, b]));
+        self.lock().spans.pool.extend(events);
+        t
     }
 }
 

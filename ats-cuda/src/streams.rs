@@ -50,13 +50,27 @@ impl Streams {
         drv("recording an event", self.get(s).record_event(None))
     }
 
-    /// A timing event after the work queued so far on `s`.
-    pub fn record_timed(&self, s: Stream) -> Result<CudaEvent, CudaError> {
-        drv(
-            "recording a timing event",
-            self.get(s)
-                .record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)),
-        )
+    /// A timing event after the work queued so far on `s`, reusing one of
+    /// `pool` (events whose spans were read) when there is one: two events
+    /// per node, created and destroyed each time, were host work on every
+    /// launch.
+    pub fn record_timed(
+        &self,
+        s: Stream,
+        pool: &mut Vec<CudaEvent>,
+    ) -> Result<CudaEvent, CudaError> {
+        let stream = self.get(s);
+        let ev = match pool.pop() {
+            Some(ev) => ev,
+            None => drv(
+                "creating a timing event",
+                stream
+                    .context()
+                    .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)),
+            )?,
+        };
+        drv("recording a timing event", ev.record(stream))?;
+        Ok(ev)
     }
 
     /// Makes later work on `waiter` wait for the work queued so far on `on`.
@@ -78,6 +92,8 @@ pub struct Spans {
     pub nodes: Vec<(usize, CudaEvent, CudaEvent)>,
     /// `(bytes, start, end)` on the transfer stream.
     pub copies: Vec<(u64, CudaEvent, CudaEvent)>,
+    /// Events whose spans were read, for [`Streams::record_timed`] to reuse.
+    pub pool: Vec<CudaEvent>,
 }
 
 /// Spans kept when nobody drains them (oldest dropped first).
