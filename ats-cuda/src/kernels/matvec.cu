@@ -162,14 +162,16 @@ __device__ __forceinline__ void mvw_store(float (&acc)[MVW_ROWS][NT], int row0, 
     }
 }
 
-// Q4_K: piece p (0..7) of a block is qs bytes 16p..16p+16, the low nibbles
-// elements 64j + 16h + i of sub-block 2j and the high ones 32 further (2j+1),
-// with j = p / 2, h = p % 2.
-// NT: most tokens (n_tok <= NT); one kernel per NT keeps registers for 1 low.
-template <int NT>
-__device__ __forceinline__ void mvw_q4_k(const u8* __restrict__ w, u64 row_bytes, int rows,
-                                         int cols, const float* __restrict__ x, int n_tok,
-                                         float* __restrict__ y, const float* __restrict__ bias) {
+// Q4_K and Q5_K: piece p (0..7) of a block is qs bytes 16p..16p+16 (qs at
+// block offset 16, Q5_K 48), the low nibbles elements 64j + 16h + i of
+// sub-block 2j and the high ones 32 further (2j+1), with j = p / 2,
+// h = p % 2. Q5_K adds a fifth bit per value from qh bytes 16h + i (block
+// offset 16 + 16h): bit 2j for the low nibble, 2j + 1 for the high one.
+template <int NT, bool Q5>
+__device__ __forceinline__ void mvw_k4(const u8* __restrict__ w, u64 row_bytes, int rows, int cols,
+                                       const float* __restrict__ x, int n_tok,
+                                       float* __restrict__ y, const float* __restrict__ bias) {
+    constexpr int BYTES = Q5 ? 176 : 144, QS = Q5 ? 48 : 16;
     const int lane = threadIdx.x % WARP;
     const int row0 = (blockIdx.x * MVW_WARPS + threadIdx.x / WARP) * MVW_ROWS;
     if (row0 >= rows) return;  // the whole warp
@@ -181,13 +183,14 @@ __device__ __forceinline__ void mvw_q4_k(const u8* __restrict__ w, u64 row_bytes
     const int pieces = cols / 256 * 8;
     for (int pc = lane; pc < pieces; pc += WARP) {
         const int b = pc >> 3, p = pc & 7, j = p >> 1, h = p & 1;
-        uint4 q[MVW_ROWS];
+        uint4 q[MVW_ROWS], qh[MVW_ROWS];
         float dl[MVW_ROWS][2], ml[MVW_ROWS][2];
 #pragma unroll
         for (int r = 0; r < MVW_ROWS; r++) {
             // rows past the end read the last row; their sums are not stored
-            const u8* blk = w + (u64)min(row0 + r, rows - 1) * row_bytes + (u64)b * 144;
-            q[r] = *(const uint4*)(blk + 16 + 16 * p);
+            const u8* blk = w + (u64)min(row0 + r, rows - 1) * row_bytes + (u64)b * BYTES;
+            q[r] = *(const uint4*)(blk + QS + 16 * p);
+            if constexpr (Q5) qh[r] = *(const uint4*)(blk + 16 + 16 * h);
             const uint4 hd = *(const uint4*)blk;
             const float d = h2f((u16)(hd.x & 0xffff)), dmin = h2f((u16)(hd.x >> 16));
 #pragma unroll
@@ -210,8 +213,11 @@ __device__ __forceinline__ void mvw_q4_k(const u8* __restrict__ w, u64 row_bytes
                     for (int r = 0; r < MVW_ROWS; r++) {
                         float dot = 0.0f;
 #pragma unroll
-                        for (int i = 0; i < 16; i++)
-                            dot += (float)((piece_byte(q[r], i) >> (4 * s)) & 0x0f) * xs[i];
+                        for (int i = 0; i < 16; i++) {
+                            u32 v = (piece_byte(q[r], i) >> (4 * s)) & 0x0f;
+                            if constexpr (Q5) v |= ((piece_byte(qh[r], i) >> (2 * j + s)) & 1) << 4;
+                            dot += (float)v * xs[i];
+                        }
                         acc[r][t] += dl[r][s] * dot - ml[r][s] * sum;
                     }
                 }
@@ -219,6 +225,20 @@ __device__ __forceinline__ void mvw_q4_k(const u8* __restrict__ w, u64 row_bytes
         }
     }
     mvw_store(acc, row0, rows, n_tok, y, bias);
+}
+
+template <int NT>
+__device__ __forceinline__ void mvw_q4_k(const u8* __restrict__ w, u64 row_bytes, int rows,
+                                         int cols, const float* __restrict__ x, int n_tok,
+                                         float* __restrict__ y, const float* __restrict__ bias) {
+    mvw_k4<NT, false>(w, row_bytes, rows, cols, x, n_tok, y, bias);
+}
+
+template <int NT>
+__device__ __forceinline__ void mvw_q5_k(const u8* __restrict__ w, u64 row_bytes, int rows,
+                                         int cols, const float* __restrict__ x, int n_tok,
+                                         float* __restrict__ y, const float* __restrict__ bias) {
+    mvw_k4<NT, true>(w, row_bytes, rows, cols, x, n_tok, y, bias);
 }
 
 // Q6_K: piece (h, u) (0..3) of a block is elements 128h + 16u + 32k + i,
@@ -271,67 +291,6 @@ __device__ __forceinline__ void mvw_q6_k(const u8* __restrict__ w, u64 row_bytes
                             dot += (float)(lo | (hi << 4)) * xs[i];
                         }
                         acc[r][t] += ds[r][k] * (dot - 32.0f * sum);
-                    }
-                }
-            }
-        }
-    }
-    mvw_store(acc, row0, rows, n_tok, y, bias);
-}
-
-// Q5_K: Q4_K's pieces (qs at 48 + 16p) with a fifth bit per value from
-// qh bytes 16h + i (block offset 16 + 16h): bit 2j for the low nibble,
-// 2j + 1 for the high one.
-template <int NT>
-__device__ __forceinline__ void mvw_q5_k(const u8* __restrict__ w, u64 row_bytes, int rows,
-                                         int cols, const float* __restrict__ x, int n_tok,
-                                         float* __restrict__ y, const float* __restrict__ bias) {
-    const int lane = threadIdx.x % WARP;
-    const int row0 = (blockIdx.x * MVW_WARPS + threadIdx.x / WARP) * MVW_ROWS;
-    if (row0 >= rows) return;  // the whole warp
-    float acc[MVW_ROWS][NT];
-#pragma unroll
-    for (int r = 0; r < MVW_ROWS; r++)
-#pragma unroll
-        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
-    const int pieces = cols / 256 * 8;
-    for (int pc = lane; pc < pieces; pc += WARP) {
-        const int b = pc >> 3, p = pc & 7, j = p >> 1, h = p & 1;
-        uint4 q[MVW_ROWS], qh[MVW_ROWS];
-        float dl[MVW_ROWS][2], ml[MVW_ROWS][2];
-#pragma unroll
-        for (int r = 0; r < MVW_ROWS; r++) {
-            const u8* blk = w + (u64)min(row0 + r, rows - 1) * row_bytes + (u64)b * 176;
-            q[r] = *(const uint4*)(blk + 48 + 16 * p);
-            qh[r] = *(const uint4*)(blk + 16 + 16 * h);
-            const uint4 hd = *(const uint4*)blk;
-            const float d = h2f((u16)(hd.x & 0xffff)), dmin = h2f((u16)(hd.x >> 16));
-#pragma unroll
-            for (int s = 0; s < 2; s++) {
-                int sc, m;
-                scale_min_words(hd.y, hd.z, hd.w, 2 * j + s, &sc, &m);
-                dl[r][s] = d * (float)sc;
-                ml[r][s] = dmin * (float)m;
-            }
-        }
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            if (t < n_tok) {
-                const float* xt = x + (u64)t * cols + 256 * b + 64 * j + 16 * h;
-#pragma unroll
-                for (int s = 0; s < 2; s++) {  // low nibbles, then high
-                    float xs[16];
-                    const float sum = load16(xt + 32 * s, xs);
-#pragma unroll
-                    for (int r = 0; r < MVW_ROWS; r++) {
-                        float dot = 0.0f;
-#pragma unroll
-                        for (int i = 0; i < 16; i++) {
-                            const u32 lo = (piece_byte(q[r], i) >> (4 * s)) & 0x0f;
-                            const u32 hi = (piece_byte(qh[r], i) >> (2 * j + s)) & 1;
-                            dot += (float)(lo | (hi << 4)) * xs[i];
-                        }
-                        acc[r][t] += dl[r][s] * dot - ml[r][s] * sum;
                     }
                 }
             }

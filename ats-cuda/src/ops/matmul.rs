@@ -96,30 +96,18 @@ pub(crate) fn product(
     let sfx = dtype_suffix(w.dtype);
     let (rows, cols, rb) = (w.rows as i32, w.cols as i32, w.row_bytes());
     if n_tok <= MV_MAX_TOKENS {
-        if let Some(sfx) = wide_suffix(w, x) {
-            // one token: the kernel whose registers are sized for one
-            let one = if n_tok == 1 { "1" } else { "" };
-            let name = format!("matvec_wide{one}_{sfx}");
-            let f = dev.kernels.function(Module::Matvec, &name)?;
-            let nt = n_tok as i32;
-            let mut b = dev.streams.compute.launch_builder(&f);
-            b.arg(&w.ptr)
-                .arg(&rb)
-                .arg(&rows)
-                .arg(&cols)
-                .arg(&x)
-                .arg(&nt)
-                .arg(&y)
-                .arg(&bias);
-            // SAFETY: as for the chunked kernel below; wide_suffix checked
-            // the alignment its vector loads need.
-            drv(&name, unsafe { b.launch(geometry::matvec_wide(w.rows)) })?;
-            return Ok(());
-        }
-        let name = if tail {
-            format!("matvec_tail_{sfx}")
-        } else {
-            format!("matvec_{sfx}")
+        // the wide kernels where the type has one (one token: the
+        // instantiation whose registers are sized for one), else the chunked
+        let (name, cfg) = match wide_suffix(w, x) {
+            Some(wide) => {
+                let one = if n_tok == 1 { "1" } else { "" };
+                (
+                    format!("matvec_wide{one}_{wide}"),
+                    geometry::matvec_wide(w.rows),
+                )
+            }
+            None if tail => (format!("matvec_tail_{sfx}"), geometry::matvec(w.rows)),
+            None => (format!("matvec_{sfx}"), geometry::matvec(w.rows)),
         };
         let f = dev.kernels.function(Module::Matvec, &name)?;
         let nt = n_tok as i32;
@@ -133,8 +121,10 @@ pub(crate) fn product(
             .arg(&y)
             .arg(&bias);
         // SAFETY: w holds rows x cols of its type (checked by Node::weight),
-        // x n_tok x cols floats, y n_tok x rows floats, bias rows floats or 0.
-        drv(&name, unsafe { b.launch(geometry::matvec(w.rows)) })?;
+        // x n_tok x cols floats, y n_tok x rows floats, bias rows floats or
+        // 0; for the wide kernels wide_suffix checked the alignment their
+        // vector loads need.
+        drv(&name, unsafe { b.launch(cfg) })?;
         return Ok(());
     }
     if let Some(blas) = &dev.blas
