@@ -126,6 +126,61 @@ fn plan_json_fits_the_budget() {
 }
 
 #[test]
+fn bench_runs_each_test_at_the_depth_asked() {
+    // the context holds the depth and the longer test, nothing more
+    let out = run(&[
+        "bench",
+        "-m",
+        &model(),
+        "-p",
+        "8",
+        "-n",
+        "4",
+        "-d",
+        "24",
+        "-r",
+        "1",
+        "--json",
+        "-t",
+        "1",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let names: Vec<&str> = v["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["test"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["pp8 @ d24", "tg4 @ d24"]);
+    assert_eq!(v["n_depth"], 24);
+    // a context one token short of depth + test is an error, not a silent truncation
+    let out = run(&[
+        "bench",
+        "-m",
+        &model(),
+        "-p",
+        "8",
+        "-n",
+        "0",
+        "-d",
+        "24",
+        "-r",
+        "1",
+        "-c",
+        "31",
+        "-t",
+        "1",
+    ]);
+    assert!(!out.status.success(), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("do not fit the context"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
 fn bench_json_reports_both_tests() {
     let out = run(&[
         "bench",
