@@ -51,11 +51,10 @@ pub fn run(a: BenchArgs) -> Result<()> {
         usage_bail!("nothing to measure: -p and -n are both 0");
     }
     let mut model = a.model.clone();
-    model.ctx = Some(
-        model
-            .ctx
-            .unwrap_or(a.n_depth + a.n_prompt.max(a.n_gen).max(1)),
-    );
+    let Some(need) = a.n_depth.checked_add(a.n_prompt.max(a.n_gen).max(1)) else {
+        usage_bail!("-d plus -p or -n exceeds any context");
+    };
+    model.ctx = Some(model.ctx.unwrap_or(need));
     let mut loaded = load::load(&model, false)?;
     let engine = &mut loaded.engine;
     let vocab = engine.spec().hp.n_vocab as u32;

@@ -175,11 +175,7 @@ __device__ __forceinline__ void mvw_k4(const u8* __restrict__ w, u64 row_bytes, 
     const int lane = threadIdx.x % WARP;
     const int row0 = (blockIdx.x * MVW_WARPS + threadIdx.x / WARP) * MVW_ROWS;
     if (row0 >= rows) return;  // the whole warp
-    float acc[MVW_ROWS][NT];
-#pragma unroll
-    for (int r = 0; r < MVW_ROWS; r++)
-#pragma unroll
-        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+    float acc[MVW_ROWS][NT] = {};
     const int pieces = cols / 256 * 8;
     for (int pc = lane; pc < pieces; pc += WARP) {
         const int b = pc >> 3, p = pc & 7, j = p >> 1, h = p & 1;
@@ -253,11 +249,7 @@ __device__ __forceinline__ void mvw_q6_k(const u8* __restrict__ w, u64 row_bytes
     const int lane = threadIdx.x % WARP;
     const int row0 = (blockIdx.x * MVW_WARPS + threadIdx.x / WARP) * MVW_ROWS;
     if (row0 >= rows) return;  // the whole warp
-    float acc[MVW_ROWS][NT];
-#pragma unroll
-    for (int r = 0; r < MVW_ROWS; r++)
-#pragma unroll
-        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+    float acc[MVW_ROWS][NT] = {};
     const int pieces = cols / 256 * 4;
     for (int pc = lane; pc < pieces; pc += WARP) {
         const int b = pc >> 2, h = (pc >> 1) & 1, u = pc & 1;
@@ -308,11 +300,7 @@ __device__ __forceinline__ void mvw_q8_0(const u8* __restrict__ w, u64 row_bytes
     const int lane = threadIdx.x % WARP;
     const int row0 = (blockIdx.x * MVW_WARPS + threadIdx.x / WARP) * MVW_ROWS;
     if (row0 >= rows) return;  // the whole warp
-    float acc[MVW_ROWS][NT];
-#pragma unroll
-    for (int r = 0; r < MVW_ROWS; r++)
-#pragma unroll
-        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+    float acc[MVW_ROWS][NT] = {};
     const int pieces = cols / 32;
     for (int pc = lane; pc < pieces; pc += WARP) {
         uint4 q[MVW_ROWS][2];

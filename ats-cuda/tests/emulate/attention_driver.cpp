@@ -14,13 +14,6 @@ struct Header {
     float scale;
 };
 
-template <class T>
-static std::vector<T> read_vec(FILE* f, size_t n) {
-    std::vector<T> v(n);
-    if (fread(v.data(), sizeof(T), n, f) != n) std::abort();
-    return v;
-}
-
 template <class KV>
 static void run(const Header& h, const float* q, const KV* k, const KV* v, float* out, float* po,
                 float* pml) {
@@ -60,15 +53,15 @@ int main(int argc, char** argv) {
     const size_t qn = (size_t)h.n_q * h.n_heads * h.d;
     const size_t kvn = (size_t)h.n_keys * h.n_kv * h.d;
     const size_t slots = (size_t)h.splits * h.n_q * h.n_heads;
-    std::vector<float> q = read_vec<float>(f, qn);
+    std::vector<float> q = emu::read<float>(f, qn);
     std::vector<float> out(qn, NAN), part_o(slots * h.d, NAN), part_ml(slots * 2, NAN);
     float* po = h.splits > 1 ? part_o.data() : nullptr;
     float* pml = h.splits > 1 ? part_ml.data() : nullptr;
     if (h.f16) {
-        std::vector<unsigned short> k = read_vec<unsigned short>(f, kvn), v = read_vec<unsigned short>(f, kvn);
+        std::vector<unsigned short> k = emu::read<unsigned short>(f, kvn), v = emu::read<unsigned short>(f, kvn);
         run(h, q.data(), k.data(), v.data(), out.data(), po, pml);
     } else {
-        std::vector<float> k = read_vec<float>(f, kvn), v = read_vec<float>(f, kvn);
+        std::vector<float> k = emu::read<float>(f, kvn), v = emu::read<float>(f, kvn);
         run(h, q.data(), k.data(), v.data(), out.data(), po, pml);
     }
     fclose(f);

@@ -15,6 +15,7 @@
 #include <barrier>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <thread>
@@ -57,6 +58,14 @@ T shfl(T v, int src) {
     std::memcpy(&r, &exchange[w * 32 + (src & 31)], sizeof(T));
     warp_barriers[w]->arrive_and_wait();
     return r;
+}
+
+// `n` values of type T from a driver's input file (aborts when short).
+template <class T>
+std::vector<T> read(FILE* f, size_t n) {
+    std::vector<T> v(n);
+    if (fread(v.data(), sizeof(T), n, f) != n) std::abort();
+    return v;
 }
 
 // Runs `kernel` over a grid of blocks of `block.x` threads (1-D blocks).

@@ -15,12 +15,6 @@ struct Header {
     int n_expert, top_k, x_div, slots;
 };
 
-static std::vector<float> read_floats(FILE* f, size_t n) {
-    std::vector<float> v(n);
-    if (fread(v.data(), 4, n, f) != n) std::abort();
-    return v;
-}
-
 int main(int argc, char** argv) {
     if (argc != 3) return 2;
     FILE* f = fopen(argv[1], "rb");
@@ -36,7 +30,7 @@ int main(int argc, char** argv) {
     if (fread(wbuf.data(), 1, wn, f) != wn || fread(x.data(), 4, xn, f) != xn) return 4;
     if (h.has_bias && fread(bias.data(), 4, h.rows, f) != (size_t)h.rows) return 4;
     std::vector<float> routing;
-    if (h.wide == 2) routing = read_floats(f, (size_t)h.slots / h.top_k * 2 * h.top_k);
+    if (h.wide == 2) routing = emu::read<float>(f, (size_t)h.slots / h.top_k * 2 * h.top_k);
     fclose(f);
     const u8* w = (const u8*)wbuf.data();
     const float* b = h.has_bias ? bias.data() : nullptr;

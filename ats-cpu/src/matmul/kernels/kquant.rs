@@ -170,6 +170,21 @@ pub(super) fn set_k4_scales(block: &[u8], c: &mut Canon) {
     c.dmin = f16_at(block, 2);
 }
 
+/// The eight 6-bit scales and eight mins of a Q4_K / Q5_K block from its
+/// three packed 32-bit words (bytes 4..16), four to a word: `[scales 0..4,
+/// scales 4..8, mins 0..4, mins 4..8]`.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub(super) fn k4_scale_words(a0: u32, a1: u32, a2: u32) -> [u32; 4] {
+    let (m6, m4, m2) = (0x3f3f_3f3fu32, 0x0f0f_0f0fu32, 0x0303_0303u32);
+    [
+        a0 & m6,
+        (a2 & m4) | (((a0 >> 6) & m2) << 4),
+        a1 & m6,
+        ((a2 >> 4) & m4) | (((a1 >> 6) & m2) << 4),
+    ]
+}
+
 /// [`set_k4_scales`] with AVX2: the 6-bit fields decoded on three 32-bit
 /// words at once, then widened.
 ///
@@ -188,12 +203,7 @@ pub(super) fn set_k4_scales_avx2(block: &[u8], c: &mut Canon) {
             block[7 + 4 * i],
         ])
     };
-    let (a0, a1, a2) = (w(0), w(1), w(2));
-    let (m6, m4, m2) = (0x3f3f_3f3fu32, 0x0f0f_0f0fu32, 0x0303_0303u32);
-    let sc_lo = a0 & m6;
-    let mn_lo = a1 & m6;
-    let sc_hi = (a2 & m4) | (((a0 >> 6) & m2) << 4);
-    let mn_hi = ((a2 >> 4) & m4) | (((a1 >> 6) & m2) << 4);
+    let [sc_lo, sc_hi, mn_lo, mn_hi] = k4_scale_words(w(0), w(1), w(2));
     // Bytes: 8 scales then 8 mins, one per 32-value sub-block.
     let v = _mm_set_epi32(mn_hi as i32, mn_lo as i32, sc_hi as i32, sc_lo as i32);
     // Each sub-block covers two groups of 16: duplicate every byte.

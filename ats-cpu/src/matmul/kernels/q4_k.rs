@@ -4,7 +4,8 @@
 
 use super::kquant::{Canon, SuperBlock, set_k4_scales};
 #[cfg(target_arch = "x86_64")]
-use super::kquant::{hsum_i32_avx2, set_k4_scales_avx2};
+use super::kquant::{hsum_i32_avx2, k4_scale_words, set_k4_scales_avx2};
+#[cfg(target_arch = "x86_64")]
 use crate::matmul::acts::QuantActs;
 
 /// The Q4_K super-block format.
@@ -60,10 +61,8 @@ impl SuperBlock for Q4K {
             // d and dmin as f32 lanes 0 and 1
             let dd = _mm_cvtph_ps(head);
             let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_shuffle_ps(dd, dd, 1)));
-            let (m6, m4w, m2) = (0x3f3f_3f3fu32, 0x0f0f_0f0fu32, 0x0303_0303u32);
-            let sc = (u64::from((a2 & m4w) | (((a0 >> 6) & m2) << 4)) << 32) | u64::from(a0 & m6);
-            let mn_lo = a1 & m6;
-            let mn_hi = ((a2 >> 4) & m4w) | (((a1 >> 6) & m2) << 4);
+            let [sc_lo, sc_hi, mn_lo, mn_hi] = k4_scale_words(a0, a1, a2);
+            let sc = (u64::from(sc_hi) << 32) | u64::from(sc_lo);
             // SAFETY: token t's 8 value blocks of super-block b are in `qs` (t < t_pad).
             let x = unsafe { acts.qs.as_ptr().add((t * nb + b) * 8) } as *const __m256i;
             let mut isum = _mm256_setzero_si256();
