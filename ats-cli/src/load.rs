@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use ats_core::device::Device;
+use ats_core::round::MAX_CONTEXT;
 use ats_core::spec::ModelSpec;
 use ats_cpu::CpuDevice;
 use ats_sched::engine::{Engine, EngineConfig};
@@ -136,6 +137,16 @@ pub struct Loaded {
     pub load_ms: f64,
 }
 
+/// The context length `-c` asks for (default: the model's, at most 4096),
+/// checked against what positions can address.
+pub fn context_len(args: &ModelArgs, spec: &ModelSpec) -> Result<usize> {
+    let n_ctx = args.ctx.unwrap_or(spec.hp.n_ctx_train.min(4096));
+    if !(1..=MAX_CONTEXT).contains(&n_ctx) {
+        usage_bail!("--ctx-size must be 1 to {MAX_CONTEXT} tokens, not {n_ctx}");
+    }
+    Ok(n_ctx)
+}
+
 /// Opens the model, plans it and loads it onto the devices.
 pub fn load(args: &ModelArgs, all_logits: bool) -> Result<Loaded> {
     let t0 = Instant::now();
@@ -166,10 +177,7 @@ pub fn load_on(
     let spinner = crate::progress::spinner(format!("loading {file_name}"));
     let cost = cost_model(args, &devs)?;
     let devices = devs.list;
-    let n_ctx = args.ctx.unwrap_or(spec.hp.n_ctx_train.min(4096));
-    if n_ctx == 0 {
-        usage_bail!("--ctx-size must be at least 1");
-    }
+    let n_ctx = context_len(args, &spec)?;
     let cfg = EngineConfig {
         n_ctx: Some(n_ctx),
         kv_type: args.kv_type,

@@ -76,3 +76,53 @@ fn bad_sizes_and_counts_are_refused() {
     assert_eq!(code, Some(2), "a usage error: {err}");
     assert!(err.contains("-n must be at least 1"), "{err}");
 }
+
+#[test]
+fn contexts_beyond_positions_or_memory_are_errors_not_aborts() {
+    let model = fixtures().join("llama/llama-f32.gguf");
+    let m = model.to_str().unwrap();
+    // beyond what i32 positions address: a usage error before anything loads
+    for args in [
+        &["run", "-m", m, "-c", "1000000000000", "-p", "hi", "-n", "1"][..],
+        &["plan", "-m", m, "-c", "0"][..],
+        &[
+            "bench",
+            "-m",
+            m,
+            "-d",
+            "1000000000000",
+            "-n",
+            "1",
+            "-r",
+            "1",
+        ][..],
+        &[
+            "bench",
+            "-m",
+            m,
+            "-p",
+            "18446744073709551615",
+            "-n",
+            "0",
+            "-r",
+            "1",
+        ][..],
+    ] {
+        let (code, err) = ats(args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains("2147483647"), "{args:?}: {err}");
+    }
+    // addressable but larger than any memory (hundreds of GB of KV cache):
+    // the allocation is refused with the bytes and the buffer named; only a
+    // kernel that grants every request (overcommit mode 1) lets it run
+    let (code, err) = ats(&["run", "-m", m, "-c", "2147483647", "-p", "hi", "-n", "1"]);
+    let grants_all =
+        std::fs::read_to_string("/proc/sys/vm/overcommit_memory").is_ok_and(|s| s.trim() == "1");
+    if !(grants_all && code == Some(0)) {
+        assert_eq!(code, Some(1), "{err}");
+        assert!(
+            err.contains("cannot allocate") && err.contains("kv."),
+            "{err}"
+        );
+    }
+}

@@ -44,6 +44,16 @@ pub enum DeviceError {
     /// The ledger refused an allocation.
     #[error(transparent)]
     OverBudget(#[from] OverBudget),
+    /// The ledger allowed an allocation but the memory itself could not be had.
+    #[error("{device}: cannot allocate {bytes} bytes for {label}")]
+    OutOfMemory {
+        /// Device name.
+        device: String,
+        /// Bytes asked for.
+        bytes: u64,
+        /// What the memory was for.
+        label: String,
+    },
     /// An optional capability the device does not have.
     #[error("{device} does not support {what}")]
     Unsupported {

@@ -2,6 +2,10 @@
 
 use std::sync::Arc;
 
+/// The longest context any round can address: positions are `i32`, as in
+/// GGUF-era engines, so a context holds at most `i32::MAX` tokens.
+pub const MAX_CONTEXT: usize = i32::MAX as usize;
+
 /// Positions of the round's rows, `components` integers per row
 /// (1 for text RoPE, 4 for M-RoPE t/h/w/extra, 2 for vision row/column).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

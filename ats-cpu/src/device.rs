@@ -130,8 +130,13 @@ impl Device for CpuDevice {
 
     fn alloc(&self, region: Region, bytes: usize, label: &str) -> Result<Buffer, DeviceError> {
         let lease = self.ledger.reserve(region, bytes as u64, label)?;
+        let storage = CpuStorage::try_zeroed(bytes).ok_or_else(|| DeviceError::OutOfMemory {
+            device: self.info.name.clone(),
+            bytes: bytes as u64,
+            label: label.to_string(),
+        })?;
         Ok(Buffer::new(
-            Box::new(CpuStorage::zeroed(bytes)),
+            Box::new(storage),
             bytes,
             &self.info.name,
             lease,

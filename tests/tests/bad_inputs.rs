@@ -354,7 +354,11 @@ fn a_zero_context_is_an_error() {
     let err = Engine::new(spec, vec![cpu], planner.unwrap(), cfg)
         .err()
         .unwrap();
-    assert!(err.to_string().contains("context length"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("context of 0 tokens is out of range"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -522,21 +526,23 @@ fn vram_1k_names_the_minimum() {
         },
     ));
     let devs = vec![cpu, gpu];
-    let cost = CostModel::new(
-        devs.iter()
-            .zip(["cpu", "gpu"])
-            .map(|(d, kind)| {
-                (
-                    DeviceProfile {
-                        device: d.info().name.clone(),
-                        kind: kind.into(),
-                        ..Default::default()
-                    },
-                    1,
-                )
-            })
-            .collect(),
-    );
+    let cost = || {
+        CostModel::new(
+            devs.iter()
+                .zip(["cpu", "gpu"])
+                .map(|(d, kind)| {
+                    (
+                        DeviceProfile {
+                            device: d.info().name.clone(),
+                            kind: kind.into(),
+                            ..Default::default()
+                        },
+                        1,
+                    )
+                })
+                .collect(),
+        )
+    };
     let pcfg = PlannerConfig {
         policy: Policy::Ats,
         n_ctx: 64,
@@ -547,9 +553,20 @@ fn vram_1k_names_the_minimum() {
         force_kind: None,
         resched: Default::default(),
     };
-    let e = Planner::new(Arc::new(spec.graph().unwrap()), &devs, cost, pcfg)
-        .err()
-        .unwrap();
+    let graph = Arc::new(spec.graph().unwrap());
+    // contexts no position can address are refused before any sizing
+    // arithmetic (2 x n_ctx x row width once overflowed here)
+    for n_ctx in [0, ats_core::round::MAX_CONTEXT + 1, usize::MAX] {
+        let cfg = PlannerConfig {
+            n_ctx,
+            ..pcfg.clone()
+        };
+        let e = Planner::new(graph.clone(), &devs, cost(), cfg)
+            .err()
+            .unwrap();
+        assert!(matches!(e, PlanError::Context(n) if n == n_ctx), "{e}");
+    }
+    let e = Planner::new(graph, &devs, cost(), pcfg).err().unwrap();
     assert!(
         matches!(e, PlanError::BudgetTooSmall { budget: 1000, minimum, .. } if minimum > 1000),
         "{e}"

@@ -51,9 +51,13 @@ pub fn run(a: BenchArgs) -> Result<()> {
         usage_bail!("nothing to measure: -p and -n are both 0");
     }
     let mut model = a.model.clone();
-    let Some(need) = a.n_depth.checked_add(a.n_prompt.max(a.n_gen).max(1)) else {
-        usage_bail!("-d plus -p or -n exceeds any context");
-    };
+    let need = a.n_depth.saturating_add(a.n_prompt.max(a.n_gen).max(1));
+    if need > ats_core::round::MAX_CONTEXT {
+        usage_bail!(
+            "-d plus -p or -n is {need} tokens, beyond the longest context ({})",
+            ats_core::round::MAX_CONTEXT
+        );
+    }
     model.ctx = Some(model.ctx.unwrap_or(need));
     let mut loaded = load::load(&model, false)?;
     let engine = &mut loaded.engine;

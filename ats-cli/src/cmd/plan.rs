@@ -47,7 +47,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
     }
     let cost = load::cost_model(&margs, &devs)?;
     let devices = devs.list;
-    let n_ctx = margs.ctx.unwrap_or(spec.hp.n_ctx_train.min(4096));
+    let n_ctx = load::context_len(&margs, &spec)?;
     let cfg = PlannerConfig {
         policy: margs.policy,
         n_ctx,

@@ -59,10 +59,11 @@ impl Engine {
     ) -> Result<Engine, EngineError> {
         let graph = Arc::new(spec.graph()?);
         let n_ctx = cfg.n_ctx.unwrap_or(spec.hp.n_ctx_train.min(4096));
-        if n_ctx == 0 {
-            return Err(EngineError::Input(
-                "the context length must be at least 1".into(),
-            ));
+        if !(1..=ats_core::round::MAX_CONTEXT).contains(&n_ctx) {
+            return Err(EngineError::Input(format!(
+                "a context of {n_ctx} tokens is out of range: it must be 1 to {}",
+                ats_core::round::MAX_CONTEXT
+            )));
         }
         let (tokenizer, tokenizer_error) = match Tokenizer::from_gguf(&spec.gguf.metadata) {
             Ok(t) => (Some(t), None),

@@ -58,6 +58,11 @@ pub enum PlanError {
         /// What the minimum is made of.
         detail: String,
     },
+    /// A context length no plan can hold: 0, or beyond [`MAX_CONTEXT`].
+    ///
+    /// [`MAX_CONTEXT`]: ats_core::round::MAX_CONTEXT
+    #[error("a context of {0} tokens is out of range: it must be 1 to {max}", max = ats_core::round::MAX_CONTEXT)]
+    Context(usize),
     /// A planning algorithm refused its input.
     #[error("planning failed: {0}")]
     Algorithm(String),

@@ -171,6 +171,9 @@ impl Planner {
         cost: CostModel,
         cfg: PlannerConfig,
     ) -> Result<Planner, PlanError> {
+        if !(1..=ats_core::round::MAX_CONTEXT).contains(&cfg.n_ctx) {
+            return Err(PlanError::Context(cfg.n_ctx));
+        }
         let gpu = (devices.len() > 1).then_some(1);
         // what the device already holds (a real GPU's cuBLAS workspace,
         // scratch and argument ring, reserved when it opened) is not ours
