@@ -92,6 +92,13 @@ impl Carver {
         self.len - self.used
     }
 
+    /// Bytes that `takes` separate takes can hold in all: each take is
+    /// rounded up to [`ALIGN`], so sizing from [`Carver::free`] alone can
+    /// come up short by up to `ALIGN - 1` bytes a take.
+    pub fn free_for(&self, takes: usize) -> usize {
+        self.free().saturating_sub(takes * (ALIGN - 1))
+    }
+
     /// The next `bytes`, aligned, or why they do not fit.
     pub fn take(&mut self, bytes: usize) -> Result<CUdeviceptr, String> {
         let need = align_up(bytes);
@@ -171,6 +178,24 @@ mod tests {
         assert!(c.take(300).is_err());
         assert!(c.take(200).is_err());
         assert_eq!(c.take(0).unwrap(), (1 << 20) + 768);
+    }
+
+    #[test]
+    fn sizes_within_free_for_always_fit_their_takes() {
+        // two takes sized from free_for(2) fit whatever their rounding
+        for len in [600, 1000, 4096, 10_000] {
+            for a in (1..len).step_by(37) {
+                let c = Carver::new(0, len);
+                let Some(b) = c.free_for(2).checked_sub(a) else {
+                    continue;
+                };
+                let mut c = c;
+                assert!(c.take(a).is_ok() && c.take(b).is_ok(), "{len}: {a} + {b}");
+            }
+        }
+        // and free() alone does not promise that
+        let mut c = Carver::new(0, 1000);
+        assert!(c.take(1).is_ok() && c.take(999 - 256).is_err());
     }
 
     #[test]

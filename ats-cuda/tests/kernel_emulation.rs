@@ -36,20 +36,33 @@ fn build(dir: &Path, module: Module, driver: &str) -> Result<PathBuf, String> {
     let cpp = dir.join("emu.cpp");
     let exe = dir.join("emu");
     std::fs::write(&cpp, src).map_err(|e| e.to_string())?;
-    let out = Command::new(&cxx)
-        .args([
+    // AddressSanitizer turns a kernel's read or write outside its buffers into
+    // a failure; a compiler without its runtime builds without it, unless CI
+    // requires the emulator (then both are required)
+    let compile = |asan: bool| {
+        let mut c = Command::new(&cxx);
+        c.args([
             "-std=c++20",
             "-O2",
             "-pthread",
             "-fno-strict-aliasing",
             "-ffp-contract=off",
             "-w",
-        ])
-        .arg(&cpp)
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .map_err(|e| format!("cannot run the C++ compiler `{cxx}`: {e}"))?;
+        ]);
+        if asan {
+            c.args(["-fsanitize=address", "-fno-omit-frame-pointer"]);
+        }
+        c.arg(&cpp)
+            .arg("-o")
+            .arg(&exe)
+            .output()
+            .map_err(|e| format!("cannot run the C++ compiler `{cxx}`: {e}"))
+    };
+    let with_asan = compile(true)?;
+    if with_asan.status.success() {
+        return Ok(exe);
+    }
+    let out = compile(false)?;
     if !out.status.success() {
         // a compiler that runs but rejects the source is a failure, not a skip
         panic!(
@@ -58,7 +71,18 @@ fn build(dir: &Path, module: Module, driver: &str) -> Result<PathBuf, String> {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    assert!(
+        !required(),
+        "ATS_REQUIRE_EMULATION=1 but `{cxx}` cannot build with AddressSanitizer:\n{}",
+        String::from_utf8_lossy(&with_asan.stderr)
+    );
+    eprintln!("emulating {} without AddressSanitizer", module.file_name());
     Ok(exe)
+}
+
+/// Whether CI asks for the emulator (`ATS_REQUIRE_EMULATION=1`).
+fn required() -> bool {
+    std::env::var("ATS_REQUIRE_EMULATION").is_ok_and(|v| v == "1")
 }
 
 /// A scratch folder and the emulated `module`, or `None` (the test passes
@@ -69,9 +93,8 @@ fn emulator(test: &str, module: Module, driver: &str) -> Option<(PathBuf, PathBu
     match build(&dir, module, driver) {
         Ok(exe) => Some((dir, exe)),
         Err(why) => {
-            let required = std::env::var("ATS_REQUIRE_EMULATION").is_ok_and(|v| v == "1");
             assert!(
-                !required,
+                !required(),
                 "ATS_REQUIRE_EMULATION=1 but the emulator cannot be built: {why}"
             );
             eprintln!("skipping the kernel emulation: {why}");
@@ -84,8 +107,13 @@ fn emulator(test: &str, module: Module, driver: &str) -> Option<(PathBuf, PathBu
 fn run(exe: &Path, dir: &Path, input: Vec<u8>) -> Vec<f32> {
     let (inp, out) = (dir.join("case.bin"), dir.join("out.bin"));
     std::fs::write(&inp, input).unwrap();
-    let st = Command::new(exe).arg(&inp).arg(&out).status().unwrap();
-    assert!(st.success(), "the emulated kernel failed: {st}");
+    let r = Command::new(exe).arg(&inp).arg(&out).output().unwrap();
+    assert!(
+        r.status.success(),
+        "the emulated kernel failed ({}):\n{}",
+        r.status,
+        String::from_utf8_lossy(&r.stderr)
+    );
     std::fs::read(&out)
         .unwrap()
         .chunks_exact(4)

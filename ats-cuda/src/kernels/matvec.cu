@@ -101,23 +101,24 @@ __device__ __forceinline__ void scale_min_words(u32 a, u32 b, u32 c, int j, int*
     }
 }
 
-// 16 bytes at a 2-byte aligned address (Q6_K blocks are 210 bytes), from
-// aligned words; reads up to 4 bytes past the range, inside the block.
+// 16 bytes at a 2-byte aligned address (Q6_K blocks are 210 bytes, Q8_0
+// blocks 34) from aligned words, without reading past the 16 bytes: the last
+// two of an address 2 mod 4 come from a 2-byte load (a Q8_0 tensor's last
+// block may end the allocation).
 __device__ __forceinline__ uint4 ld16_a2(const u8* p) {
     const u64 a = (u64)p;
     const u32* w = (const u32*)(a & ~(u64)3);
-    const u32 sh = (u32)(a & 3) * 8;
     uint4 r;
     r.x = w[0];
     r.y = w[1];
     r.z = w[2];
     r.w = w[3];
-    if (sh != 0) {
-        const u32 w4 = w[4];
-        r.x = (r.x >> sh) | (r.y << (32 - sh));
-        r.y = (r.y >> sh) | (r.z << (32 - sh));
-        r.z = (r.z >> sh) | (r.w << (32 - sh));
-        r.w = (r.w >> sh) | (w4 << (32 - sh));
+    if (a & 2) {
+        const u32 tail = *(const u16*)(p + 14);
+        r.x = (r.x >> 16) | (r.y << 16);
+        r.y = (r.y >> 16) | (r.z << 16);
+        r.z = (r.z >> 16) | (r.w << 16);
+        r.w = (r.w >> 16) | (tail << 16);
     }
     return r;
 }

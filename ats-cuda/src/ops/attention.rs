@@ -90,7 +90,7 @@ pub(crate) fn attention(
             n_keys,
             f16,
             n.dev.sm_count as usize,
-            scratch.free() / 4,
+            scratch.free_for(2) / 4, // part_o and part_ml below
         )
     {
         let keys = Keys { q, k: kp, v: vp, o };
@@ -116,7 +116,7 @@ pub(crate) fn attention(
         nq,
         nh,
         hd,
-        scratch.free() / 4,
+        scratch.free_for(2) / 4, // part_o and part_ml below
     );
     let (part_o, part_ml) = if splits > 1 {
         let slots = splits * nq * nh;

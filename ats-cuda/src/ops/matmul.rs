@@ -96,6 +96,12 @@ pub(crate) fn product(
     let sfx = dtype_suffix(w.dtype);
     let (rows, cols, rb) = (w.rows as i32, w.cols as i32, w.row_bytes());
     if n_tok <= MV_MAX_TOKENS {
+        // every matrix-vector kernel reads x as float4
+        if !x.is_multiple_of(16) {
+            return Err(launch_err(format!(
+                "activations at {x:#x} are not 16-byte aligned"
+            )));
+        }
         // the wide kernels where the type has one (one token: the
         // instantiation whose registers are sized for one), else the chunked
         let (name, cfg) = match wide_suffix(w, x) {
@@ -122,8 +128,8 @@ pub(crate) fn product(
             .arg(&bias);
         // SAFETY: w holds rows x cols of its type (checked by Node::weight),
         // x n_tok x cols floats, y n_tok x rows floats, bias rows floats or
-        // 0; for the wide kernels wide_suffix checked the alignment their
-        // vector loads need.
+        // 0; x is 16-byte aligned (checked above) and for the wide kernels
+        // wide_suffix checked the weight alignment their vector loads need.
         drv(&name, unsafe { b.launch(cfg) })?;
         return Ok(());
     }

@@ -4,6 +4,7 @@
 // the header names with the backend's launch geometry and writes y to argv[2].
 
 #include <cstdio>
+#include <new>
 
 struct Header {
     int wide;   // 0: matvec_* (chunked), 1: matvec_wide_*, 2: matvec_wide_moe_*
@@ -24,15 +25,18 @@ int main(int argc, char** argv) {
     const int mats = h.wide == 2 ? h.n_expert : 1;
     const int y_rows = h.wide == 2 ? h.slots : h.n_tok;
     const size_t wn = (size_t)mats * h.rows * h.row_bytes, xn = (size_t)h.n_tok * h.cols;
-    // 16-byte aligned like device allocations
-    std::vector<uint4> wbuf(wn / 16 + 2);
+    // exactly the weights' bytes, 16-byte aligned like a device allocation:
+    // under AddressSanitizer a read past the last block is an error
+    std::unique_ptr<u8, void (*)(u8*)> wbuf(
+        (u8*)::operator new(wn, std::align_val_t(16)),
+        [](u8* p) { ::operator delete(p, std::align_val_t(16)); });
     std::vector<float> x(xn), bias(h.rows), y((size_t)y_rows * h.rows, NAN);
-    if (fread(wbuf.data(), 1, wn, f) != wn || fread(x.data(), 4, xn, f) != xn) return 4;
+    if (fread(wbuf.get(), 1, wn, f) != wn || fread(x.data(), 4, xn, f) != xn) return 4;
     if (h.has_bias && fread(bias.data(), 4, h.rows, f) != (size_t)h.rows) return 4;
     std::vector<float> routing;
     if (h.wide == 2) routing = emu::read<float>(f, (size_t)h.slots / h.top_k * 2 * h.top_k);
     fclose(f);
-    const u8* w = (const u8*)wbuf.data();
+    const u8* w = wbuf.get();
     const float* b = h.has_bias ? bias.data() : nullptr;
     const u64 rb = h.row_bytes;
     const u64 eb = (u64)h.rows * rb;
