@@ -155,8 +155,17 @@ pub fn try_engine_on(
     policy: ats_sched::engine::Policy,
     all_logits: bool,
 ) -> Result<ats_sched::engine::Engine, String> {
+    let cost = default_cost(&devices);
+    try_engine_with_cost(spec, devices, cost, n_ctx, kv, policy, all_logits)
+}
+
+/// A cost model with no measurements (each device a default roofline of its
+/// kind), for tests that need plans but not a machine's profile.
+pub fn default_cost(
+    devices: &[std::sync::Arc<dyn ats_core::device::Device>],
+) -> ats_sched::profile::CostModel {
     use ats_sched::profile::{CostModel, DeviceProfile};
-    let cost = CostModel::new(
+    CostModel::new(
         devices
             .iter()
             .map(|d| {
@@ -175,8 +184,7 @@ pub fn try_engine_on(
                 )
             })
             .collect(),
-    );
-    try_engine_with_cost(spec, devices, cost, n_ctx, kv, policy, all_logits)
+    )
 }
 
 /// [`try_engine_on`] with the given cost model.

@@ -13,7 +13,7 @@ use ats_core::tokenizer::{Tokenizer, TokenizerError};
 use ats_cpu::CpuDevice;
 use ats_sched::engine::{Engine, EngineError, GenParams, Policy, StopReason};
 use ats_sched::size::parse_size;
-use ats_tests::{engine_on, fixtures};
+use ats_tests::{default_cost, engine_on, fixtures};
 use ats_vision::preprocess::{
     DecodeLimits, PreprocessConfig, PreprocessError, decode_image, preprocess_bytes,
 };
@@ -320,17 +320,9 @@ fn a_huge_max_tokens_stops_at_the_full_context() {
 fn a_zero_context_is_an_error() {
     use ats_sched::engine::EngineConfig;
     use ats_sched::planner::{Planner, PlannerConfig};
-    use ats_sched::profile::{CostModel, DeviceProfile};
     let spec = Arc::new(spec_of(llama_bytes()).unwrap());
     let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(1).unwrap());
-    let cost = CostModel::new(vec![(
-        DeviceProfile {
-            device: cpu.info().name.clone(),
-            kind: "cpu".into(),
-            ..Default::default()
-        },
-        1,
-    )]);
+    let cost = default_cost(std::slice::from_ref(&cpu));
     let pcfg = PlannerConfig {
         policy: Policy::Ats,
         n_ctx: 1,
@@ -513,7 +505,6 @@ fn sizes_users_get_wrong_are_errors() {
 #[test]
 fn vram_1k_names_the_minimum() {
     use ats_sched::planner::{PlanError, Planner, PlannerConfig};
-    use ats_sched::profile::{CostModel, DeviceProfile};
     use ats_sched::sim::{SimGpu, SimGpuConfig};
     let budget = parse_size("1K").unwrap();
     let spec = spec_of(llama_bytes()).unwrap();
@@ -526,23 +517,7 @@ fn vram_1k_names_the_minimum() {
         },
     ));
     let devs = vec![cpu, gpu];
-    let cost = || {
-        CostModel::new(
-            devs.iter()
-                .zip(["cpu", "gpu"])
-                .map(|(d, kind)| {
-                    (
-                        DeviceProfile {
-                            device: d.info().name.clone(),
-                            kind: kind.into(),
-                            ..Default::default()
-                        },
-                        1,
-                    )
-                })
-                .collect(),
-        )
-    };
+    let cost = || default_cost(&devs);
     let pcfg = PlannerConfig {
         policy: Policy::Ats,
         n_ctx: 64,

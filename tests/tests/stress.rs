@@ -19,11 +19,10 @@ use ats_core::synth::SynthSpec;
 use ats_cpu::CpuDevice;
 use ats_sched::engine::{Engine, EngineConfig, EngineError, GenParams, Policy, StopReason};
 use ats_sched::planner::{PlanError, Planner, PlannerConfig};
-use ats_sched::profile::{CostModel, DeviceProfile};
 use ats_sched::rescheduler::{ReschedConfig, Tau};
 use ats_sched::sim::{SimGpu, SimGpuConfig, Slowdown};
 use ats_tests::fuzz::Rng;
-use ats_tests::{engine_on, max_abs_diff};
+use ats_tests::{default_cost, engine_on, max_abs_diff};
 
 fn serial() -> MutexGuard<'static, ()> {
     static L: Mutex<()> = Mutex::new(());
@@ -74,21 +73,7 @@ fn sim_engine(
 ) -> Result<Engine, PlanError> {
     let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(1).unwrap());
     let devs = vec![cpu, gpu];
-    let cost = CostModel::new(
-        devs.iter()
-            .zip(["cpu", "gpu"])
-            .map(|(d, kind)| {
-                (
-                    DeviceProfile {
-                        device: d.info().name.clone(),
-                        kind: kind.into(),
-                        ..Default::default()
-                    },
-                    1,
-                )
-            })
-            .collect(),
-    );
+    let cost = default_cost(&devs);
     let pcfg = PlannerConfig {
         policy,
         n_ctx,
