@@ -219,6 +219,33 @@ fn a_tokenizer_with_missing_merges_is_a_named_error() {
 }
 
 #[test]
+fn a_chat_template_that_does_not_compile_is_named_when_a_chat_is_asked_for() {
+    let b = rewrite(
+        |k, v| {
+            Some(if k == "tokenizer.chat_template" {
+                Value::str("{% for m in messages %}{{ m.content }")
+            } else {
+                v.clone()
+            })
+        },
+        same,
+    );
+    // the model loads and runs from text; only the chat template is refused
+    let eng = engine(spec_of(b).unwrap(), 16);
+    assert!(eng.tokenizer().is_ok());
+    let msg = eng.chat_template().err().unwrap().to_string();
+    assert!(msg.contains("chat template cannot be used"), "{msg}");
+    assert!(msg.contains("syntax"), "the compile error itself: {msg}");
+    // a file without one gets ChatML, flagged as a fallback
+    let b = rewrite(
+        |k, v| (k != "tokenizer.chat_template").then(|| v.clone()),
+        same,
+    );
+    let eng = engine(spec_of(b).unwrap(), 16);
+    assert!(eng.chat_template().unwrap().is_fallback());
+}
+
+#[test]
 fn an_unknown_architecture_is_named() {
     let b = rewrite(
         |k, v| {

@@ -72,9 +72,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     let engine = &mut loaded.engine;
     let tok = engine.tokenizer()?.clone();
     let prompt = if a.chat {
-        let tpl = engine
-            .chat_template()
-            .context("the model has no usable chat template")?;
+        let tpl = engine.chat_template()?;
         if tpl.is_fallback() {
             info!("the model has no chat template: using ChatML");
         }

@@ -30,7 +30,7 @@ pub struct Engine {
     graph: Arc<Graph>,
     tokenizer: Option<Tokenizer>,
     tokenizer_error: Option<String>,
-    chat: Option<ChatTemplate>,
+    chat: Result<ChatTemplate, String>,
     executor: Executor,
     planner: Planner,
     cfg: EngineConfig,
@@ -69,7 +69,9 @@ impl Engine {
             Ok(t) => (Some(t), None),
             Err(e) => (None, Some(e.to_string())),
         };
-        let chat = ChatTemplate::from_gguf(&spec.gguf.metadata).ok();
+        // kept with its reason: a template that does not compile is said
+        // when a chat is asked for, not dropped
+        let chat = ChatTemplate::from_gguf(&spec.gguf.metadata).map_err(|e| e.to_string());
         let set = planner.plans();
         let host: Arc<dyn HostMemory> = spec.gguf.backing().clone();
         for d in &devices[1..] {
@@ -120,9 +122,12 @@ impl Engine {
         })
     }
 
-    /// The chat template, if the file has one.
-    pub fn chat_template(&self) -> Option<&ChatTemplate> {
-        self.chat.as_ref()
+    /// The chat template (ChatML where the file has none, see
+    /// [`ChatTemplate::is_fallback`]), or why the file's cannot be used.
+    pub fn chat_template(&self) -> Result<&ChatTemplate, EngineError> {
+        self.chat.as_ref().map_err(|e| {
+            EngineError::Input(format!("the model's chat template cannot be used: {e}"))
+        })
     }
 
     /// The executor (devices, ledgers, statistics).
