@@ -81,6 +81,8 @@ fn shapes() -> Vec<(String, DType, usize, usize)> {
     // Llama-3-8B Q4_K_M: the products a hybrid decode leaves on the CPU most
     v.push(("gate_14336x4096_q4_k".into(), DType::Q4K, 14336, 4096));
     v.push(("down_4096x14336_q6_k".into(), DType::Q6K, 4096, 14336));
+    // Q5_K_M: gate/up in Q5_K
+    v.push(("gate_14336x4096_q5_k".into(), DType::Q5K, 14336, 4096));
     v
 }
 
