@@ -34,6 +34,7 @@ LOG="$OUT/gpu-check.log"
 DEADLINE=$((SECONDS + BUDGET_SECS))
 STEPS=()
 BENCH=()
+BREAKDOWN=()
 
 if [ -d "$ROOT/target/kernel-cache/ats/kernels" ]; then
     export XDG_CACHE_HOME="$ROOT/target/kernel-cache"
@@ -161,6 +162,19 @@ except Exception:
     print("-")
 PY
 }
+bench_breakdown() { # FILE -> "- preset vram policy: where a decode token's time went" or nothing
+    python3 - "$1" "$2" <<'PY' 2>/dev/null || true
+import json, sys
+try:
+    b = json.load(open(sys.argv[1]))["decode_breakdown"]
+    devs = "; ".join(
+        f'{d["device"]} {d["ms"]:.2f} ms (' + ", ".join(f'{o["op"]} {o["ms"]:.2f}' for o in d["ops"][:5]) + ")"
+        for d in b["devices"])
+    print(f'- {sys.argv[2]}: wall {b["wall_ms"]:.2f} ms; {devs}; copies {b["copy_mb"]:.0f} MB in {b["copy_ms"]:.2f} ms; {b["switches"]:.0f} switches')
+except Exception:
+    pass
+PY
+}
 bench_devices() {
     python3 - "$1" <<'PY' 2>/dev/null || echo "?"
 import json, sys
@@ -197,6 +211,7 @@ for vram in 2G 4G 8G; do
             rc=$?
             status=$([ $rc -eq 0 ] && echo ok || ([ $rc -eq 124 ] && echo "timed out" || echo "failed ($rc)"))
             BENCH+=("| $preset | $vram | $policy | $(bench_field "$f" pp) | $(bench_extra "$f") | $(bench_field "$f" tg) | $(bench_decode "$f") | $(bench_devices "$f") | $status |")
+            BREAKDOWN+=("$(bench_breakdown "$f" "$preset $vram $policy")")
         done
     done
 done
@@ -217,6 +232,10 @@ done
     echo "| model | VRAM | policy | prompt t/s | TTFT ms | GPU peak MiB | gen t/s | decode plan (audition ms/round) | devices | run |"
     echo "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- | --- |"
     printf '%s\n' "${BENCH[@]}"
+    echo
+    echo "Where a decode token's time went (ms per token over the timed rounds; GPU ops timed by events around each node on its stream, so a kernel the host launched late counts its wait; CPU ops host-timed; copies overlap compute):"
+    echo
+    printf '%s\n' "${BREAKDOWN[@]}" | grep -v '^$' || echo "(none)"
     echo
     echo "Total ${SECONDS}s. Log: $LOG; the benchmarks' JSON: $OUT/bench-json.tar.gz"
 } >"$REPORT"

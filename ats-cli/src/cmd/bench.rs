@@ -106,6 +106,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
             engine.decode(id)?;
         }
         let mut tps = Vec::new();
+        // only the timed rounds: not the warm-up and audition above
+        engine.reset_decode_breakdown();
         for _ in 0..a.reps {
             start(engine)?;
             let t = std::time::Instant::now();
@@ -149,6 +151,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             "replans": engine.planner().replans,
             "relayouts": engine.planner().relayouts,
             "memory": crate::report::memory_json(engine),
+            "decode_breakdown": (a.n_gen > 0).then(|| engine.decode_breakdown().report(&devices)),
         });
         println!("{}", serde_json::to_string_pretty(&j)?);
     } else {
@@ -170,6 +173,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
         }
         if !crate::logging::quiet() {
             crate::report::print_plan_changes(engine);
+            if a.n_gen > 0 {
+                eprintln!("ats: {}", engine.decode_breakdown().report(&devices));
+            }
         }
     }
     Ok(())

@@ -1,11 +1,13 @@
 //! The engine: a loaded model on a set of devices under a plan, with the
 //! session state (KV cache, position) and the generation loop.
 
+mod breakdown;
 mod config;
 mod error;
 mod generate;
 mod timings;
 
+pub use breakdown::{BreakdownReport, DecodeBreakdown, DeviceShare, OpShare};
 pub use config::{EngineConfig, Policy};
 pub use error::EngineError;
 pub use generate::{GenEvent, GenParams, Generation, StopReason};
@@ -41,6 +43,8 @@ pub struct Engine {
     next_pos: i64,
     /// Tokens of the session so far (for repetition penalties).
     history: Vec<u32>,
+    /// Decode rounds' times since the last reset.
+    breakdown: DecodeBreakdown,
 }
 
 impl std::fmt::Debug for Engine {
@@ -99,6 +103,7 @@ impl Engine {
             past: 0,
             next_pos: 0,
             history: Vec::new(),
+            breakdown: DecodeBreakdown::default(),
         })
     }
 
@@ -133,6 +138,17 @@ impl Engine {
     /// The executor (devices, ledgers, statistics).
     pub fn executor(&self) -> &Executor {
         &self.executor
+    }
+
+    /// Where the decode rounds since [`Engine::reset_decode_breakdown`] spent
+    /// their time.
+    pub fn decode_breakdown(&self) -> &DecodeBreakdown {
+        &self.breakdown
+    }
+
+    /// Starts a new [`Engine::decode_breakdown`].
+    pub fn reset_decode_breakdown(&mut self) {
+        self.breakdown = DecodeBreakdown::default();
     }
 
     /// The planner and its current plans.
@@ -214,7 +230,10 @@ impl Engine {
 
     fn after_round(&mut self, shape: ats_core::graph::cost::RoundShape) {
         let stats = self.executor.last_stats().clone();
-        self.planner.observe(&self.executor, &stats, shape);
+        if shape.n_tokens == 1 {
+            self.breakdown.add(&self.graph, &stats);
+        }
+        self.planner.observe(&stats, shape);
         if let Some(new_set) = self.planner.maybe_replan() {
             // the executor moves what changed home (weights, KV caches) within the budget
             if self.executor.set_plans(new_set.plans.clone()).is_err() {

@@ -65,8 +65,12 @@ impl ExecConfig {
 /// re-scheduler. Only nodes on synchronous devices are timed individually.
 #[derive(Clone, Debug, Default)]
 pub struct RoundStats {
-    /// `(node, device, seconds)` of nodes timed on the host.
+    /// `(node, device, seconds)` of nodes: timed on the host for synchronous
+    /// devices (and all devices under `profile_nodes`), by the device's own
+    /// timing events for asynchronous ones (their in-stream kernel times).
     pub node_secs: Vec<(usize, usize, f64)>,
+    /// `(device, bytes, seconds)` of weight copies an asynchronous device timed.
+    pub async_copies: Vec<(usize, u64, f64)>,
     /// `(weight, bytes, seconds)` of weight copies done synchronously.
     pub copy_secs: Vec<(usize, u64, f64)>,
     /// Activation bytes moved between devices.
@@ -680,6 +684,22 @@ impl Executor {
             d.synchronize()?;
         }
         stats.total_secs = t0.elapsed().as_secs_f64();
+        // the round is complete: its device-timed spans can be read
+        for (d, dev) in self.devices.iter().enumerate() {
+            if !dev.supports_async() {
+                continue;
+            }
+            let t = dev.drain_timings();
+            if self.profile_nodes {
+                continue; // the host timed these nodes already
+            }
+            stats
+                .node_secs
+                .extend(t.nodes.into_iter().map(|(n, s)| (n, d, s)));
+            stats
+                .async_copies
+                .extend(t.copies.into_iter().map(|(b, s)| (d, b, s)));
+        }
         self.last_stats = stats;
         Ok(bytes
             .chunks_exact(4)

@@ -35,7 +35,7 @@ use ats_core::graph::Graph;
 use ats_core::graph::cost::RoundShape;
 use serde::Serialize;
 
-use crate::exec::{ExecPlan, Executor, RoundStats};
+use crate::exec::{ExecPlan, RoundStats};
 use crate::profile::CostModel;
 use crate::rescheduler::{CostSnapshot, Decision, Rescheduler};
 use crate::tiers::{TIERS, TierTable};
@@ -250,7 +250,7 @@ impl Planner {
     }
 
     /// Takes a round's measurements into the cost model and the re-scheduler.
-    pub fn observe(&mut self, ex: &Executor, stats: &RoundStats, shape: RoundShape) {
+    pub fn observe(&mut self, stats: &RoundStats, shape: RoundShape) {
         let n_tokens = shape.n_tokens;
         let kv_f16 = self.cfg.kv_type == ats_core::device::KvType::F16;
         let g = self.graph.clone();
@@ -262,12 +262,7 @@ impl Planner {
         }
         let (mut copy_bytes, mut copy_secs) = (0u64, 0.0f64);
         if let Some(gpu) = self.gpu {
-            let t = ex.devices()[gpu].drain_timings();
-            for (node, secs) in t.nodes {
-                self.cost.observe(&g, gpu, node, shape, kv_f16, secs);
-                *this_round.entry(node).or_default() += secs;
-            }
-            for (b, s) in t.copies {
+            for &(_, b, s) in stats.async_copies.iter().filter(|c| c.0 == gpu) {
                 copy_bytes += b;
                 copy_secs += s;
             }
