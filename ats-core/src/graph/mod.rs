@@ -11,7 +11,7 @@ mod op;
 
 pub use builder::GraphBuilder;
 pub use cost::NodeCost;
-pub use op::{AttnSpec, GeluKind, Mask, Op, RopeKind, RopeSpec};
+pub use op::{AttnSpec, GeluKind, Mask, Op, RopeKind, RopeSpec, experts_chosen};
 
 use serde::Serialize;
 

@@ -225,3 +225,41 @@ impl Op {
         }
     }
 }
+
+/// Which of `n_expert` experts any of `rows` tokens chose, from a
+/// [`Op::MoeRouter`] output read as bytes (per row: `top_k` expert ids as
+/// little-endian f32, then their weights). Ids out of range (an unrouted
+/// slot) choose nothing; a short buffer covers only its whole rows.
+pub fn experts_chosen(router_out: &[u8], rows: usize, top_k: usize, n_expert: usize) -> Vec<bool> {
+    let mut hit = vec![false; n_expert];
+    let row_bytes = 2 * top_k * 4;
+    for row in router_out.chunks_exact(row_bytes.max(1)).take(rows) {
+        for id in row[..top_k * 4].chunks_exact(4) {
+            let e = f32::from_le_bytes([id[0], id[1], id[2], id[3]]);
+            if e >= 0.0 && (e as usize) < n_expert {
+                hit[e as usize] = true;
+            }
+        }
+    }
+    hit
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn experts_chosen_reads_ids_not_weights() {
+        // two rows of top-2: ids (3, 1) then (1, 9: none), weights after each
+        let vals: [f32; 8] = [3.0, 1.0, 0.7, 0.3, 1.0, 9.0, 0.5, 0.5];
+        let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(experts_chosen(&bytes, 2, 2, 4), [false, true, false, true]);
+        // one row only, and a buffer cut mid-row
+        assert_eq!(experts_chosen(&bytes, 1, 2, 4), [false, true, false, true]);
+        assert_eq!(
+            experts_chosen(&bytes[..20], 2, 2, 4),
+            [false, true, false, true]
+        );
+        assert_eq!(experts_chosen(&[], 2, 2, 4), [false; 4]);
+    }
+}

@@ -197,17 +197,7 @@ impl Executor {
         if router_dev == 0 {
             let mut raw = vec![0u8; rows * 2 * top_k * 4];
             self.devices[0].read(routing, 0, &mut raw)?;
-            let mut hit = vec![false; n_expert];
-            for r in 0..rows {
-                for k in 0..top_k {
-                    let o = (r * 2 * top_k + k) * 4;
-                    let e =
-                        f32::from_le_bytes([raw[o], raw[o + 1], raw[o + 2], raw[o + 3]]) as usize;
-                    if e < n_expert {
-                        hit[e] = true;
-                    }
-                }
-            }
+            let hit = ats_core::graph::experts_chosen(&raw, rows, top_k, n_expert);
             if dev.supports_async()
                 && let Some(ev) = &freed
             {

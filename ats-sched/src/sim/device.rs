@@ -399,17 +399,7 @@ impl Device for SimGpu {
                 return;
             }
             let n_expert = src.len / per_expert.max(1);
-            let mut hit = vec![false; n_expert];
-            for r in 0..rows {
-                for k in 0..top_k {
-                    let o = (r * 2 * top_k + k) * 4;
-                    let e =
-                        f32::from_le_bytes([ids[o], ids[o + 1], ids[o + 2], ids[o + 3]]) as usize;
-                    if e < n_expert {
-                        hit[e] = true;
-                    }
-                }
-            }
+            let hit = ats_core::graph::experts_chosen(&ids, rows, top_k, n_expert);
             let mut bytes = 0usize;
             for (e, _) in hit.iter().enumerate().filter(|x| *x.1) {
                 let off = e * per_expert;

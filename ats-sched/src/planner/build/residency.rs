@@ -92,18 +92,25 @@ fn resident_layers(ctx: &Ctx<'_>, avail: u64, skip_experts: bool) -> (Vec<bool>,
         .max()
         .map_or(0, |l| l + 1);
     let eligible = |i: usize| !(skip_experts && ctx.items[i].experts.is_some());
+    // puts `set` on the GPU with `reason` if it fits in what is left
+    let mut take = |set: &[usize], reason: String| {
+        let bytes: u64 = set.iter().map(|&i| ctx.items[i].bytes()).sum();
+        if used + bytes > avail {
+            return false;
+        }
+        used += bytes;
+        for &i in set {
+            on[i] = true;
+            why[i] = reason.clone();
+        }
+        true
+    };
     let mut all_fit = true;
     for l in (0..n_layer).rev() {
         let idx: Vec<usize> = (0..n)
             .filter(|&i| ctx.items[i].layer == Some(l) && eligible(i))
             .collect();
-        let whole: u64 = idx.iter().map(|&i| ctx.items[i].bytes()).sum();
-        if used + whole <= avail {
-            used += whole;
-            for &i in &idx {
-                on[i] = true;
-                why[i] = format!("layers: layer {l} fits on the GPU");
-            }
+        if take(&idx, format!("layers: layer {l} fits on the GPU")) {
             continue;
         }
         all_fit = false;
@@ -120,14 +127,10 @@ fn resident_layers(ctx: &Ctx<'_>, avail: u64, skip_experts: bool) -> (Vec<bool>,
                 )
             })
             .collect();
-        let half: u64 = ffn.iter().map(|&i| ctx.items[i].bytes()).sum();
-        if used + half <= avail {
-            used += half;
-            for &i in &ffn {
-                on[i] = true;
-                why[i] = format!("layers: boundary layer {l}, FFN half on the GPU");
-            }
-        }
+        take(
+            &ffn,
+            format!("layers: boundary layer {l}, FFN half on the GPU"),
+        );
         break;
     }
     for i in 0..n {
