@@ -2,8 +2,8 @@
 # Prepares everything scripts/gpu-check.sh needs on a GPU machine that has
 # no Rust toolchain, no NVRTC and no ../shared: release binaries (gzipped),
 # the kernel cache compiled here with NVRTC from PyPI, and the text fixtures
-# the GPU tests read. Writes DIR (default .gpu, which git ignores through
-# .git/info/exclude); on the GPU machine:
+# the GPU tests read. Writes DIR (default .gpu, which .gitignore names, so
+# the device tool's call must carry it: `carry: [".gpu"]`); on the GPU machine:
 #   mkdir -p /work/main/tests && ln -sfn "$PWD/.gpu/shared" /work/shared
 #   gunzip -f .gpu/bin/*.gz && chmod +x .gpu/bin/*
 #   XDG_CACHE_HOME=$PWD/.gpu/cache ATS_PREBUILT=$PWD/.gpu/bin bash scripts/gpu-check.sh
