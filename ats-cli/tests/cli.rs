@@ -154,6 +154,9 @@ fn bench_runs_each_test_at_the_depth_asked() {
         .collect();
     assert_eq!(names, ["pp8 @ d24", "tg4 @ d24"]);
     assert_eq!(v["n_depth"], 24);
+    // the decode breakdown covers the timed tokens only, not the warm-up
+    assert_eq!(v["decode_breakdown"]["rounds"], 4);
+    assert_eq!(v["decode_breakdown"]["devices"][0]["device"], "cpu");
     // a context one token short of depth + test is an error, not a silent truncation
     let out = run(&[
         "bench",

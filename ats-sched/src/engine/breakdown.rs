@@ -52,20 +52,16 @@ impl DecodeBreakdown {
     /// Per token, with devices named by `names` (index order).
     pub fn report(&self, names: &[String]) -> BreakdownReport {
         let per = 1.0 / self.rounds.max(1) as f64;
-        let mut devices: Vec<DeviceShare> = Vec::new();
+        let mut by_device: BTreeMap<usize, DeviceShare> = BTreeMap::new();
         for (&(d, op), &(secs, nodes)) in &self.ops {
-            if devices.last().is_none_or(|s| s.index != d) {
-                devices.push(DeviceShare {
-                    index: d,
-                    device: names
-                        .get(d)
-                        .cloned()
-                        .unwrap_or_else(|| format!("device {d}")),
-                    ms: 0.0,
-                    ops: Vec::new(),
-                });
-            }
-            let share = devices.last_mut().expect("pushed above");
+            let share = by_device.entry(d).or_insert_with(|| DeviceShare {
+                device: names
+                    .get(d)
+                    .cloned()
+                    .unwrap_or_else(|| format!("device {d}")),
+                ms: 0.0,
+                ops: Vec::new(),
+            });
             share.ms += secs * per * 1e3;
             share.ops.push(OpShare {
                 op,
@@ -73,6 +69,7 @@ impl DecodeBreakdown {
                 nodes: nodes as f64 * per,
             });
         }
+        let mut devices: Vec<DeviceShare> = by_device.into_values().collect();
         for s in &mut devices {
             s.ops.sort_by(|a, b| b.ms.total_cmp(&a.ms));
         }
@@ -110,9 +107,6 @@ pub struct BreakdownReport {
 /// One device's share of a decode step.
 #[derive(Clone, Debug, Serialize)]
 pub struct DeviceShare {
-    /// The device's index in the executor.
-    #[serde(skip)]
-    pub index: usize,
     /// Its name.
     pub device: String,
     /// Milliseconds per token in its nodes.

@@ -69,7 +69,8 @@ impl ExecConfig {
 pub struct RoundStats {
     /// `(node, device, seconds)` of nodes: timed on the host for synchronous
     /// devices (and all devices under `profile_nodes`), by the device's own
-    /// timing events for asynchronous ones (their in-stream kernel times).
+    /// timing events around each node for asynchronous ones (in-stream time,
+    /// which includes any wait for the host to launch the kernel).
     pub node_secs: Vec<(usize, usize, f64)>,
     /// `(device, bytes, seconds)` of weight copies an asynchronous device timed.
     pub async_copies: Vec<(usize, u64, f64)>,
