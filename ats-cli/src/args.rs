@@ -2,10 +2,32 @@
 
 use std::path::PathBuf;
 
+use anyhow::Result;
 use ats_core::device::KvType;
-use ats_sched::engine::Policy;
+use ats_core::round::MAX_CONTEXT;
+use ats_core::spec::ModelSpec;
+use ats_sched::config::{ConfigError, Policy, RunConfig};
 use ats_sched::rescheduler::{ReschedConfig, Tau};
 use clap::Args;
+
+use crate::usage::usage_bail;
+
+/// The devices of a run: CPU threads and the GPU (real, simulated, or none).
+#[derive(Args, Debug, Clone, Default)]
+pub struct DeviceArgs {
+    /// CPU threads (default: all cores).
+    #[arg(short = 't', long = "threads", value_name = "N")]
+    pub threads: Option<usize>,
+    /// GPU memory budget: 2G (= 2,000 MB), 2GB, 2GiB, 1500M, 1500MiB, or bytes.
+    #[arg(long = "vram", value_name = "SIZE", value_parser = parse_vram)]
+    pub vram: Option<u64>,
+    /// Use a simulated GPU (no real GPU needed), optionally with settings.
+    #[arg(long = "sim-gpu", value_name = "SPEC", num_args = 0..=1, default_missing_value = "", long_help = SIM_HELP)]
+    pub sim_gpu: Option<String>,
+    /// Fail instead of running on the CPU when --vram is given and no GPU can be used.
+    #[arg(long = "require-gpu")]
+    pub require_gpu: bool,
+}
 
 /// Loading a model and choosing devices.
 #[derive(Args, Debug, Clone)]
@@ -13,21 +35,14 @@ pub struct ModelArgs {
     /// Model file (GGUF).
     #[arg(short = 'm', long = "model", value_name = "FILE")]
     pub model: PathBuf,
-    /// CPU threads (default: all cores).
-    #[arg(short = 't', long = "threads", value_name = "N")]
-    pub threads: Option<usize>,
+    #[command(flatten)]
+    pub devices: DeviceArgs,
     /// Context size in tokens (default: the model's, at most 4096).
     #[arg(short = 'c', long = "ctx-size", value_name = "N")]
     pub ctx: Option<usize>,
     /// KV cache element type.
     #[arg(long = "kv-type", value_name = "f16|f32", default_value = "f16", value_parser = parse_kv)]
     pub kv_type: KvType,
-    /// GPU memory budget: 2G (= 2,000 MB), 2GB, 2GiB, 1500M, 1500MiB, or bytes.
-    #[arg(long = "vram", value_name = "SIZE", value_parser = parse_vram)]
-    pub vram: Option<u64>,
-    /// Use a simulated GPU (no real GPU needed), optionally with settings.
-    #[arg(long = "sim-gpu", value_name = "SPEC", num_args = 0..=1, default_missing_value = "", long_help = SIM_HELP)]
-    pub sim_gpu: Option<String>,
     /// Placement policy.
     #[arg(long = "policy", value_name = "NAME", default_value = "ats", value_parser = parse_policy)]
     pub policy: Policy,
@@ -58,6 +73,31 @@ impl ModelArgs {
             tau: Tau::TpotMultiple(self.replan_interval),
             audition_rounds: self.audition_rounds,
             ..ReschedConfig::default()
+        }
+    }
+
+    /// The run configuration the flags ask for, for `spec` (the one place
+    /// flags become settings; usage errors for values out of range).
+    pub fn run_config(&self, spec: &ModelSpec, all_logits: bool) -> Result<RunConfig> {
+        if self.batch == Some(0) {
+            usage_bail!("--batch-size must be at least 1");
+        }
+        let mut run = RunConfig::for_model(spec, crate::load::threads(self.devices.threads)?);
+        if let Some(c) = self.ctx {
+            run.n_ctx = c;
+        }
+        run.kv_type = self.kv_type;
+        run.policy = self.policy;
+        run.max_chunk = self.batch;
+        run.all_logits = all_logits;
+        run.vram = self.devices.vram;
+        run.resched = self.resched();
+        match run.validate() {
+            Ok(()) => Ok(run),
+            Err(ConfigError::Context(n)) => {
+                usage_bail!("--ctx-size must be 1 to {MAX_CONTEXT} tokens, not {n}")
+            }
+            Err(ConfigError::Zero { what }) => usage_bail!("{what} must be at least 1"),
         }
     }
 }

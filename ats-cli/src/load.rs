@@ -1,25 +1,26 @@
-//! Building the devices, the cost model, the planner and the engine from the
-//! command line, saying in one line what was chosen.
+//! From the command line to a session: the run configuration (from the
+//! flags, once), the machine (the host CPU and the GPU the flags ask for),
+//! the cost model (the machine's profile), then the session, saying in one
+//! line what was chosen.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use ats_core::device::Device;
-use ats_core::round::MAX_CONTEXT;
+use ats_core::device::{Device, DeviceKind};
+use ats_core::machine::{DeviceId, Machine};
 use ats_core::spec::ModelSpec;
 use ats_cpu::CpuDevice;
-use ats_sched::engine::{Engine, EngineConfig};
-use ats_sched::planner::{Planner, PlannerConfig};
+use ats_sched::config::RunConfig;
 use ats_sched::profile::{
     CostModel, DeviceProfile, Profile, default_profile_path, hardware_fingerprint, load_profile,
 };
+use ats_sched::session::Session;
 use ats_sched::sim::{SimGpu, SimGpuConfig};
 use ats_sched::size::fmt_bytes;
+use tracing::info;
 
-use tracing::{info, warn};
-
-use crate::args::ModelArgs;
+use crate::args::{DeviceArgs, ModelArgs};
 use crate::usage::usage_bail;
 
 /// CPU threads to use: the flag, else every core.
@@ -31,199 +32,193 @@ pub fn threads(flag: Option<usize>) -> Result<usize> {
     }
 }
 
-/// The devices of a run: the host CPU and, when asked for and available, a
-/// GPU (device 1), with the simulated GPU's settings when it is simulated.
-pub struct Devices {
-    /// Device 0 is the host CPU.
-    pub list: Vec<Arc<dyn Device>>,
-    /// Settings of the simulated GPU, if device 1 is one.
+/// The machine of a run, with the simulated GPU's settings when its GPU is one.
+pub struct Built {
+    /// The devices by role.
+    pub machine: Machine,
+    /// Settings of the simulated GPU, if the GPU is one.
     pub sim: Option<SimGpuConfig>,
 }
 
-/// The host CPU and, when asked for and available, a GPU (device 1).
-pub fn devices(args: &ModelArgs) -> Result<Devices> {
-    let t = threads(args.threads)?;
-    let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(t)?);
-    let mut devs = vec![cpu];
-    let mut sim = None;
-    if let Some(spec) = &args.sim_gpu {
-        let mut cfg = SimGpuConfig::parse(spec).map_err(anyhow::Error::msg)?;
-        if let Some(v) = args.vram {
-            cfg.memory = v;
+/// The host CPU and, when asked for and available, a GPU. Without a usable
+/// GPU for `--vram`, one line on stderr says so and the run stays on the
+/// CPU, whatever the verbosity; `--require-gpu` makes it an error instead.
+pub fn machine(args: &DeviceArgs) -> Result<Built> {
+    let host: Arc<dyn Device> = Arc::new(CpuDevice::new(threads(args.threads)?)?);
+    let (gpu, sim): (Option<Arc<dyn Device>>, _) = match &args.sim_gpu {
+        Some(spec) => {
+            let (gpu, cfg) = sim_gpu(spec, args.vram)?;
+            (Some(gpu), Some(cfg))
         }
-        let inner: Arc<dyn Device> = Arc::new(CpuDevice::with_isa(
-            1,
-            ats_cpu::matmul::Isa::detect(),
-            "sim-gpu-kernels",
-        )?);
-        info!(
-            "using a SIMULATED GPU ({} budget, {} GB/s copies, speed {} x one CPU thread)",
-            fmt_bytes(cfg.memory),
-            cfg.copy_gbps,
-            cfg.speed
-        );
-        devs.push(Arc::new(SimGpu::new(inner, cfg.clone())));
-        sim = Some(cfg);
-    } else if args.vram.is_some() {
-        match ats_cuda::open_device(args.vram) {
-            Ok(gpu) => devs.push(gpu),
-            Err(e) => warn!("no usable GPU ({e}): running on the CPU"),
-        }
+        None if args.vram.is_some() || args.require_gpu => match ats_cuda::open_device(args.vram) {
+            Ok(gpu) => (Some(gpu), None),
+            Err(e) if args.require_gpu => {
+                anyhow::bail!("no usable GPU ({e}), and --require-gpu was given")
+            }
+            Err(e) => {
+                eprintln!("ats: warning: no usable GPU ({e}): running on the CPU");
+                (None, None)
+            }
+        },
+        None => (None, None),
+    };
+    Ok(Built {
+        machine: Machine::new(host, gpu)?,
+        sim,
+    })
+}
+
+/// A simulated GPU from `--sim-gpu SPEC`, its budget `--vram` if given.
+fn sim_gpu(spec: &str, vram: Option<u64>) -> Result<(Arc<dyn Device>, SimGpuConfig)> {
+    let mut cfg = SimGpuConfig::parse(spec).map_err(anyhow::Error::msg)?;
+    if let Some(v) = vram {
+        cfg.memory = v;
     }
-    Ok(Devices { list: devs, sim })
+    let inner: Arc<dyn Device> = Arc::new(CpuDevice::with_isa(
+        1,
+        ats_cpu::matmul::Isa::detect(),
+        "sim-gpu-kernels",
+    )?);
+    info!(
+        "using a SIMULATED GPU ({} budget, {} GB/s copies, speed {} x one CPU thread)",
+        fmt_bytes(cfg.memory),
+        cfg.copy_gbps,
+        cfg.speed
+    );
+    Ok((Arc::new(SimGpu::new(inner, cfg.clone())), cfg))
 }
 
 /// The names of the real devices, which key the machine's profile.
-pub fn real_device_names(devices: &[Arc<dyn Device>]) -> Vec<String> {
-    devices
+pub fn real_device_names(machine: &Machine) -> Vec<String> {
+    machine
         .iter()
-        .filter(|d| d.info().kind != ats_core::device::DeviceKind::SimulatedGpu)
-        .map(|d| d.info().name.clone())
+        .filter(|(_, d)| d.info().kind != DeviceKind::SimulatedGpu)
+        .map(|(_, d)| d.info().name.clone())
         .collect()
 }
 
 /// The machine's profile (or `--profile FILE`), turned into a cost model for
-/// the devices; a simulated GPU's profile is derived from the CPU's.
-pub fn cost_model(args: &ModelArgs, devs: &Devices) -> Result<CostModel> {
-    let devices = &devs.list;
-    let fp = hardware_fingerprint(&real_device_names(devices));
-    let profile: Option<Profile> = match &args.profile {
-        Some(p) => Some(
-            load_profile(p, None)
-                .map_err(anyhow::Error::msg)?
-                .with_context(|| format!("{}: no such profile", p.display()))?,
-        ),
-        None => match default_profile_path(&fp) {
-            Some(p) => load_profile(&p, Some(&fp)).unwrap_or(None),
-            None => None,
-        },
+/// its devices; a simulated GPU's profile is derived from the CPU's.
+pub fn cost_model(args: &ModelArgs, built: &Built) -> Result<CostModel> {
+    let m = &built.machine;
+    let profile = read_profile(args, m)?;
+    let of = |d: &Arc<dyn Device>| {
+        profile
+            .as_ref()
+            .and_then(|p| p.device(&d.info().name).cloned())
+            .unwrap_or_else(|| DeviceProfile {
+                device: d.info().name.clone(),
+                kind: d.info().kind.name().into(),
+                ..Default::default()
+            })
     };
-    let empty = |d: &Arc<dyn Device>| DeviceProfile {
-        device: d.info().name.clone(),
-        kind: match d.info().kind {
-            ats_core::device::DeviceKind::Cpu => "cpu".into(),
-            ats_core::device::DeviceKind::Gpu => "gpu".into(),
-            ats_core::device::DeviceKind::SimulatedGpu => "simulated_gpu".into(),
-        },
-        ..Default::default()
-    };
-    let cpu_profile = profile
-        .as_ref()
-        .and_then(|p| p.device(&devices[0].info().name).cloned())
-        .unwrap_or_else(|| empty(&devices[0]));
-    let per_device = devices
-        .iter()
-        .map(|d| {
-            let dp = match (&devs.sim, d.info().kind) {
-                (Some(cfg), ats_core::device::DeviceKind::SimulatedGpu) => {
-                    cfg.derive_profile(&d.info().name, &cpu_profile)
-                }
-                _ => profile
-                    .as_ref()
-                    .and_then(|p| p.device(&d.info().name).cloned())
-                    .unwrap_or_else(|| empty(d)),
-            };
-            (dp, d.info().parallelism.unwrap_or(1))
-        })
-        .collect();
-    Ok(CostModel::new(per_device))
+    let host = of(m.host());
+    let gpu = m.gpu().map(|g| match &built.sim {
+        Some(cfg) => cfg.derive_profile(&g.info().name, &host),
+        None => of(g),
+    });
+    let threads = |d: &Arc<dyn Device>| d.info().parallelism.unwrap_or(1);
+    let host_threads = threads(m.host());
+    let gpu_threads = m.gpu().map(threads);
+    Ok(CostModel::new((host, host_threads), gpu.zip(gpu_threads)))
+}
+
+/// `--profile FILE`, else the machine's cached profile if there is one.
+fn read_profile(args: &ModelArgs, m: &Machine) -> Result<Option<Profile>> {
+    if let Some(p) = &args.profile {
+        let profile = load_profile(p, None)
+            .map_err(anyhow::Error::msg)?
+            .with_context(|| format!("{}: no such profile", p.display()))?;
+        return Ok(Some(profile));
+    }
+    let fp = hardware_fingerprint(&real_device_names(m));
+    Ok(default_profile_path(&fp).and_then(|p| load_profile(&p, Some(&fp)).unwrap_or(None)))
 }
 
 /// A loaded model and what loading took.
 pub struct Loaded {
-    /// The engine.
-    pub engine: Engine,
+    /// The session.
+    pub session: Session,
     /// Milliseconds to load and plan.
     pub load_ms: f64,
 }
 
-/// The context length `-c` asks for (default: the model's, at most 4096),
-/// checked against what positions can address.
-pub fn context_len(args: &ModelArgs, spec: &ModelSpec) -> Result<usize> {
-    let n_ctx = args.ctx.unwrap_or(spec.hp.n_ctx_train.min(4096));
-    if !(1..=MAX_CONTEXT).contains(&n_ctx) {
-        usage_bail!("--ctx-size must be 1 to {MAX_CONTEXT} tokens, not {n_ctx}");
-    }
-    Ok(n_ctx)
-}
-
-/// Opens the model, plans it and loads it onto the devices.
+/// Opens the model, plans it and loads it onto the machine the flags ask for.
 pub fn load(args: &ModelArgs, all_logits: bool) -> Result<Loaded> {
     let t0 = Instant::now();
-    let spec = Arc::new(
-        ModelSpec::open(&args.model)
-            .with_context(|| format!("cannot load {}", args.model.display()))?,
-    );
-    let devs = devices(args)?;
-    let mut loaded = load_on(args, spec, devs, all_logits)?;
+    let spec = open_model(args)?;
+    let built = machine(&args.devices)?;
+    let mut loaded = load_on(args, spec, built, all_logits)?;
     loaded.load_ms = t0.elapsed().as_secs_f64() * 1000.0;
     Ok(loaded)
 }
 
-/// Plans an opened model and loads it onto `devs` (already made: the
-/// VLM path encodes its images on them first).
+/// Opens and checks the model file.
+pub fn open_model(args: &ModelArgs) -> Result<Arc<ModelSpec>> {
+    let spec = ModelSpec::open(&args.model)
+        .with_context(|| format!("cannot load {}", args.model.display()))?;
+    Ok(Arc::new(spec))
+}
+
+/// Plans an opened model and loads it onto `built` (already made: the VLM
+/// path encodes its images on it first).
 pub fn load_on(
     args: &ModelArgs,
     spec: Arc<ModelSpec>,
-    devs: Devices,
+    built: Built,
     all_logits: bool,
 ) -> Result<Loaded> {
     let t0 = Instant::now();
-    let file_name = args
-        .model
-        .file_name()
-        .map(|f| f.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let spinner = crate::progress::spinner(format!("loading {file_name}"));
-    let cost = cost_model(args, &devs)?;
-    let devices = devs.list;
-    let n_ctx = context_len(args, &spec)?;
-    let cfg = EngineConfig {
-        n_ctx: Some(n_ctx),
-        kv_type: args.kv_type,
-        policy: args.policy,
-        max_chunk: args.batch,
-        resched: args.resched(),
-        ..EngineConfig::default()
-    };
-    if args.batch == Some(0) {
-        usage_bail!("--batch-size must be at least 1");
-    }
-    let graph = Arc::new(spec.graph()?);
-    let pcfg = PlannerConfig {
-        policy: cfg.policy,
-        n_ctx,
-        kv_type: cfg.kv_type,
-        slots_per_role: cfg.slots_per_role,
-        all_logits,
-        max_tier: args.batch,
-        force_kind: None,
-        resched: cfg.resched.clone(),
-    };
-    let planner = Planner::new(graph, &devices, cost, pcfg)?;
-    {
-        let names: Vec<String> = devices.iter().map(|d| d.info().name.clone()).collect();
-        spinner.suspend(|| {
-            info!(
-                "{} ({}, {} layers, {}), ctx {}, kv {:?}, policy {}, devices {}, threads {}",
-                file_name,
-                spec.arch.name(),
-                spec.hp.n_layer,
-                fmt_bytes(spec.gguf.file_len()),
-                n_ctx,
-                cfg.kv_type,
-                cfg.policy.name(),
-                names.join(" + "),
-                devices[0].info().parallelism.unwrap_or(1),
-            );
-            for n in &planner.plans().report.notes {
-                info!("note: {n}");
-            }
-        });
-    }
-    let engine = Engine::new(spec, devices, planner, cfg)?;
+    let run = args.run_config(&spec, all_logits)?;
+    let spinner = crate::progress::spinner(format!("loading {}", file_name(args)));
+    let cost = cost_model(args, &built)?;
+    spinner.suspend(|| log_run(args, &spec, &run, &built.machine));
+    let session = Session::new(spec, built.machine, cost, run).map_err(budget_hint)?;
+    spinner.suspend(|| {
+        for n in &session.plan_set().notes {
+            info!("note: {n}");
+        }
+    });
     spinner.finish_and_clear();
     let load_ms = t0.elapsed().as_secs_f64() * 1000.0;
     tracing::debug!(load_ms, "model loaded");
-    Ok(Loaded { engine, load_ms })
+    Ok(Loaded { session, load_ms })
+}
+
+/// A budget too small for any plan says which flag raises it.
+pub fn budget_hint(e: ats_sched::session::SessionError) -> anyhow::Error {
+    use ats_sched::planner::PlanError;
+    use ats_sched::session::SessionError;
+    match &e {
+        SessionError::Plan(PlanError::BudgetTooSmall { minimum, .. }) => {
+            anyhow::anyhow!("{e}; give at least --vram {}", fmt_bytes(*minimum))
+        }
+        _ => e.into(),
+    }
+}
+
+/// The model file's name, for messages.
+fn file_name(args: &ModelArgs) -> String {
+    args.model
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// The one line a run starts with: the model, the run configuration, the machine.
+fn log_run(args: &ModelArgs, spec: &ModelSpec, run: &RunConfig, machine: &Machine) {
+    info!(
+        "{} ({}, {} layers, {}), {}, devices {}",
+        file_name(args),
+        spec.arch.name(),
+        spec.hp.n_layer,
+        fmt_bytes(spec.gguf.file_len()),
+        run.summary(),
+        machine.describe(),
+    );
+}
+
+/// The device whose peak memory reports follow: the GPU, else the host.
+pub fn reported_device(machine: &Machine) -> (DeviceId, &Arc<dyn Device>) {
+    machine.accelerator_or_host()
 }

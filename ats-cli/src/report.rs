@@ -2,7 +2,7 @@
 //! log events with `--log-format json`).
 
 use ats_core::ledger::Region;
-use ats_sched::engine::{Engine, Timings};
+use ats_sched::session::{Session, Timings};
 use ats_sched::size::fmt_bytes;
 
 /// The timings block printed after a run.
@@ -57,12 +57,23 @@ pub fn print_turn(t: &Timings) {
     );
 }
 
-/// What the decode audition measured and how often the plans changed.
-pub fn print_plan_changes(engine: &Engine) {
-    let p = engine.planner();
-    let replans = format!("re-plans = {} ({} moved weights)", p.replans, p.relayouts);
+/// What the decode audition measured, how often the plans changed, and
+/// what failed in the re-planning loop (one summary line).
+pub fn print_plan_changes(session: &Session) {
+    let p = session.planner();
+    let st = p.replan_stats();
+    let mut replans = format!("re-plans = {} ({} moved weights)", st.replans, st.relayouts);
+    if st.any_failure() {
+        replans.push_str(&format!(
+            "; {} re-plans failed, {} changes refused, {} measurements rejected (last: {})",
+            st.failed,
+            st.rejected,
+            st.bad_observations,
+            st.last_failure.as_deref().unwrap_or("-")
+        ));
+    }
     let Some(a) = p.last_audition() else {
-        if p.replans > 0 {
+        if st.replans > 0 || st.any_failure() {
             eprintln!("ats: {replans}");
         }
         return;
@@ -70,23 +81,13 @@ pub fn print_plan_changes(engine: &Engine) {
     if crate::logging::json() {
         tracing::info!(
             audition = %serde_json::json!(a),
-            replans = p.replans,
-            relayouts = p.relayouts,
+            replans = %serde_json::json!(st),
             "decode plans"
         );
         return;
     }
     let names = |k: &[ats_sched::planner::PlanKind]| -> String {
-        let v: Vec<String> = k
-            .iter()
-            .map(|k| {
-                serde_json::to_value(k)
-                    .ok()
-                    .and_then(|v| v.as_str().map(String::from))
-                    .unwrap_or_default()
-            })
-            .collect();
-        v.join("=")
+        k.iter().map(|k| k.name()).collect::<Vec<_>>().join("=")
     };
     let parts: Vec<String> = a
         .entries
@@ -108,12 +109,12 @@ pub fn print_plan_changes(engine: &Engine) {
 }
 
 /// One line per device: peak memory by region against its budget.
-pub fn print_memory(engine: &Engine) {
+pub fn print_memory(session: &Session) {
     if crate::logging::json() {
-        tracing::info!(memory = %memory_json(engine), "peak memory");
+        tracing::info!(memory = %memory_json(session), "peak memory");
         return;
     }
-    for d in engine.executor().devices() {
+    for (_, d) in session.machine().iter() {
         let s = d.ledger().snapshot();
         let regions: Vec<String> = s
             .peak_by_region
@@ -135,12 +136,11 @@ pub fn print_memory(engine: &Engine) {
 }
 
 /// Peak bytes per region of every device, for JSON reports.
-pub fn memory_json(engine: &Engine) -> serde_json::Value {
-    let devs: Vec<serde_json::Value> = engine
-        .executor()
-        .devices()
+pub fn memory_json(session: &Session) -> serde_json::Value {
+    let devs: Vec<serde_json::Value> = session
+        .machine()
         .iter()
-        .map(|d| {
+        .map(|(_, d)| {
             let s = d.ledger().snapshot();
             let regions: serde_json::Map<String, serde_json::Value> = Region::ALL
                 .iter()

@@ -21,7 +21,7 @@ fn run_prints_the_greedy_continuation() {
         .unwrap()
         .encode(prompt, true, true)
         .unwrap();
-    let params = ats_sched::engine::GenParams {
+    let params = ats_sched::session::GenParams {
         max_tokens: 16,
         sampler: ats_core::SamplerConfig::greedy(),
         stop: Vec::new(),

@@ -64,7 +64,7 @@ fn cases() -> Vec<(String, PathBuf, &'static str, &'static str, &'static str)> {
     out
 }
 
-fn plan_json(model: &PathBuf, sim: &str, vram: &str, policy: &str) -> Value {
+fn plan_json(model: &std::path::Path, sim: &str, vram: &str, policy: &str) -> Value {
     let profile = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/data/profile-quick-2cpu.json"

@@ -25,6 +25,17 @@ pub enum DeviceKind {
     SimulatedGpu,
 }
 
+impl DeviceKind {
+    /// The name profiles and reports use (`cpu`, `gpu`, `simulated_gpu`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceKind::Cpu => "cpu",
+            DeviceKind::Gpu => "gpu",
+            DeviceKind::SimulatedGpu => "simulated_gpu",
+        }
+    }
+}
+
 /// Static facts about a device.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct DeviceInfo {

@@ -57,6 +57,47 @@ impl fmt::Display for Region {
     }
 }
 
+/// Bytes per region: what a plan reserves in each.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RegionBytes([u64; 6]);
+
+impl RegionBytes {
+    /// The sum over regions.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+
+    /// `(region, bytes)` in report order.
+    pub fn iter(&self) -> impl Iterator<Item = (Region, u64)> + '_ {
+        Region::ALL.into_iter().map(|r| (r, self.0[r.index()]))
+    }
+}
+
+impl std::ops::Index<Region> for RegionBytes {
+    type Output = u64;
+    fn index(&self, r: Region) -> &u64 {
+        &self.0[r.index()]
+    }
+}
+
+impl std::ops::IndexMut<Region> for RegionBytes {
+    fn index_mut(&mut self, r: Region) -> &mut u64 {
+        &mut self.0[r.index()]
+    }
+}
+
+impl serde::Serialize for RegionBytes {
+    /// A map from region name to bytes.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(Region::ALL.len()))?;
+        for (r, b) in self.iter() {
+            m.serialize_entry(r.name(), &b)?;
+        }
+        m.end()
+    }
+}
+
 /// An allocation the budget cannot take.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(

@@ -4,7 +4,7 @@
 //! [`quant`]), model specifications per architecture ([`spec`]), the op graph
 //! of a forward round ([`graph`], built per architecture in [`models`]), the
 //! tokenizer, chat template and sampler, and the [`device::Device`] trait with
-//! its budget [`ledger`].
+//! its budget [`ledger`], and the [`machine::Machine`] that names devices by role.
 
 pub mod chat;
 pub mod device;
@@ -12,6 +12,7 @@ pub mod dtype;
 pub mod gguf;
 pub mod graph;
 pub mod ledger;
+pub mod machine;
 pub mod models;
 pub mod names;
 pub mod quant;

@@ -29,7 +29,7 @@ fn every_fixture_builds_a_valid_graph() {
             (256, 2, 4, 2, 64)
         );
         assert_eq!(hp.n_vocab, 512);
-        let g = spec.graph().unwrap();
+        let g = spec.graph();
         g.validate().unwrap();
         assert_eq!(g.kv_caches.len(), 2);
         assert_eq!(g.values[g.output].cols, 512);
@@ -81,7 +81,7 @@ fn smollm2_spec() {
         (576, 30, 9, 3, 1536, 49152)
     );
     assert_eq!(hp.rope_theta, 100000.0);
-    let g = spec.graph().unwrap();
+    let g = spec.graph();
     assert_eq!(g.weights.len(), 1 + 30 * 9 + 1);
 }
 

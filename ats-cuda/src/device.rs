@@ -508,6 +508,67 @@ impl Device for CudaDevice {
         Ok(())
     }
 
+    fn copy_routed_async(
+        &self,
+        dst: &Buffer,
+        src: &HostBytes,
+        per_expert: usize,
+        routing: &Buffer,
+        rows: usize,
+        top_k: usize,
+    ) -> Result<(), DeviceError> {
+        let d = self.ptr_of(dst, 0, src.len)?;
+        let r = self.ptr_of(routing, 0, rows * 2 * top_k * 4)?;
+        let n_expert = src.len / per_expert.max(1);
+        if per_expert == 0 || n_expert * per_expert != src.len {
+            return Err(self.bad(format!(
+                "{} bytes are not whole experts of {per_expert} bytes",
+                src.len
+            )));
+        }
+        let ints = |n: usize, what: &str| {
+            i32::try_from(n).map_err(|_| self.bad(format!("{n} {what} exceed a kernel argument")))
+        };
+        let (rows_i, top_k_i) = (
+            ints(rows, "routing rows")?,
+            ints(top_k, "experts per token")?,
+        );
+        self.bind()?;
+        let st = self.lock();
+        // the SMs read the experts straight from the pinned mapping
+        let s = st
+            .registered
+            .iter()
+            .find(|x| x.is(&src.owner))
+            .map(|x| x.dev_ptr(src.offset))
+            .ok_or_else(|| {
+                self.bad("routed copies read pinned host memory: pin_host the source first".into())
+            })?;
+        let cfg = geometry::routed_copy(per_expert as u64, n_expert, self.sm_count)
+            .map_err(|m| self.bad(m))?;
+        let f = self
+            .kernels
+            .function(Module::Copy, "copy_routed_experts")
+            .map_err(|e| self.backend(e))?;
+        let per = per_expert as u64;
+        let mut b = self.streams.transfer.launch_builder(&f);
+        b.arg(&s)
+            .arg(&d)
+            .arg(&per)
+            .arg(&r)
+            .arg(&rows_i)
+            .arg(&top_k_i);
+        // The bytes copied depend on the routing, known only on the device,
+        // so this copy is not timed as a copy of some number of bytes.
+        // SAFETY: `s` is the mapped device address of `src.len` registered
+        // host bytes (kept alive by the registration), `d` holds `src.len`
+        // bytes and `r` the routing's `rows * 2 * top_k` floats (checked
+        // above); the grid has one block row per expert of `per_expert` bytes.
+        drv("launching copy_routed_experts", unsafe { b.launch(cfg) })
+            .map(|_| ())
+            .map_err(|e| self.backend(e))
+    }
+
     fn record_event(&self, stream: Stream) -> Result<Event, DeviceError> {
         self.bind()?;
         let ev = self.streams.record(stream).map_err(|e| self.backend(e))?;

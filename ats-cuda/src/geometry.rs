@@ -43,6 +43,30 @@ pub fn elementwise(n: u64, sm_count: u32) -> LaunchConfig {
     }
 }
 
+/// The launch of `copy_routed_experts` for `n_expert` experts of
+/// `per_expert` bytes: a row of blocks per expert (grid y), each row wide
+/// enough that the experts a decode round chooses (a few) fill the SMs.
+pub fn routed_copy(
+    per_expert: u64,
+    n_expert: usize,
+    sm_count: u32,
+) -> Result<LaunchConfig, String> {
+    let rows = u32::try_from(n_expert)
+        .ok()
+        .filter(|&n| (1..=65535).contains(&n))
+        .ok_or_else(|| format!("{n_expert} experts do not fit one grid (1 to 65535)"))?;
+    let words = per_expert
+        .div_ceil(16)
+        .div_ceil(u64::from(EW_THREADS))
+        .max(1);
+    let wide = u64::from(sm_count.max(1)) * 2;
+    Ok(LaunchConfig {
+        grid_dim: (words.min(wide) as u32, rows, 1),
+        block_dim: (EW_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    })
+}
+
 /// One thread per item (no grid-stride loop): `n` items in blocks of 256.
 pub fn per_item(n: u64) -> Result<LaunchConfig, String> {
     let blocks = n.div_ceil(u64::from(EW_THREADS)).max(1);

@@ -561,3 +561,94 @@ fn routed_expert_matvecs_match_the_reference_under_emulation() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Runs `exe` on `input` and reads the bytes it writes.
+fn run_bytes(exe: &Path, dir: &Path, input: Vec<u8>) -> Vec<u8> {
+    let (inp, out) = (dir.join("case.bin"), dir.join("out.bin"));
+    std::fs::write(&inp, input).unwrap();
+    let r = Command::new(exe).arg(&inp).arg(&out).output().unwrap();
+    assert!(
+        r.status.success(),
+        "the emulated kernel failed ({}):\n{}",
+        r.status,
+        String::from_utf8_lossy(&r.stderr)
+    );
+    std::fs::read(&out).unwrap()
+}
+
+/// `copy_routed_experts` copies exactly the experts some routing row names
+/// (ids as floats, weights after them, NaN and out-of-range ids naming none)
+/// and leaves every other byte of the destination as it was, with aligned
+/// and unaligned expert sizes, under the backend's launch geometry.
+#[test]
+fn routed_expert_copies_take_only_the_chosen_experts_under_emulation() {
+    let Some((dir, exe)) = emulator("routed-copy", Module::Copy, "copy_driver.cpp") else {
+        return;
+    };
+    // (bytes per expert, experts, routing rows of (ids, weights), byte offset)
+    let cases: [(u64, usize, Vec<Vec<f32>>, i32); 4] = [
+        (4096, 8, vec![vec![3.0, 1.0, 0.6, 0.4]], 0),
+        (
+            4096,
+            8,
+            vec![vec![1.0, 6.0, 0.5, 0.5], vec![6.0, 7.0, 0.9, 0.1]],
+            0,
+        ),
+        // an odd size and a start that is not 16-byte aligned: the byte path
+        (1000, 5, vec![vec![4.0, 0.0, 0.7, 0.3]], 3),
+        // ids that name no expert are ignored, weights are never ids
+        (
+            64,
+            4,
+            vec![vec![f32::NAN, 9.0, 2.0, 1.0], vec![-1.0, 2.0, 3.0, 0.0]],
+            0,
+        ),
+    ];
+    for (per, n_expert, routing, offset) in cases {
+        let top_k = routing[0].len() / 2;
+        let n = per as usize * n_expert;
+        let src: Vec<u8> = (0..n).map(|i| (i * 7 % 251) as u8 + 1).collect();
+        let before = vec![0xABu8; n];
+        let cfg = geometry::routed_copy(per, n_expert, 132).unwrap();
+        let mut input = Vec::new();
+        input.extend_from_slice(&per.to_le_bytes());
+        for v in [
+            n_expert as i32,
+            routing.len() as i32,
+            top_k as i32,
+            offset,
+            cfg.grid_dim.0 as i32,
+            cfg.block_dim.0 as i32,
+        ] {
+            input.extend_from_slice(&v.to_le_bytes());
+        }
+        input.extend_from_slice(&src);
+        for x in routing.iter().flatten() {
+            input.extend_from_slice(&x.to_le_bytes());
+        }
+        input.extend_from_slice(&before);
+        let out = run_bytes(&exe, &dir, input);
+        let raw: Vec<u8> = routing
+            .iter()
+            .flatten()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        let hit = ats_core::graph::experts_chosen(&raw, routing.len(), top_k, n_expert);
+        for (e, &chosen) in hit.iter().enumerate() {
+            let r = e * per as usize..(e + 1) * per as usize;
+            let want = if chosen {
+                &src[r.clone()]
+            } else {
+                &before[r.clone()]
+            };
+            assert_eq!(
+                &out[r], want,
+                "{per} B x {n_expert}: expert {e} (chosen {chosen})"
+            );
+        }
+        assert!(
+            hit.iter().any(|&h| h) && !hit.iter().all(|&h| h),
+            "the case chooses some experts"
+        );
+    }
+}

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use ats_core::device::{Device, HostMemory, KvType};
 use ats_core::graph::cost::RoundShape;
+use ats_core::machine::Machine;
 use ats_core::round::Round;
 use ats_core::spec::ModelSpec;
 use ats_cpu::CpuDevice;
@@ -41,8 +42,9 @@ fn main() {
         Ok(Arc::new(CpuDevice::new(t).map_err(|e| e.to_string())?) as Arc<dyn Device>)
     };
     let t0 = std::time::Instant::now();
+    let machine = Machine::host_only(cpu).expect("machine");
     let profile = profile_devices(
-        std::slice::from_ref(&cpu),
+        &machine,
         &make_cpu,
         &BenchOptions::new(true, threads),
         &mut |_, _, _| {},
@@ -53,9 +55,9 @@ fn main() {
         profile.devices[0].samples.len(),
         t0.elapsed().as_secs_f64()
     );
-    let cost = CostModel::new(vec![(profile.devices[0].clone(), threads)]);
+    let cost = CostModel::new((profile.devices[0].clone(), threads), None);
 
-    let graph = Arc::new(spec.graph().expect("graph"));
+    let graph = spec.graph().clone();
     let host: Arc<dyn HostMemory> = spec.gguf.backing().clone();
     let cfg = ExecConfig {
         kv_capacity: 512,
@@ -63,14 +65,8 @@ fn main() {
         slots_per_role: 2,
         region: None,
     };
-    let mut ex = Executor::new(
-        graph.clone(),
-        host,
-        vec![cpu],
-        cfg,
-        ExecPlan::all_cpu(&graph),
-    )
-    .expect("executor");
+    let mut ex = Executor::new(graph.clone(), host, machine, cfg, ExecPlan::all_cpu(&graph))
+        .expect("executor");
     ex.profile_nodes = true;
 
     // relative errors per op kind, and per round (sum over nodes)
@@ -102,7 +98,8 @@ fn main() {
         let (mut meas_sum, mut est_sum) = (0.0, 0.0);
         for (node, mut v) in per_node {
             let meas = median(&mut v);
-            let est = cost.profiled_secs(&graph, node, 0, shape, true);
+            let est =
+                cost.profiled_secs(&graph, node, ats_core::machine::DeviceId::Host, shape, true);
             meas_sum += meas;
             est_sum += est;
             // nodes under 20 us are dominated by timer and launch noise

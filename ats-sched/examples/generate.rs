@@ -14,11 +14,12 @@ use std::sync::Arc;
 
 use ats_core::SamplerConfig;
 use ats_core::device::Device;
+use ats_core::machine::Machine;
 use ats_core::spec::ModelSpec;
 use ats_cpu::CpuDevice;
-use ats_sched::engine::{Engine, EngineConfig, GenEvent, GenParams};
-use ats_sched::planner::{Planner, PlannerConfig};
+use ats_sched::config::RunConfig;
 use ats_sched::profile::{CostModel, DeviceProfile};
+use ats_sched::session::{GenEvent, GenParams, Session};
 
 use ats_sched::sim::{SimGpu, SimGpuConfig};
 use ats_sched::size::{fmt_bytes, parse_size};
@@ -34,7 +35,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .next()
         .unwrap_or_else(|| "The capital of France is".into());
 
-    // device 0 is always the host CPU; device 1 a GPU with `budget` bytes
+    // the host CPU, and a simulated GPU with `budget` bytes
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(threads)?);
     // a GPU whose kernels run 8x faster than one CPU thread
@@ -50,29 +51,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         kind: "cpu".into(),
         ..Default::default()
     };
-    let cost = CostModel::new(vec![
-        (cpu_profile.clone(), threads),
-        (gpu_profile(&gpu_cfg), 1),
-    ]);
-    let devices: Vec<Arc<dyn Device>> = vec![cpu, Arc::new(SimGpu::new(kernels, gpu_cfg))];
+    let cost = CostModel::new((cpu_profile, threads), Some((gpu_profile(&gpu_cfg), 1)));
+    let gpu: Arc<dyn Device> = Arc::new(SimGpu::new(kernels, gpu_cfg));
+    let machine = Machine::new(cpu, Some(gpu))?;
 
     let spec = Arc::new(ModelSpec::open(&model)?);
-    let ecfg = EngineConfig {
-        n_ctx: Some(512),
-        ..EngineConfig::default()
-    };
-    let pcfg = PlannerConfig {
-        policy: ecfg.policy,
+    let run = RunConfig {
         n_ctx: 512,
-        kv_type: ecfg.kv_type,
-        slots_per_role: ecfg.slots_per_role,
-        all_logits: false,
-        max_tier: None,
-        force_kind: None,
-        resched: ecfg.resched.clone(),
+        vram: Some(budget),
+        ..RunConfig::for_model(&spec, threads)
     };
-    let planner = Planner::new(Arc::new(spec.graph()?), &devices, cost, pcfg)?;
-    let mut engine = Engine::new(spec, devices, planner, ecfg)?;
+    let mut engine = Session::new(spec, machine, cost, run)?;
 
     let ids = engine.tokenizer()?.encode(&prompt, true, true)?;
     let params = GenParams {
@@ -93,7 +82,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         g.timings.gen_tps(),
         g.stop
     );
-    for d in engine.executor().devices() {
+    for (_, d) in engine.machine().iter() {
         let s = d.ledger().snapshot();
         let budget = s.budget.map_or("no budget".into(), fmt_bytes);
         eprintln!("{}: peak {} ({budget})", s.device, fmt_bytes(s.peak));

@@ -9,7 +9,7 @@ mod common;
 use std::time::Instant;
 
 use ats_sched::sim::{SimGpuConfig, Slowdown};
-use common::{Machine, engine, write_model};
+use common::{SimMachine, engine, write_model};
 
 fn main() {
     let total: f64 = std::env::args()
@@ -20,7 +20,7 @@ fn main() {
     let spec = write_model(dir.path());
     // phases: normal, CPU pressure x2.5, GPU and copy pressure x3, normal
     let (p1, p2, p3) = (total * 0.2, total * 0.45, total * 0.75);
-    let machine = Machine {
+    let machine = SimMachine {
         cpu_dilation: 6.0,
         cpu_slow: Slowdown::steps(vec![(0.0, 1.0), (p1, 2.5), (p2, 1.0)]),
         gpu: SimGpuConfig {
@@ -57,9 +57,9 @@ fn main() {
             println!(
                 "{now:.2},{name},{:.3},{},{},{},{:?}",
                 tp * 1e3,
-                e.planner().replans,
-                e.planner().refreshes,
-                e.planner().relayouts,
+                e.planner().replan_stats().replans,
+                e.planner().replan_stats().refreshes,
+                e.planner().replan_stats().relayouts,
                 e.plan_set().tiers[0].kind
             );
             ctx += 1;
@@ -85,7 +85,7 @@ fn main() {
             phase(p1, p2),
             phase(p2, p3),
             phase(p3, total),
-            e.planner().replans,
+            e.planner().replan_stats().replans,
         ));
     }
     eprintln!("| policy | normal | CPU pressure | GPU+copy pressure | normal again | re-plans |");

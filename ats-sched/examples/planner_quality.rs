@@ -11,7 +11,7 @@ use ats_sched::exec::ExecPlan;
 use ats_sched::planner::{PlanKind, PlanSet};
 use ats_sched::rescheduler::ReschedConfig;
 use ats_sched::sim::{SimGpuConfig, Slowdown};
-use common::{Machine, engine, tpot, write_model};
+use common::{SimMachine, engine, tpot, write_model};
 
 /// Measurement passes over the plans (interleaved, so drift hits all alike).
 const PASSES: usize = 3;
@@ -42,7 +42,7 @@ fn main() {
                         if std::env::args().nth(1).is_some_and(|only| only != this) {
                             continue;
                         }
-                        let m = Machine {
+                        let m = SimMachine {
                             cpu_dilation: dilation,
                             cpu_slow: Slowdown::none(),
                             gpu: SimGpuConfig {
@@ -65,7 +65,7 @@ fn main() {
                         // the plans to measure: each shape forced, plus the two choices
                         let mut sets: Vec<(String, PlanSet)> = Vec::new();
                         for kind in [PlanKind::Static, PlanKind::GpuOnly, PlanKind::Dynamic] {
-                            if let Some(s) = e.planner().plans_forced(kind) {
+                            if let Some(s) = e.planner().plans_forced(kind).ok().flatten() {
                                 sets.push((format!("{kind:?}"), s));
                             }
                         }

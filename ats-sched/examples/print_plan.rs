@@ -10,11 +10,12 @@ use std::sync::Arc;
 
 use ats_core::device::Device;
 use ats_core::dtype::DType;
+use ats_core::machine::Machine;
 use ats_core::spec::ModelSpec;
 use ats_core::synth::SynthSpec;
 use ats_cpu::CpuDevice;
-use ats_sched::engine::Policy;
-use ats_sched::planner::{Planner, PlannerConfig};
+use ats_sched::config::RunConfig;
+use ats_sched::planner::Planner;
 use ats_sched::profile::{CostModel, DeviceProfile};
 
 use ats_sched::sim::{SimGpu, SimGpuConfig};
@@ -52,21 +53,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         kind: "cpu".into(),
         ..Default::default()
     };
-    let cost = CostModel::new(vec![(cpu_profile.clone(), 1), (gpu_profile(&gpu_cfg), 1)]);
-    let devices: Vec<Arc<dyn Device>> = vec![cpu.clone(), Arc::new(SimGpu::new(cpu, gpu_cfg))];
-    let cfg = PlannerConfig {
-        policy: Policy::Ats,
+    let cost = CostModel::new((cpu_profile, 1), Some((gpu_profile(&gpu_cfg), 1)));
+    let gpu: Arc<dyn Device> = Arc::new(SimGpu::new(cpu.clone(), gpu_cfg));
+    let machine = Machine::new(cpu, Some(gpu))?;
+    let run = RunConfig {
         n_ctx: 256,
-        kv_type: ats_core::device::KvType::F16,
-        slots_per_role: 2,
-        all_logits: false,
-        max_tier: None,
-        force_kind: None,
-        resched: Default::default(),
+        ..RunConfig::for_model(&spec, 1)
     };
-    let planner = Planner::new(Arc::new(spec.graph()?), &devices, cost, cfg)?;
+    let planner = Planner::new(spec.graph().clone(), &machine, cost, &run)?;
     let set = planner.plans();
-    let r = &set.report;
+    let r = planner.report();
 
     println!("{} under a {} budget", path.display(), fmt_bytes(budget));
     for t in &r.tensors {
@@ -74,14 +70,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "  {:<32} {:>10}  {:<6} {:<9} {}",
             t.name,
             fmt_bytes(t.bytes),
-            t.placement,
-            t.region,
+            t.placement.name(),
+            t.region.map_or("none", |r| r.name()),
             t.why
         );
     }
     println!("GPU peak {}:", fmt_bytes(r.peak_bytes));
-    for (region, bytes) in &r.regions {
-        println!("  {region:<9} {:>10}", fmt_bytes(*bytes));
+    for (region, bytes) in r.regions.iter().filter(|x| x.1 > 0) {
+        println!("  {:<9} {:>10}", region.name(), fmt_bytes(bytes));
     }
     for t in &set.tiers {
         println!(

@@ -7,13 +7,14 @@
 //! executor runs a placement across devices ([`exec`]).
 
 pub mod brute;
+pub mod config;
 pub mod dynamic;
-pub mod engine;
 pub mod exec;
 pub mod placement;
 pub mod planner;
 pub mod profile;
 pub mod rescheduler;
+pub mod session;
 pub mod sim;
 pub mod size;
 pub mod tiers;

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use ats_core::device::Device;
 use ats_core::ledger::Region;
+use ats_core::machine::Machine;
 use ats_core::synth::SynthMmproj;
 use ats_sched::sim::{SimGpu, SimGpuConfig};
 use ats_vision::VisionSpec;
@@ -74,8 +75,7 @@ fn main() {
     for q in [16, 64, 256, n] {
         for on_gpu in [false, true] {
             let cpu: Arc<dyn Device> = Arc::new(ats_cpu::CpuDevice::new(threads).expect("cpu"));
-            let mut devices = vec![cpu];
-            if on_gpu {
+            let gpu: Option<Arc<dyn Device>> = on_gpu.then(|| {
                 let inner: Arc<dyn Device> = Arc::new(
                     ats_cpu::CpuDevice::with_isa(
                         threads,
@@ -84,7 +84,7 @@ fn main() {
                     )
                     .expect("cpu"),
                 );
-                devices.push(Arc::new(SimGpu::new(
+                Arc::new(SimGpu::new(
                     inner,
                     SimGpuConfig {
                         memory: 1_000_000_000,
@@ -93,16 +93,17 @@ fn main() {
                         copy_gbps: 1000.0,
                         ..SimGpuConfig::default()
                     },
-                )));
-            }
+                )) as Arc<dyn Device>
+            });
+            let machine = Machine::new(cpu, gpu).expect("machine");
             let enc = VisionEncoder::new(
                 spec.clone(),
-                devices.clone(),
+                machine.clone(),
                 EncoderConfig {
                     device: if on_gpu {
-                        EncoderDevice::Device(1)
+                        EncoderDevice::Gpu
                     } else {
-                        EncoderDevice::Cpu
+                        EncoderDevice::Host
                     },
                     q_block: Some(q),
                     ..EncoderConfig::default()
@@ -117,9 +118,9 @@ fn main() {
                     "{:8} {q:7} {:10.0} {:15.1} {:11.2}",
                     e.stats.device,
                     e.stats.ms,
-                    devices
-                        .last()
-                        .expect("device")
+                    machine
+                        .accelerator_or_host()
+                        .1
                         .ledger()
                         .peak_in(Region::Vision) as f64
                         / 1e6,

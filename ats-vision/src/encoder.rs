@@ -4,15 +4,15 @@
 //! buffer). Every allocation is accounted to the ledger's vision region and
 //! freed when the image is done, so the language model finds the device empty.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use ats_core::device::{Device, HostMemory, KvType};
 use ats_core::graph::Op;
 use ats_core::ledger::Region;
+use ats_core::machine::{DeviceId, Machine};
 use ats_core::round::Round;
-use ats_sched::exec::{ExecConfig, ExecPlan, Executor, Schedule, weight_role};
+use ats_sched::exec::{ExecConfig, ExecPlan, Executor, Schedule, SlotPlan};
 use ats_sched::size::fmt_bytes;
 
 use crate::VisionError;
@@ -30,13 +30,13 @@ pub const MIN_Q_BLOCK: usize = 16;
 /// Where the encoder runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EncoderDevice {
-    /// The last device (a GPU) when the image's encoder fits its free
-    /// memory, else the CPU, saying why in [`EncodeStats::note`].
+    /// The GPU when the machine has one and the image's encoder fits its
+    /// free memory, else the host CPU, saying why in [`EncodeStats::note`].
     Auto,
-    /// The host CPU (device 0).
-    Cpu,
-    /// This device; an image that does not fit is an error.
-    Device(usize),
+    /// The host CPU.
+    Host,
+    /// The GPU; an image that does not fit is an error.
+    Gpu,
 }
 
 /// Encoder settings.
@@ -64,8 +64,8 @@ impl Default for EncoderConfig {
 /// What encoding one image will take on one device.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EncodePlan {
-    /// Device index.
-    pub device: usize,
+    /// Where it runs.
+    pub device: DeviceId,
     /// The Q chunk.
     pub q_block: usize,
     /// Activation slot bytes.
@@ -120,10 +120,10 @@ pub struct ImageEmbedding {
     pub stats: EncodeStats,
 }
 
-/// Encodes images with a vision tower on a set of devices (0 is the host CPU).
+/// Encodes images with a vision tower on a machine's devices.
 pub struct VisionEncoder {
     spec: Arc<VisionSpec>,
-    devices: Vec<Arc<dyn Device>>,
+    machine: Machine,
     cfg: EncoderConfig,
 }
 
@@ -131,39 +131,30 @@ impl std::fmt::Debug for VisionEncoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "VisionEncoder({:?}, {} devices)",
-            self.spec.projector,
-            self.devices.len()
+            "VisionEncoder({:?} on {:?})",
+            self.spec.projector, self.machine
         )
     }
 }
 
 impl VisionEncoder {
-    /// An encoder for `spec` on `devices`.
+    /// An encoder for `spec` on `machine`.
     pub fn new(
         spec: Arc<VisionSpec>,
-        devices: Vec<Arc<dyn Device>>,
+        machine: Machine,
         cfg: EncoderConfig,
     ) -> Result<VisionEncoder, VisionError> {
-        if devices.is_empty() {
+        if cfg.device == EncoderDevice::Gpu && !machine.has_gpu() {
             return Err(VisionError::Input(
-                "the encoder needs at least the CPU device".into(),
+                "the encoder was asked to run on the GPU and the machine has none".into(),
             ));
-        }
-        if let EncoderDevice::Device(d) = cfg.device
-            && d >= devices.len()
-        {
-            return Err(VisionError::Input(format!(
-                "encoder device {d} does not exist ({} devices)",
-                devices.len()
-            )));
         }
         if cfg.q_block == Some(0) {
             return Err(VisionError::Input(
                 "the attention Q chunk must be at least 1 row".into(),
             ));
         }
-        Ok(VisionEncoder { spec, devices, cfg })
+        Ok(VisionEncoder { spec, machine, cfg })
     }
 
     /// The projector.
@@ -171,14 +162,21 @@ impl VisionEncoder {
         &self.spec
     }
 
-    /// The devices.
-    pub fn devices(&self) -> &[Arc<dyn Device>] {
-        &self.devices
+    /// The machine.
+    pub fn machine(&self) -> &Machine {
+        &self.machine
+    }
+
+    /// The device of role `d` (the GPU's presence is checked in [`VisionEncoder::new`]).
+    fn device(&self, d: DeviceId) -> Result<&Arc<dyn Device>, VisionError> {
+        self.machine
+            .get(d)
+            .ok_or_else(|| VisionError::Input(format!("the machine has no {d}")))
     }
 
     /// Every node on `device`, every weight in host memory (read in place on
-    /// the CPU, streamed through temp slots elsewhere).
-    fn exec_plan(vg: &VisionGraph, device: usize) -> ExecPlan {
+    /// the CPU, streamed through temp slots on the GPU).
+    fn exec_plan(vg: &VisionGraph, device: DeviceId) -> ExecPlan {
         let mut p = ExecPlan::all_cpu(&vg.graph);
         p.node_device.fill(device);
         p
@@ -196,32 +194,22 @@ impl VisionEncoder {
     }
 
     /// What `vg` would take on device `d`, with the Q chunk chosen from its free memory.
-    pub fn plan_on(&self, vg: &VisionGraph, d: usize) -> Result<EncodePlan, VisionError> {
-        let dev = &self.devices[d];
+    pub fn plan_on(&self, vg: &VisionGraph, d: DeviceId) -> Result<EncodePlan, VisionError> {
+        let dev = self.device(d)?;
         let g = &vg.graph;
-        let sched = Schedule::build(
-            g,
-            &Self::exec_plan(vg, d),
-            self.devices.len(),
-            vg.n_patches(),
-            0,
-        );
+        let sched = Schedule::build(g, &Self::exec_plan(vg, d), vg.n_patches(), 0);
         let activation_bytes = sched.compute_bytes(d) as u64;
-        let temp_bytes = if d == 0 {
-            0
-        } else {
-            // as the executor assigns them: one slot per use of a role, up to the depth
-            let mut roles: HashMap<String, (u64, usize)> = HashMap::new();
-            for w in &g.weights {
-                let e = roles.entry(weight_role(&w.name).into_owned()).or_default();
-                e.0 = e.0.max(w.bytes);
-                e.1 += 1;
+        let temp_bytes = match d {
+            DeviceId::Host => 0,
+            // the executor's rule: every weight streams, in order of use
+            DeviceId::Gpu => {
+                let order: Vec<usize> = g
+                    .nodes
+                    .iter()
+                    .flat_map(|n| n.weights.iter().copied())
+                    .collect();
+                SlotPlan::new(g, &order, self.cfg.slots_per_role).total_bytes()
             }
-            let depth = self.cfg.slots_per_role.max(1);
-            roles
-                .values()
-                .map(|(b, n)| b * (*n).min(depth) as u64)
-                .sum()
         };
         let scratch = |q: usize| {
             let round = Self::round(vg, q, None);
@@ -256,9 +244,42 @@ impl VisionEncoder {
 
     /// Where and how `vg` runs under the configuration.
     pub fn plan(&self, vg: &VisionGraph) -> Result<EncodePlan, VisionError> {
-        let fits = |p: &EncodePlan| p.total_bytes() <= self.devices[p.device].ledger().available();
-        let too_big = |p: &EncodePlan| {
-            let dev = &self.devices[p.device];
+        match self.cfg.device {
+            EncoderDevice::Host => self.plan_on(vg, DeviceId::Host),
+            EncoderDevice::Gpu => {
+                let p = self.plan_on(vg, DeviceId::Gpu)?;
+                match self.shortfall(vg, &p) {
+                    None => Ok(p),
+                    Some(problem) => Err(VisionError::Memory {
+                        device: self.device(DeviceId::Gpu)?.info().name.clone(),
+                        problem: format!(
+                            "{problem}; give the image fewer pixels or the GPU a larger budget"
+                        ),
+                    }),
+                }
+            }
+            EncoderDevice::Auto => {
+                let Some(gpu) = self.machine.gpu() else {
+                    return self.plan_on(vg, DeviceId::Host);
+                };
+                let p = self.plan_on(vg, DeviceId::Gpu)?;
+                let Some(problem) = self.shortfall(vg, &p) else {
+                    return Ok(p);
+                };
+                let mut cpu = self.plan_on(vg, DeviceId::Host)?;
+                cpu.note = Some(format!(
+                    "vision encoder on the CPU: on {} {problem}",
+                    gpu.info().name
+                ));
+                Ok(cpu)
+            }
+        }
+    }
+
+    /// Why `p` does not fit its device's free memory (`None`: it fits).
+    fn shortfall(&self, vg: &VisionGraph, p: &EncodePlan) -> Option<String> {
+        let free = self.machine.get(p.device)?.ledger().available();
+        (p.total_bytes() > free).then(|| {
             format!(
                 "the {}x{} patch image needs {} ({} activations, {} weight slots, {} attention scratch), {} free",
                 vg.grid[1],
@@ -267,40 +288,9 @@ impl VisionEncoder {
                 fmt_bytes(p.activation_bytes),
                 fmt_bytes(p.temp_bytes),
                 fmt_bytes(p.scratch_bytes),
-                fmt_bytes(dev.ledger().available()),
+                fmt_bytes(free),
             )
-        };
-        match self.cfg.device {
-            EncoderDevice::Cpu => self.plan_on(vg, 0),
-            EncoderDevice::Device(d) => {
-                let p = self.plan_on(vg, d)?;
-                if fits(&p) {
-                    Ok(p)
-                } else {
-                    Err(VisionError::Memory {
-                        device: self.devices[d].info().name.clone(),
-                        problem: format!("{}; lower --max-pixels or raise --vram", too_big(&p)),
-                    })
-                }
-            }
-            EncoderDevice::Auto => {
-                let last = self.devices.len() - 1;
-                if last == 0 {
-                    return self.plan_on(vg, 0);
-                }
-                let p = self.plan_on(vg, last)?;
-                if fits(&p) {
-                    return Ok(p);
-                }
-                let mut cpu = self.plan_on(vg, 0)?;
-                cpu.note = Some(format!(
-                    "vision encoder on the CPU: on {} {}",
-                    self.devices[last].info().name,
-                    too_big(&p)
-                ));
-                Ok(cpu)
-            }
-        }
+        })
     }
 
     /// Encodes one image's pixel values; every device allocation of the
@@ -328,9 +318,9 @@ impl VisionEncoder {
         let plan = self.plan(&vg)?;
         let d = plan.device;
         let host: Arc<dyn HostMemory> = self.spec.gguf.backing().clone();
-        if d != 0 {
-            self.devices[d]
-                .pin_host(&host)
+        let dev = self.device(d)?;
+        if d == DeviceId::Gpu {
+            dev.pin_host(&host)
                 .map_err(ats_sched::exec::ExecError::from)?;
         }
         let round = Arc::new(Self::round(
@@ -350,14 +340,13 @@ impl VisionEncoder {
             let mut ex = Executor::new(
                 Arc::new(vg.graph),
                 host,
-                self.devices.clone(),
+                self.machine.clone(),
                 cfg,
                 exec_plan,
             )?;
             ex.run(&round)?
             // the executor and every buffer it holds are dropped here
         };
-        let dev = &self.devices[d];
         // the timings of the encoder's kernels are the vision phase's: left
         // queued, the language engine's cost model would read them as its own nodes
         let _ = dev.drain_timings();

@@ -131,5 +131,5 @@ pub enum VisionError {
     Input(String),
     /// The language model failed.
     #[error(transparent)]
-    Engine(#[from] ats_sched::engine::EngineError),
+    Session(#[from] ats_sched::session::SessionError),
 }

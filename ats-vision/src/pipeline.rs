@@ -6,7 +6,7 @@
 //! and the rows and M-RoPE positions the language engine takes.
 //!
 //! Order of life: [`Vlm::encode_images`] finishes and frees every vision
-//! allocation before the caller creates the language [`Engine`] (its KV cache
+//! allocation before the caller creates the language [`Session`] (its KV cache
 //! and compute buffers), so a device's peak is max(vision, language).
 
 use std::path::Path;
@@ -14,13 +14,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ats_core::chat::{ChatMessage, ChatTemplate};
-use ats_core::device::Device;
 use ats_core::ledger::Region;
+use ats_core::machine::{DeviceId, Machine};
 use ats_core::names::clip;
 use ats_core::round::{EmbedOverride, Positions};
 use ats_core::spec::ModelSpec;
 use ats_core::tokenizer::Tokenizer;
-use ats_sched::engine::{Engine, GenEvent, GenParams, Generation};
+use ats_sched::session::{GenEvent, GenParams, Generation, Session};
 
 use crate::VisionError;
 use crate::encoder::{EncoderConfig, ImageEmbedding, VisionEncoder};
@@ -55,16 +55,17 @@ pub struct VisionPhase {
     pub images: Vec<ImageEmbedding>,
     /// Milliseconds encoding took, all images.
     pub encode_ms: f64,
-    /// Per device: its name and its ledger's vision-region peak, bytes.
-    pub peaks: Vec<(String, u64)>,
+    /// Per device: its role, its name and its ledger's vision-region peak, bytes.
+    pub peaks: Vec<(DeviceId, String, u64)>,
 }
 
 impl VisionPhase {
-    /// The largest vision peak of any device but the host CPU (the host's
-    /// when it is the only device).
+    /// The vision peak of the GPU (of the host when the machine has no GPU).
     pub fn device_peak(&self) -> u64 {
-        let skip = usize::from(self.peaks.len() > 1);
-        self.peaks[skip..].iter().map(|p| p.1).max().unwrap_or(0)
+        let of = |d: DeviceId| self.peaks.iter().find(|p| p.0 == d).map(|p| p.2);
+        of(DeviceId::Gpu)
+            .or_else(|| of(DeviceId::Host))
+            .unwrap_or(0)
     }
 }
 
@@ -82,7 +83,7 @@ pub struct VlmInput {
 }
 
 impl VlmInput {
-    /// The arguments of [`Engine::prefill_with`] and [`Engine::generate_with`].
+    /// The arguments of [`Session::prefill_with`] and [`Session::generate_with`].
     pub fn embeds(&self) -> Option<(&EmbedOverride, &Positions, i64)> {
         Some((&self.embeds, &self.positions, self.next_pos))
     }
@@ -156,25 +157,25 @@ impl Vlm {
         })
     }
 
-    /// The vision phase: encodes every image on `devices`, then drops the
+    /// The vision phase: encodes every image on `machine`, then drops the
     /// encoder so nothing of it stays on any device, and restarts each
     /// ledger's total peak for the language phase (the vision region keeps its peak).
     pub fn encode_images(
         &self,
-        devices: &[Arc<dyn Device>],
+        machine: &Machine,
         cfg: EncoderConfig,
         images: &[PixelValues],
     ) -> Result<VisionPhase, VisionError> {
         let t0 = Instant::now();
-        let encoder = VisionEncoder::new(self.vision.clone(), devices.to_vec(), cfg)?;
+        let encoder = VisionEncoder::new(self.vision.clone(), machine.clone(), cfg)?;
         let mut out = Vec::with_capacity(images.len());
         for pv in images {
             out.push(encoder.encode(pv)?);
         }
         drop(encoder);
-        let peaks = devices
+        let peaks = machine
             .iter()
-            .map(|d| {
+            .map(|(id, d)| {
                 let l = d.ledger();
                 debug_assert_eq!(
                     l.used_in(Region::Vision),
@@ -182,7 +183,7 @@ impl Vlm {
                     "vision memory outlived the encoder"
                 );
                 l.reset_total_peak();
-                (d.info().name.clone(), l.peak_in(Region::Vision))
+                (id, d.info().name.clone(), l.peak_in(Region::Vision))
             })
             .collect();
         Ok(VisionPhase {
@@ -280,18 +281,18 @@ impl Vlm {
     }
 }
 
-/// Generates after a VLM prompt (the engine's session must be empty).
+/// Generates after a VLM prompt (the session must be empty).
 pub fn generate(
-    engine: &mut Engine,
+    session: &mut Session,
     input: &VlmInput,
     params: &GenParams,
     on_event: &mut dyn FnMut(GenEvent<'_>) -> bool,
 ) -> Result<Generation, VisionError> {
-    Ok(engine.generate_with(&input.ids, input.embeds(), params, on_event)?)
+    Ok(session.generate_with(&input.ids, input.embeds(), params, on_event)?)
 }
 
 /// Logits at every prompt position (`ids.len() x vocab`), from an empty context.
-pub fn eval(engine: &mut Engine, input: &VlmInput) -> Result<Vec<f32>, VisionError> {
-    engine.reset();
-    Ok(engine.prefill_with(&input.ids, true, input.embeds())?)
+pub fn eval(session: &mut Session, input: &VlmInput) -> Result<Vec<f32>, VisionError> {
+    session.reset();
+    Ok(session.prefill_with(&input.ids, true, input.embeds())?)
 }

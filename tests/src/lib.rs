@@ -5,6 +5,8 @@ pub mod fuzz;
 
 use std::path::PathBuf;
 
+use ats_core::machine::Machine;
+use ats_sched::config::{Policy, RunConfig};
 use safetensors::SafeTensors;
 
 /// `../shared/fixtures` beside the workspace root.
@@ -115,109 +117,109 @@ pub fn argmax(v: &[f32]) -> usize {
         .fold(0, |best, (i, &x)| if x > v[best] { i } else { best })
 }
 
-/// A CPU-only engine for a fixture or model file.
+/// The host CPU with `threads` threads.
+pub fn cpu(threads: usize) -> std::sync::Arc<dyn ats_core::device::Device> {
+    std::sync::Arc::new(ats_cpu::CpuDevice::new(threads).unwrap())
+}
+
+/// A machine of `host` alone.
+pub fn host_only(host: std::sync::Arc<dyn ats_core::device::Device>) -> Machine {
+    Machine::host_only(host).unwrap()
+}
+
+/// A machine of `host` and `gpu`.
+pub fn with_gpu(
+    host: std::sync::Arc<dyn ats_core::device::Device>,
+    gpu: std::sync::Arc<dyn ats_core::device::Device>,
+) -> Machine {
+    Machine::new(host, Some(gpu)).unwrap()
+}
+
+/// A CPU-only session for a fixture or model file.
 pub fn cpu_engine(
     path: &std::path::Path,
     n_ctx: usize,
     kv: ats_core::device::KvType,
-) -> ats_sched::engine::Engine {
+) -> ats_sched::session::Session {
     use std::sync::Arc;
     let spec = Arc::new(ats_core::spec::ModelSpec::open(path).unwrap_or_else(|e| panic!("{e}")));
-    let cpu: Arc<dyn ats_core::device::Device> = Arc::new(ats_cpu::CpuDevice::new(2).unwrap());
-    engine_on(
-        spec,
-        vec![cpu],
-        n_ctx,
-        kv,
-        ats_sched::engine::Policy::Ats,
-        true,
-    )
+    engine_on(spec, host_only(cpu(2)), n_ctx, kv, Policy::Ats, true)
 }
 
-/// An engine for `spec` on `devices` with a default-roofline cost model.
-pub fn engine_on(
-    spec: std::sync::Arc<ats_core::spec::ModelSpec>,
-    devices: Vec<std::sync::Arc<dyn ats_core::device::Device>>,
+/// The run configuration of the tests' sessions.
+pub fn run_config(
+    spec: &ats_core::spec::ModelSpec,
     n_ctx: usize,
     kv: ats_core::device::KvType,
-    policy: ats_sched::engine::Policy,
+    policy: Policy,
     all_logits: bool,
-) -> ats_sched::engine::Engine {
-    try_engine_on(spec, devices, n_ctx, kv, policy, all_logits).unwrap_or_else(|e| panic!("{e}"))
+) -> RunConfig {
+    RunConfig {
+        n_ctx,
+        kv_type: kv,
+        policy,
+        all_logits,
+        ..RunConfig::for_model(spec, 2)
+    }
+}
+
+/// A session for `spec` on `machine` with a default-roofline cost model.
+pub fn engine_on(
+    spec: std::sync::Arc<ats_core::spec::ModelSpec>,
+    machine: Machine,
+    n_ctx: usize,
+    kv: ats_core::device::KvType,
+    policy: Policy,
+    all_logits: bool,
+) -> ats_sched::session::Session {
+    try_engine_on(spec, machine, n_ctx, kv, policy, all_logits).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// [`engine_on`] that returns planning and loading failures as their messages.
 pub fn try_engine_on(
     spec: std::sync::Arc<ats_core::spec::ModelSpec>,
-    devices: Vec<std::sync::Arc<dyn ats_core::device::Device>>,
+    machine: Machine,
     n_ctx: usize,
     kv: ats_core::device::KvType,
-    policy: ats_sched::engine::Policy,
+    policy: Policy,
     all_logits: bool,
-) -> Result<ats_sched::engine::Engine, String> {
-    let cost = default_cost(&devices);
-    try_engine_with_cost(spec, devices, cost, n_ctx, kv, policy, all_logits)
+) -> Result<ats_sched::session::Session, String> {
+    let cost = default_cost(&machine);
+    try_engine_with_cost(spec, machine, cost, n_ctx, kv, policy, all_logits)
 }
 
 /// A cost model with no measurements (each device a default roofline of its
 /// kind), for tests that need plans but not a machine's profile.
-pub fn default_cost(
-    devices: &[std::sync::Arc<dyn ats_core::device::Device>],
-) -> ats_sched::profile::CostModel {
+pub fn default_cost(machine: &Machine) -> ats_sched::profile::CostModel {
     use ats_sched::profile::{CostModel, DeviceProfile};
+    let of = |d: &std::sync::Arc<dyn ats_core::device::Device>, kind: &str| {
+        (
+            DeviceProfile {
+                device: d.info().name.clone(),
+                kind: kind.into(),
+                ..Default::default()
+            },
+            d.info().parallelism.unwrap_or(1),
+        )
+    };
     CostModel::new(
-        devices
-            .iter()
-            .map(|d| {
-                let kind = if d.info().kind == ats_core::device::DeviceKind::Cpu {
-                    "cpu"
-                } else {
-                    "gpu"
-                };
-                (
-                    DeviceProfile {
-                        device: d.info().name.clone(),
-                        kind: kind.into(),
-                        ..Default::default()
-                    },
-                    d.info().parallelism.unwrap_or(1),
-                )
-            })
-            .collect(),
+        of(machine.host(), "cpu"),
+        machine.gpu().map(|g| of(g, "gpu")),
     )
 }
 
 /// [`try_engine_on`] with the given cost model.
 pub fn try_engine_with_cost(
     spec: std::sync::Arc<ats_core::spec::ModelSpec>,
-    devices: Vec<std::sync::Arc<dyn ats_core::device::Device>>,
+    machine: Machine,
     cost: ats_sched::profile::CostModel,
     n_ctx: usize,
     kv: ats_core::device::KvType,
-    policy: ats_sched::engine::Policy,
+    policy: Policy,
     all_logits: bool,
-) -> Result<ats_sched::engine::Engine, String> {
-    use ats_sched::engine::{Engine, EngineConfig};
-    use ats_sched::planner::{Planner, PlannerConfig};
-    let cfg = EngineConfig {
-        n_ctx: Some(n_ctx),
-        kv_type: kv,
-        policy,
-        ..EngineConfig::default()
-    };
-    let pcfg = PlannerConfig {
-        policy,
-        n_ctx,
-        kv_type: kv,
-        slots_per_role: 2,
-        all_logits,
-        max_tier: None,
-        force_kind: None,
-        resched: Default::default(),
-    };
-    let graph = std::sync::Arc::new(spec.graph().map_err(|e| e.to_string())?);
-    let planner = Planner::new(graph, &devices, cost, pcfg).map_err(|e| e.to_string())?;
-    Engine::new(spec, devices, planner, cfg).map_err(|e| e.to_string())
+) -> Result<ats_sched::session::Session, String> {
+    let run = run_config(&spec, n_ctx, kv, policy, all_logits);
+    ats_sched::session::Session::new(spec, machine, cost, run).map_err(|e| e.to_string())
 }
 
 /// The vision-language fixtures: directory, text model, mmproj.
@@ -298,4 +300,13 @@ pub fn write_1440p_png(dir: &std::path::Path) -> std::path::PathBuf {
     let path = dir.join("scene-1440p.png");
     img.save(&path).expect("writing a PNG to a temp dir");
     path
+}
+
+/// The GPU if `on_gpu`, else the host: for the tests' random placements.
+pub fn gpu_if(on_gpu: bool) -> ats_core::machine::DeviceId {
+    if on_gpu {
+        ats_core::machine::DeviceId::Gpu
+    } else {
+        ats_core::machine::DeviceId::Host
+    }
 }

@@ -9,11 +9,12 @@ use ats_core::device::{Device, KvType};
 use ats_core::spec::ModelSpec;
 use ats_core::synth::SynthSpec;
 use ats_cpu::CpuDevice;
-use ats_sched::engine::{Engine, Policy};
+use ats_sched::config::Policy;
 use ats_sched::planner::PlanKind;
 use ats_sched::profile::{CostModel, DeviceProfile, OpKey, Sample};
+use ats_sched::session::Session;
 use ats_sched::sim::SimGpuConfig;
-use ats_tests::{engine_on, sim_gpu_with, try_engine_with_cost};
+use ats_tests::{engine_on, host_only, sim_gpu_with, try_engine_with_cost, with_gpu};
 
 /// A simulated GPU 10 times slower than one CPU thread, with slow copies,
 /// while the engine's cost model (no profile) takes it for a fast GPU.
@@ -54,11 +55,11 @@ fn synthetic(dir: &std::path::Path) -> Arc<ModelSpec> {
 
 /// A CPU-only reference engine and an engine on the CPU and a slow
 /// simulated GPU (half the model's bytes) that the cost model believes fast.
-fn engines(spec: &Arc<ModelSpec>, policy: Policy) -> (Engine, Engine, Arc<dyn Device>) {
+fn engines(spec: &Arc<ModelSpec>, policy: Policy) -> (Session, Session, Arc<dyn Device>) {
     let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
     let base = engine_on(
         spec.clone(),
-        vec![cpu.clone()],
+        host_only(cpu.clone()),
         64,
         KvType::F32,
         Policy::Ats,
@@ -67,7 +68,7 @@ fn engines(spec: &Arc<ModelSpec>, policy: Policy) -> (Engine, Engine, Arc<dyn De
     let gpu = slow_gpu(spec.gguf.file_len() / 2);
     let e = try_engine_with_cost(
         spec.clone(),
-        vec![cpu, gpu.clone()],
+        with_gpu(cpu, gpu.clone()),
         believed_fast(),
         64,
         KvType::F32,
@@ -96,7 +97,7 @@ fn believed_fast() -> CostModel {
         bytes: 1e9,
         secs: 1e-6,
     };
-    CostModel::new(vec![
+    CostModel::new(
         (
             DeviceProfile {
                 device: "cpu".into(),
@@ -105,7 +106,7 @@ fn believed_fast() -> CostModel {
             },
             2,
         ),
-        (
+        Some((
             DeviceProfile {
                 device: "believed fast".into(),
                 kind: "gpu".into(),
@@ -116,8 +117,8 @@ fn believed_fast() -> CostModel {
                 switch_secs: Some(0.0),
             },
             1,
-        ),
-    ])
+        )),
+    )
 }
 
 #[test]
@@ -173,9 +174,9 @@ fn a_replan_from_live_costs_moves_weights_off_a_slow_gpu() {
     let ids: Vec<u32> = (0..48).map(|i| (i * 53 + 3) % 1024).collect();
     let (mut base, mut e, gpu) = engines(&spec, Policy::Static);
     let budget = spec.gguf.file_len() / 2;
-    let resident = |e: &Engine| {
-        e.plan_set()
-            .report
+    let resident = |e: &Session| {
+        e.planner()
+            .report()
             .items
             .iter()
             .filter(|i| i.resident)
@@ -190,7 +191,10 @@ fn a_replan_from_live_costs_moves_weights_off_a_slow_gpu() {
         if k == 6 {
             // the GPU's nodes have been measured: 10x slower than a CPU thread
             assert!(e.force_replan().unwrap());
-            assert!(e.planner().relayouts >= 1, "the layout changed");
+            assert!(
+                e.planner().replan_stats().relayouts >= 1,
+                "the layout changed"
+            );
             assert!(
                 resident(&e) < before,
                 "weights left the GPU: {} of {before} bytes stay",

@@ -11,9 +11,10 @@ use ats_core::gguf::{GgufErrorKind, GgufFile, GgufWriter, TensorInfo, Value};
 use ats_core::spec::{ModelSpec, SpecError};
 use ats_core::tokenizer::{Tokenizer, TokenizerError};
 use ats_cpu::CpuDevice;
-use ats_sched::engine::{Engine, EngineError, GenParams, Policy, StopReason};
+use ats_sched::config::{Policy, RunConfig};
+use ats_sched::session::{GenParams, Session, SessionError, StopReason};
 use ats_sched::size::parse_size;
-use ats_tests::{default_cost, engine_on, fixtures};
+use ats_tests::{default_cost, engine_on, fixtures, host_only, run_config, with_gpu};
 use ats_vision::preprocess::{
     DecodeLimits, PreprocessConfig, PreprocessError, decode_image, preprocess_bytes,
 };
@@ -55,11 +56,11 @@ fn spec_of(bytes: Vec<u8>) -> Result<ModelSpec, SpecError> {
     ModelSpec::from_gguf(Arc::new(GgufFile::from_bytes(bytes)?))
 }
 
-fn engine(spec: ModelSpec, n_ctx: usize) -> Engine {
+fn engine(spec: ModelSpec, n_ctx: usize) -> Session {
     let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
     engine_on(
         Arc::new(spec),
-        vec![cpu],
+        host_only(cpu),
         n_ctx,
         KvType::F32,
         Policy::Ats,
@@ -181,7 +182,7 @@ fn nan_weights_stop_generation_with_a_typed_error() {
         panic!("NaN logits cannot be sampled")
     };
     assert!(
-        matches!(err, EngineError::NonFiniteLogits { position } if position == ids.len()),
+        matches!(err, SessionError::NonFiniteLogits { position } if position == ids.len()),
         "{err}"
     );
 }
@@ -295,7 +296,7 @@ fn a_prompt_over_the_context_is_refused_and_the_session_survives() {
     let mut e = engine(spec_of(llama_bytes()).unwrap(), 16);
     let ids: Vec<u32> = (1..=17).collect();
     let err = e.prefill(&ids, false).err().unwrap();
-    assert!(matches!(err, EngineError::Input(_)), "{err}");
+    assert!(matches!(err, SessionError::Input(_)), "{err}");
     assert!(err.to_string().contains("do not fit the context"), "{err}");
     assert_eq!(e.past(), 0, "a refused prompt leaves nothing behind");
     let l = e.prefill(&ids[..16], false).unwrap();
@@ -304,7 +305,7 @@ fn a_prompt_over_the_context_is_refused_and_the_session_survives() {
     assert!(err.to_string().contains("do not fit the context"), "{err}");
     assert!(matches!(
         e.prefill(&[], false).err().unwrap(),
-        EngineError::Input(_)
+        SessionError::Input(_)
     ));
 }
 
@@ -345,34 +346,12 @@ fn a_huge_max_tokens_stops_at_the_full_context() {
 
 #[test]
 fn a_zero_context_is_an_error() {
-    use ats_sched::engine::EngineConfig;
-    use ats_sched::planner::{Planner, PlannerConfig};
     let spec = Arc::new(spec_of(llama_bytes()).unwrap());
     let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(1).unwrap());
-    let cost = default_cost(std::slice::from_ref(&cpu));
-    let pcfg = PlannerConfig {
-        policy: Policy::Ats,
-        n_ctx: 1,
-        kv_type: KvType::F32,
-        slots_per_role: 2,
-        all_logits: false,
-        max_tier: None,
-        force_kind: None,
-        resched: Default::default(),
-    };
-    let planner = Planner::new(
-        Arc::new(spec.graph().unwrap()),
-        std::slice::from_ref(&cpu),
-        cost,
-        pcfg,
-    );
-    let cfg = EngineConfig {
-        n_ctx: Some(0),
-        ..EngineConfig::default()
-    };
-    let err = Engine::new(spec, vec![cpu], planner.unwrap(), cfg)
-        .err()
-        .unwrap();
+    let machine = host_only(cpu);
+    let cost = default_cost(&machine);
+    let run = run_config(&spec, 0, KvType::F32, Policy::Ats, false);
+    let err = Session::new(spec, machine, cost, run).err().unwrap();
     assert!(
         err.to_string()
             .contains("context of 0 tokens is out of range"),
@@ -531,7 +510,8 @@ fn sizes_users_get_wrong_are_errors() {
 /// the least that works (tests/tests/budget.rs checks that the minimum runs).
 #[test]
 fn vram_1k_names_the_minimum() {
-    use ats_sched::planner::{PlanError, Planner, PlannerConfig};
+    use ats_sched::config::ConfigError;
+    use ats_sched::planner::{PlanError, Planner};
     use ats_sched::sim::{SimGpu, SimGpuConfig};
     let budget = parse_size("1K").unwrap();
     let spec = spec_of(llama_bytes()).unwrap();
@@ -543,35 +523,30 @@ fn vram_1k_names_the_minimum() {
             ..SimGpuConfig::default()
         },
     ));
-    let devs = vec![cpu, gpu];
-    let cost = || default_cost(&devs);
-    let pcfg = PlannerConfig {
-        policy: Policy::Ats,
-        n_ctx: 64,
-        kv_type: KvType::F16,
-        slots_per_role: 2,
-        all_logits: false,
-        max_tier: None,
-        force_kind: None,
-        resched: Default::default(),
-    };
-    let graph = Arc::new(spec.graph().unwrap());
+    let machine = with_gpu(cpu, gpu);
+    let cost = || default_cost(&machine);
+    let run = run_config(&spec, 64, KvType::F16, Policy::Ats, false);
+    let graph = spec.graph().clone();
     // contexts no position can address are refused before any sizing
     // arithmetic (2 x n_ctx x row width once overflowed here)
     for n_ctx in [0, ats_core::round::MAX_CONTEXT + 1, usize::MAX] {
-        let cfg = PlannerConfig {
+        let bad = RunConfig {
             n_ctx,
-            ..pcfg.clone()
+            ..run.clone()
         };
-        let e = Planner::new(graph.clone(), &devs, cost(), cfg)
+        let e = Planner::new(graph.clone(), &machine, cost(), &bad)
             .err()
             .unwrap();
-        assert!(matches!(e, PlanError::Context(n) if n == n_ctx), "{e}");
+        assert!(
+            matches!(e, PlanError::Config(ConfigError::Context(n)) if n == n_ctx),
+            "{e}"
+        );
     }
-    let e = Planner::new(graph, &devs, cost(), pcfg).err().unwrap();
+    let e = Planner::new(graph, &machine, cost(), &run).err().unwrap();
     assert!(
         matches!(e, PlanError::BudgetTooSmall { budget: 1000, minimum, .. } if minimum > 1000),
         "{e}"
     );
-    assert!(e.to_string().contains("give at least --vram"));
+    // the library names the minimum; the CLI adds the flag that gives it
+    assert!(e.to_string().contains("the smallest plan needs"), "{e}");
 }

@@ -4,16 +4,18 @@
 use std::sync::Arc;
 
 use ats_core::device::{Device, KvType};
+use ats_core::machine::Machine;
 use ats_core::spec::ModelSpec;
 use ats_core::synth::SynthSpec;
 use ats_cpu::CpuDevice;
-use ats_sched::engine::{Engine, EngineConfig, Policy};
-use ats_sched::planner::{PlanError, PlanKind, Planner, PlannerConfig};
+use ats_sched::config::Policy;
+use ats_sched::planner::{PlanError, PlanKind, Planner};
 use ats_sched::profile::{CostModel, DeviceProfile};
+use ats_sched::session::Session;
 use ats_sched::sim::{SimGpu, SimGpuConfig};
-use ats_tests::{Reference, fixtures};
+use ats_tests::{Reference, fixtures, run_config, with_gpu};
 
-fn devices(budget: u64) -> Vec<Arc<dyn Device>> {
+fn machine(budget: u64) -> Machine {
     let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
     let inner: Arc<dyn Device> = Arc::new(CpuDevice::new(1).unwrap());
     let gpu: Arc<dyn Device> = Arc::new(SimGpu::new(
@@ -25,52 +27,37 @@ fn devices(budget: u64) -> Vec<Arc<dyn Device>> {
             ..SimGpuConfig::default()
         },
     ));
-    vec![cpu, gpu]
+    with_gpu(cpu, gpu)
 }
 
-fn cost(devs: &[Arc<dyn Device>]) -> CostModel {
-    CostModel::new(
-        devs.iter()
-            .enumerate()
-            .map(|(i, d)| {
-                let kind = if i == 0 { "cpu" } else { "gpu" };
-                (
-                    DeviceProfile {
-                        device: d.info().name.clone(),
-                        kind: kind.into(),
-                        ..Default::default()
-                    },
-                    1,
-                )
-            })
-            .collect(),
-    )
+/// A 2-thread CPU given a 1-thread profile, and a GPU of the default roofline.
+fn cost(m: &Machine) -> CostModel {
+    let of = |d: &Arc<dyn Device>, kind: &str| {
+        (
+            DeviceProfile {
+                device: d.info().name.clone(),
+                kind: kind.into(),
+                ..Default::default()
+            },
+            1,
+        )
+    };
+    CostModel::new(of(m.host(), "cpu"), m.gpu().map(|g| of(g, "gpu")))
 }
 
 fn try_engine(
     spec: &Arc<ModelSpec>,
     budget: u64,
     policy: Policy,
-) -> Result<(Engine, Arc<dyn Device>), PlanError> {
-    let devs = devices(budget);
-    let gpu = devs[1].clone();
-    let cfg = PlannerConfig {
-        policy,
-        n_ctx: 64,
-        kv_type: KvType::F16,
-        slots_per_role: 2,
-        all_logits: false,
-        max_tier: None,
-        force_kind: None,
-        resched: Default::default(),
-    };
-    let planner = Planner::new(Arc::new(spec.graph().unwrap()), &devs, cost(&devs), cfg)?;
-    let ecfg = EngineConfig {
-        n_ctx: Some(64),
-        policy,
-        ..EngineConfig::default()
-    };
-    Ok((Engine::new(spec.clone(), devs, planner, ecfg).unwrap(), gpu))
+) -> Result<(Session, Arc<dyn Device>), PlanError> {
+    let m = machine(budget);
+    let gpu = m.gpu().unwrap().clone();
+    let run = run_config(spec, 64, KvType::F16, policy, false);
+    let planner = Planner::new(spec.graph().clone(), &m, cost(&m), &run)?;
+    Ok((
+        Session::with_planner(spec.clone(), m, planner).unwrap(),
+        gpu,
+    ))
 }
 
 #[test]
@@ -133,7 +120,7 @@ fn a_budget_too_small_names_the_minimum() {
         .expect("1 KB cannot hold a plan");
     let msg = e.to_string();
     assert!(
-        msg.contains("too small") && msg.contains("give at least --vram"),
+        msg.contains("too small") && msg.contains("the smallest plan needs"),
         "{msg}"
     );
     let PlanError::BudgetTooSmall { minimum, .. } = e else {
@@ -173,11 +160,7 @@ fn temp_slots_planned_are_the_slots_allocated() {
                     continue;
                 };
                 let temp = |set: &ats_sched::planner::PlanSet| {
-                    set.report
-                        .regions
-                        .iter()
-                        .find(|r| r.0 == "temp")
-                        .map_or(0, |r| r.1)
+                    set.layout.regions[ats_core::ledger::Region::Temp]
                 };
                 let held = || gpu.ledger().used_in(ats_core::ledger::Region::Temp);
                 let planned = temp(e.plan_set());
@@ -187,22 +170,19 @@ fn temp_slots_planned_are_the_slots_allocated() {
                     held()
                 );
                 // every tier GPU-only: every non-resident streamable weight streams
-                if let Some(all) = e.planner().plans_forced(PlanKind::GpuOnly) {
+                if let Some(all) = e.planner().plans_forced(PlanKind::GpuOnly).unwrap() {
                     assert_eq!(temp(&all), planned, "{dir} {policy:?} {pct}%");
                     e.set_plans_for_experiment(all).unwrap();
                     assert_eq!(held(), planned, "{dir} {policy:?} {pct}%");
                     exact += usize::from(planned > 0);
                 }
-                let set = e.plan_set();
                 // one slot per single-use role would cost as much as keeping
                 // it resident: the output projection is never streamed
-                let output = set
-                    .report
-                    .tensors
-                    .iter()
-                    .find(|t| t.name == "output.weight");
+                let report = e.planner().report();
+                let output = report.tensors.iter().find(|t| t.name == "output.weight");
                 if let Some(o) = output {
-                    assert_ne!(o.region, "temp", "{dir} {policy:?} {pct}%: {o:?}");
+                    let streamed = o.region == Some(ats_core::ledger::Region::Temp);
+                    assert!(!streamed, "{dir} {policy:?} {pct}%: {o:?}");
                 }
             }
         }

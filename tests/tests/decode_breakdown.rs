@@ -1,4 +1,4 @@
-//! The decode breakdown (`Engine::decode_breakdown`, `bench`'s
+//! The decode breakdown (`Session::decode_breakdown`, `bench`'s
 //! `decode_breakdown`) against what the plan says must happen: every node once
 //! a round on its device, every streamed weight copied once a round.
 
@@ -7,12 +7,14 @@ use std::sync::Arc;
 
 use ats_core::device::{Device, HostMemory, KvType};
 use ats_core::graph::Op;
+use ats_core::machine::DeviceId;
 use ats_core::round::Round;
 use ats_core::spec::ModelSpec;
 use ats_cpu::CpuDevice;
-use ats_sched::engine::{DecodeBreakdown, Policy};
+use ats_sched::config::Policy;
 use ats_sched::exec::{ExecConfig, ExecPlan, Executor, WeightHome};
-use ats_tests::{engine_on, fixtures, sim_gpu};
+use ats_sched::session::DecodeBreakdown;
+use ats_tests::{engine_on, fixtures, gpu_if, host_only, sim_gpu, with_gpu};
 
 fn llama() -> ModelSpec {
     ModelSpec::open(fixtures().join("llama/llama-f32.gguf")).unwrap()
@@ -21,14 +23,14 @@ fn llama() -> ModelSpec {
 #[test]
 fn streamed_decode_rounds_count_every_node_and_copied_byte() {
     let spec = llama();
-    let g = Arc::new(spec.graph().unwrap());
+    let g = spec.graph().clone();
     let host: Arc<dyn HostMemory> = spec.gguf.backing().clone();
     let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(1).unwrap());
     // nodes alternate between the CPU and a simulated GPU; every weight lives
     // on the host, so the GPU's are streamed into temp slots each round
     let mut plan = ExecPlan::all_cpu(&g);
     for i in 0..g.nodes.len() {
-        plan.node_device[i] = i % 2;
+        plan.node_device[i] = gpu_if(i % 2 == 1);
     }
     for (i, n) in g.nodes.iter().enumerate() {
         if let Op::Attention(a) = &n.op
@@ -44,8 +46,8 @@ fn streamed_decode_rounds_count_every_node_and_copied_byte() {
         slots_per_role: 2,
         region: None,
     };
-    let devices = vec![cpu, sim_gpu(1 << 30, 1)];
-    let mut ex = Executor::new(g.clone(), host, devices, cfg, plan.clone()).unwrap();
+    let machine = with_gpu(cpu, sim_gpu(1 << 30, 1));
+    let mut ex = Executor::new(g.clone(), host, machine.clone(), cfg, plan.clone()).unwrap();
     ex.run(&Arc::new(Round::text(vec![1, 2, 3], 0, false)))
         .unwrap();
     let mut b = DecodeBreakdown::default();
@@ -57,7 +59,7 @@ fn streamed_decode_rounds_count_every_node_and_copied_byte() {
     }
     assert_eq!(b.rounds, rounds);
     // each node once a round, on the device the plan gave it
-    for d in 0..2 {
+    for d in DeviceId::ALL {
         let want = plan.node_device.iter().filter(|&&x| x == d).count() * rounds;
         let got: usize = b
             .ops
@@ -65,14 +67,14 @@ fn streamed_decode_rounds_count_every_node_and_copied_byte() {
             .filter(|((dd, _), _)| *dd == d)
             .map(|(_, v)| v.1)
             .sum();
-        assert_eq!(got, want, "device {d}");
+        assert_eq!(got, want, "the {d}");
     }
     // each weight a GPU node reads is copied once a round, whole
     let streamed: BTreeSet<usize> = g
         .nodes
         .iter()
         .enumerate()
-        .filter(|(i, _)| plan.node_device[*i] == 1)
+        .filter(|(i, _)| plan.node_device[*i] == DeviceId::Gpu)
         .flat_map(|(_, n)| n.weights.iter().copied())
         .collect();
     let bytes: u64 = streamed.iter().map(|&w| g.weights[w].bytes).sum();
@@ -83,7 +85,7 @@ fn streamed_decode_rounds_count_every_node_and_copied_byte() {
     let cpu_secs: f64 = b
         .ops
         .iter()
-        .filter(|((d, _), _)| *d == 0)
+        .filter(|((d, _), _)| *d == DeviceId::Host)
         .map(|(_, v)| v.0)
         .sum();
     assert!(
@@ -92,18 +94,23 @@ fn streamed_decode_rounds_count_every_node_and_copied_byte() {
         b.wall_secs
     );
     // the report is per token and names the devices
-    let names = ["cpu".to_string(), "gpu".to_string()];
-    let r = b.report(&names);
+    let r = b.report(&machine);
     assert_eq!(r.devices.len(), 2);
-    assert_eq!(r.devices[1].device, "gpu");
+    assert_eq!(r.devices[1].device, "sim-gpu");
     assert!((r.copy_mb * 1e6 - bytes as f64).abs() < 1.0);
     let per_token: f64 = r.devices[0].ops.iter().map(|o| o.nodes).sum();
     assert_eq!(
         per_token as usize,
-        plan.node_device.iter().filter(|&&x| x == 0).count()
+        plan.node_device
+            .iter()
+            .filter(|&&x| x == DeviceId::Host)
+            .count()
     );
     let line = r.to_string();
-    assert!(line.contains("copies") && line.contains("gpu"), "{line}");
+    assert!(
+        line.contains("copies") && line.contains("sim-gpu"),
+        "{line}"
+    );
 }
 
 #[test]
@@ -111,13 +118,12 @@ fn the_engine_counts_decode_rounds_only_until_reset() {
     let spec = Arc::new(llama());
     let matmuls = spec
         .graph()
-        .unwrap()
         .nodes
         .iter()
         .filter(|n| matches!(n.op, Op::MatMul))
         .count();
     let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(1).unwrap());
-    let mut e = engine_on(spec, vec![cpu], 32, KvType::F32, Policy::Ats, false);
+    let mut e = engine_on(spec, host_only(cpu), 32, KvType::F32, Policy::Ats, false);
     e.prefill(&[1, 2, 3], false).unwrap();
     assert_eq!(
         e.decode_breakdown().rounds,
@@ -127,7 +133,7 @@ fn the_engine_counts_decode_rounds_only_until_reset() {
     for t in 0..5 {
         e.decode(7 + t).unwrap();
     }
-    let r = e.decode_breakdown().report(&["cpu".to_string()]);
+    let r = e.decode_breakdown().report(e.machine());
     assert_eq!(r.rounds, 5);
     let mm = r.devices[0].ops.iter().find(|o| o.op == "matmul").unwrap();
     assert_eq!(mm.nodes, matmuls as f64);

@@ -8,11 +8,11 @@ use ats_core::round::{Positions, Round};
 use ats_core::spec::ModelSpec;
 use ats_cpu::CpuDevice;
 use ats_sched::exec::{ExecConfig, ExecPlan, Executor};
-use ats_tests::{Reference, fixtures, max_abs_diff};
+use ats_tests::{Reference, fixtures, host_only, max_abs_diff};
 
 fn run_all(dir: &str, file: &str, kv: KvType) -> f32 {
     let spec = ModelSpec::open(fixtures().join(dir).join(file)).unwrap();
-    let graph = Arc::new(spec.graph().unwrap());
+    let graph = spec.graph().clone();
     let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
     let host: Arc<dyn HostMemory> = spec.gguf.backing().clone();
     let plan = ExecPlan::all_cpu(&graph);
@@ -22,7 +22,7 @@ fn run_all(dir: &str, file: &str, kv: KvType) -> f32 {
         slots_per_role: 2,
         region: None,
     };
-    let mut ex = Executor::new(graph, host, vec![cpu], cfg, plan).unwrap();
+    let mut ex = Executor::new(graph, host, host_only(cpu), cfg, plan).unwrap();
     let r = Reference::open(&format!("{dir}/reference.safetensors"));
     let ids = r.ids("input_ids");
     let mut round = Round::text(ids.clone(), 0, true);

@@ -18,10 +18,10 @@ use ats_core::spec::ModelSpec;
 use ats_core::synth::SynthSpec;
 use ats_core::tokenizer::Tokenizer;
 use ats_cpu::CpuDevice;
-use ats_sched::engine::Policy;
+use ats_sched::config::Policy;
 use ats_sched::size::parse_size;
 use ats_tests::fuzz::{class_of, fuzz};
-use ats_tests::{fixtures, try_engine_on};
+use ats_tests::{fixtures, host_only, try_engine_on};
 use ats_vision::preprocess::{DecodeLimits, PreprocessConfig, preprocess_bytes};
 
 fn err<E: std::fmt::Debug>(e: E) -> String {
@@ -152,7 +152,7 @@ fn fuzz_gguf() {
                 let n_vocab = spec.hp.n_vocab;
                 let mut e = try_engine_on(
                     Arc::new(spec),
-                    vec![cpu.clone()],
+                    host_only(cpu.clone()),
                     8,
                     KvType::F32,
                     Policy::Ats,

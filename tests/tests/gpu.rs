@@ -12,9 +12,11 @@ use ats_core::round::{Positions, Round};
 use ats_core::spec::ModelSpec;
 use ats_cpu::CpuDevice;
 use ats_cuda::{CudaDevice, CudaOptions};
-use ats_sched::engine::Policy;
+use ats_sched::config::Policy;
 use ats_sched::exec::{ExecConfig, ExecPlan, Executor, WeightHome};
-use ats_tests::{Reference, XorShift, engine_on, fixtures, max_abs_diff};
+use ats_tests::{
+    Reference, XorShift, engine_on, fixtures, gpu_if, host_only, max_abs_diff, with_gpu,
+};
 
 const TEXT: [(&str, &str); 4] = [
     ("llama", "llama-f32.gguf"),
@@ -53,16 +55,16 @@ fn plan(g: &ats_core::graph::Graph, rng: &mut XorShift, mode: usize) -> ExecPlan
     let mut p = ExecPlan::all_cpu(g);
     for i in 0..g.nodes.len() {
         p.node_device[i] = match mode {
-            0 | 1 => 1,
-            2 => i % 2,
-            _ => usize::from(rng.coin(50)),
+            0 | 1 => gpu_if(true),
+            2 => gpu_if(i % 2 == 1),
+            _ => gpu_if(rng.coin(50)),
         };
     }
     for w in 0..g.weights.len() {
         p.weight_home[w] = match mode {
-            0 => WeightHome::Resident(1),
+            0 => WeightHome::Resident,
             1 | 2 => WeightHome::Host,
-            _ if rng.coin(40) => WeightHome::Resident(1),
+            _ if rng.coin(40) => WeightHome::Resident,
             _ => WeightHome::Host,
         };
     }
@@ -107,7 +109,7 @@ fn text_fixtures_on_the_gpu_and_mixed_placements_match_the_cpu() {
     let mut failures = Vec::new();
     for (dir, file) in TEXT {
         let spec = ModelSpec::open(fixtures().join(dir).join(file)).unwrap();
-        let graph = Arc::new(spec.graph().unwrap());
+        let graph = spec.graph().clone();
         let host: Arc<dyn HostMemory> = spec.gguf.backing().clone();
         let ids = Reference::open(&format!("{dir}/reference.safetensors")).ids("full_ids");
         let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
@@ -121,7 +123,7 @@ fn text_fixtures_on_the_gpu_and_mixed_placements_match_the_cpu() {
             let mut base = Executor::new(
                 graph.clone(),
                 host.clone(),
-                vec![cpu.clone()],
+                host_only(cpu.clone()),
                 cfg.clone(),
                 ExecPlan::all_cpu(&graph),
             )
@@ -140,7 +142,7 @@ fn text_fixtures_on_the_gpu_and_mixed_placements_match_the_cpu() {
                 let mut ex = Executor::new(
                     graph.clone(),
                     host.clone(),
-                    vec![cpu.clone(), g.clone()],
+                    with_gpu(cpu.clone(), g.clone()),
                     cfg.clone(),
                     p.clone(),
                 )
@@ -186,7 +188,7 @@ fn quantised_fixtures_match_the_dequantised_reference() {
     ] {
         let (want, _) = r.f32(&format!("{variant}.hf_dequant_logits"));
         let spec = ModelSpec::open(fixtures().join("llama_quant").join(file)).unwrap();
-        let graph = Arc::new(spec.graph().unwrap());
+        let graph = spec.graph().clone();
         let host: Arc<dyn HostMemory> = spec.gguf.backing().clone();
         let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
         let cfg = ExecConfig {
@@ -206,7 +208,7 @@ fn quantised_fixtures_match_the_dequantised_reference() {
             let mut ex = Executor::new(
                 graph.clone(),
                 host.clone(),
-                vec![cpu.clone(), g],
+                with_gpu(cpu.clone(), g),
                 cfg.clone(),
                 p,
             )
@@ -250,14 +252,14 @@ fn the_ledger_holds_the_budget_and_agrees_with_the_driver() {
         let g: Arc<dyn Device> = dev.clone();
         let mut e = engine_on(
             spec.clone(),
-            vec![cpu.clone(), g],
+            with_gpu(cpu.clone(), g),
             64,
             KvType::F16,
             Policy::Ats,
             true,
         );
         let got = e.eval(&ids).unwrap();
-        let mut base = engine_on(spec, vec![cpu], 64, KvType::F16, Policy::Ats, true);
+        let mut base = engine_on(spec, host_only(cpu), 64, KvType::F16, Policy::Ats, true);
         let want = base.eval(&ids).unwrap();
         let d = max_abs_diff(&got, &want);
         assert!(d < 5e-2, "{dir}: engine logits differ by {d}");
@@ -292,9 +294,9 @@ fn gpu_encoder(
     let g: Arc<dyn Device> = dev.clone();
     VisionEncoder::new(
         spec.clone(),
-        vec![cpu, g],
+        with_gpu(cpu, g),
         EncoderConfig {
-            device: EncoderDevice::Device(1),
+            device: EncoderDevice::Gpu,
             ..EncoderConfig::default()
         },
     )
@@ -404,12 +406,12 @@ fn a_1440p_image_encodes_within_1_gb_on_the_gpu() {
         if layers == 2 {
             let cpu_enc = VisionEncoder::new(
                 spec.clone(),
-                vec![Arc::new(
+                host_only(Arc::new(
                     CpuDevice::new(std::thread::available_parallelism().map_or(2, |n| n.get()))
                         .unwrap(),
-                ) as Arc<dyn Device>],
+                )),
                 EncoderConfig {
-                    device: EncoderDevice::Cpu,
+                    device: EncoderDevice::Host,
                     ..EncoderConfig::default()
                 },
             )
@@ -453,7 +455,7 @@ fn synthetic_models_decode_as_they_prefill_on_the_gpu() {
         let path = dir.join(format!("{name}.gguf"));
         spec_w.write(&path, 7).unwrap();
         let spec = ModelSpec::open(&path).unwrap();
-        let graph = Arc::new(spec.graph().unwrap());
+        let graph = spec.graph().clone();
         let host: Arc<dyn HostMemory> = spec.gguf.backing().clone();
         let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
         let g: Arc<dyn Device> = dev.clone();
@@ -473,7 +475,7 @@ fn synthetic_models_decode_as_they_prefill_on_the_gpu() {
             Executor::new(
                 graph.clone(),
                 host.clone(),
-                vec![cpu.clone(), g.clone()],
+                with_gpu(cpu.clone(), g.clone()),
                 cfg.clone(),
                 plan(&graph, &mut XorShift(1), 0),
             )

@@ -8,10 +8,10 @@ use ats_core::graph::Op;
 use ats_core::round::{Positions, Round};
 use ats_core::spec::ModelSpec;
 use ats_cpu::CpuDevice;
-use ats_sched::engine::Policy;
+use ats_sched::config::Policy;
 use ats_sched::exec::{ExecConfig, ExecPlan, Executor, WeightHome};
 use ats_sched::sim::{SimGpu, SimGpuConfig};
-use ats_tests::{Reference, XorShift, engine_on, fixtures};
+use ats_tests::{Reference, XorShift, engine_on, fixtures, gpu_if, host_only, with_gpu};
 
 const TEXT: [(&str, &str); 4] = [
     ("llama", "llama-f32.gguf"),
@@ -46,21 +46,21 @@ fn random_plan(g: &ats_core::graph::Graph, rng: &mut XorShift, mode: usize) -> E
     let mut p = ExecPlan::all_cpu(g);
     for (i, _) in g.nodes.iter().enumerate() {
         p.node_device[i] = match mode {
-            0 => 0,
-            1 => 1,
-            2 => i % 2,
-            _ => usize::from(rng.coin(50)),
+            0 => gpu_if(false),
+            1 => gpu_if(true),
+            2 => gpu_if(i % 2 == 1),
+            _ => gpu_if(rng.coin(50)),
         };
     }
     for w in 0..g.weights.len() {
         p.weight_home[w] = match mode {
             0 => WeightHome::Host,
-            1 => WeightHome::Resident(1),
+            1 => WeightHome::Resident,
             // alternating with everything streamed
             2 => WeightHome::Host,
             _ => {
                 if rng.coin(40) {
-                    WeightHome::Resident(1)
+                    WeightHome::Resident
                 } else {
                     WeightHome::Host
                 }
@@ -90,7 +90,7 @@ fn random_placements_give_the_cpu_logits() {
     let mut rng = XorShift(0x5eed_1234_5678_9abc);
     for (dir, file) in TEXT {
         let spec = ModelSpec::open(fixtures().join(dir).join(file)).unwrap();
-        let graph = Arc::new(spec.graph().unwrap());
+        let graph = spec.graph().clone();
         let host: Arc<dyn HostMemory> = spec.gguf.backing().clone();
         let ids = Reference::open(&format!("{dir}/reference.safetensors")).ids("full_ids");
         let cfg = ExecConfig {
@@ -103,7 +103,7 @@ fn random_placements_give_the_cpu_logits() {
         let mut base = Executor::new(
             graph.clone(),
             host.clone(),
-            vec![cpu.clone()],
+            host_only(cpu.clone()),
             cfg.clone(),
             ExecPlan::all_cpu(&graph),
         )
@@ -129,7 +129,7 @@ fn random_placements_give_the_cpu_logits() {
             let mut ex = Executor::new(
                 graph.clone(),
                 host.clone(),
-                vec![cpu.clone(), gpu.clone()],
+                with_gpu(cpu.clone(), gpu.clone()),
                 cfg.clone(),
                 plan.clone(),
             )
@@ -170,7 +170,7 @@ fn every_policy_gives_the_cpu_logits_under_budgets() {
         let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
         let mut base = engine_on(
             spec.clone(),
-            vec![cpu.clone()],
+            host_only(cpu.clone()),
             64,
             KvType::F32,
             Policy::Ats,
@@ -190,7 +190,7 @@ fn every_policy_gives_the_cpu_logits_under_budgets() {
                 let gpu = sim_gpu(budget);
                 let mut e = engine_on(
                     spec.clone(),
-                    vec![cpu.clone(), gpu.clone()],
+                    with_gpu(cpu.clone(), gpu.clone()),
                     64,
                     KvType::F32,
                     policy,
@@ -215,7 +215,7 @@ fn every_policy_gives_the_cpu_logits_under_budgets() {
 #[test]
 fn decode_streams_only_the_routed_experts() {
     let spec = ModelSpec::open(fixtures().join("qwen3_moe/qwen3_moe-f32.gguf")).unwrap();
-    let graph = Arc::new(spec.graph().unwrap());
+    let graph = spec.graph().clone();
     let host: Arc<dyn HostMemory> = spec.gguf.backing().clone();
     let cfg = ExecConfig {
         kv_capacity: 64,
@@ -241,13 +241,13 @@ fn decode_streams_only_the_routed_experts() {
         plan.node_device = graph
             .nodes
             .iter()
-            .map(|n| usize::from(router_on_gpu || !matches!(n.op, Op::MoeRouter { .. })))
+            .map(|n| gpu_if(router_on_gpu || !matches!(n.op, Op::MoeRouter { .. })))
             .collect();
-        plan.kv_device = vec![1; graph.kv_caches.len()];
+        plan.kv_device = vec![gpu_if(true); graph.kv_caches.len()];
         let mut ex = Executor::new(
             graph.clone(),
             host.clone(),
-            vec![cpu.clone(), gpu],
+            with_gpu(cpu.clone(), gpu),
             cfg.clone(),
             plan,
         )
@@ -255,7 +255,7 @@ fn decode_streams_only_the_routed_experts() {
         let mut base = Executor::new(
             graph.clone(),
             host.clone(),
-            vec![cpu.clone()],
+            host_only(cpu.clone()),
             cfg.clone(),
             ExecPlan::all_cpu(&graph),
         )

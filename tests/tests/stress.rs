@@ -17,12 +17,13 @@ use ats_core::ledger::Region;
 use ats_core::spec::ModelSpec;
 use ats_core::synth::SynthSpec;
 use ats_cpu::CpuDevice;
-use ats_sched::engine::{Engine, EngineConfig, EngineError, GenParams, Policy, StopReason};
-use ats_sched::planner::{PlanError, Planner, PlannerConfig};
+use ats_sched::config::{Policy, RunConfig};
+use ats_sched::planner::PlanError;
 use ats_sched::rescheduler::{ReschedConfig, Tau};
+use ats_sched::session::{GenParams, Session, SessionError, StopReason};
 use ats_sched::sim::{SimGpu, SimGpuConfig, Slowdown};
 use ats_tests::fuzz::Rng;
-use ats_tests::{default_cost, engine_on, max_abs_diff};
+use ats_tests::{default_cost, engine_on, host_only, max_abs_diff, run_config, with_gpu};
 
 fn serial() -> MutexGuard<'static, ()> {
     static L: Mutex<()> = Mutex::new(());
@@ -70,18 +71,11 @@ fn sim_engine(
     gpu: Arc<dyn Device>,
     policy: Policy,
     n_ctx: usize,
-) -> Result<Engine, PlanError> {
+) -> Result<Session, SessionError> {
     let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(1).unwrap());
-    let devs = vec![cpu, gpu];
-    let cost = default_cost(&devs);
-    let pcfg = PlannerConfig {
-        policy,
-        n_ctx,
-        kv_type: KvType::F32,
-        slots_per_role: 2,
-        all_logits: false,
-        max_tier: None,
-        force_kind: None,
+    let machine = with_gpu(cpu, gpu);
+    let cost = default_cost(&machine);
+    let run = RunConfig {
         resched: ReschedConfig {
             epsilon: 0.05,
             tau: Tau::Seconds(0.0),
@@ -89,15 +83,9 @@ fn sim_engine(
             hysteresis: 0.0,
             ..ReschedConfig::default()
         },
+        ..run_config(spec, n_ctx, KvType::F32, policy, false)
     };
-    let planner = Planner::new(Arc::new(spec.graph().unwrap()), &devs, cost, pcfg)?;
-    let cfg = EngineConfig {
-        n_ctx: Some(n_ctx),
-        kv_type: KvType::F32,
-        policy,
-        ..EngineConfig::default()
-    };
-    Ok(Engine::new(spec.clone(), devs, planner, cfg).unwrap())
+    Session::new(spec.clone(), machine, cost, run)
 }
 
 /// Random sessions of prefill chunks and decode steps with random forced
@@ -113,7 +101,7 @@ fn randomized_prefill_decode_replan_keeps_budget_and_logits() {
     let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(1).unwrap());
     let mut base = engine_on(
         spec.clone(),
-        vec![cpu],
+        host_only(cpu),
         n_ctx,
         KvType::F32,
         Policy::Ats,
@@ -128,7 +116,7 @@ fn randomized_prefill_decode_replan_keeps_budget_and_logits() {
         let gpu = sim_gpu(budget, scripts[trial % 3]);
         let (mut e, gpu, budget) = match sim_engine(&spec, gpu.clone(), policy, n_ctx) {
             Ok(e) => (e, gpu, budget),
-            Err(PlanError::BudgetTooSmall { minimum, .. }) => {
+            Err(SessionError::Plan(PlanError::BudgetTooSmall { minimum, .. })) => {
                 assert!(minimum > budget);
                 let gpu = sim_gpu(minimum, scripts[trial % 3]);
                 let e = sim_engine(&spec, gpu.clone(), policy, n_ctx).expect("the minimum works");
@@ -156,8 +144,8 @@ struct Counts {
 
 fn run_sessions(
     rng: &mut Rng,
-    e: &mut Engine,
-    base: &mut Engine,
+    e: &mut Session,
+    base: &mut Session,
     gpu: &Arc<dyn Device>,
     budget: u64,
     n: &mut Counts,
@@ -178,7 +166,10 @@ fn run_sessions(
                 let k = 1 + rng.below(40);
                 let ids: Vec<u32> = (0..k).map(|_| rng.below(n_vocab) as u32).collect();
                 if k > room {
-                    assert!(matches!(e.prefill(&ids, false), Err(EngineError::Input(_))));
+                    assert!(matches!(
+                        e.prefill(&ids, false),
+                        Err(SessionError::Input(_))
+                    ));
                     break;
                 }
                 (
@@ -198,7 +189,7 @@ fn run_sessions(
             assert!(peak <= planned, "peak {peak} > the plans' {planned}");
         }
     }
-    n.replans += e.planner().replans;
+    n.replans += e.planner().replan_stats().replans;
 }
 
 fn rss_bytes() -> u64 {
@@ -235,7 +226,7 @@ fn long_generation_past_the_context_stops_cleanly_without_growth() {
                     t = ats_tests::argmax(&l) as u32;
                     total += 1;
                 }
-                Err(EngineError::Input(msg)) => {
+                Err(SessionError::Input(msg)) => {
                     assert!(msg.contains("do not fit the context"), "{msg}");
                     break;
                 }
@@ -254,8 +245,8 @@ fn long_generation_past_the_context_stops_cleanly_without_growth() {
         // the plan promised
         let l = gpu.ledger();
         let fixed = (l.used_in(Region::Kv), l.used_in(Region::Resident));
-        assert!(l.used() <= e.plan_set().report.peak_bytes.max(1));
-        let moves = e.planner().relayouts;
+        assert!(l.used() <= e.plan_set().layout.peak_bytes().max(1));
+        let moves = e.planner().replan_stats().relayouts;
         if round == 1 {
             rss_after_first = rss_bytes();
         }
@@ -275,7 +266,7 @@ fn long_generation_past_the_context_stops_cleanly_without_growth() {
         "long generation: {total} tokens in 16 sessions of {n_ctx}; GPU KV and resident {:?} B, peak {} B, {} layout moves; RSS growth after the first sessions {growth} B",
         fixed_after_first,
         gpu.ledger().peak(),
-        e.planner().relayouts
+        e.planner().replan_stats().relayouts
     );
     assert!(total >= 16 * (n_ctx - 8));
     // 14 sessions of 248 tokens; a per-token leak of one logits vector alone

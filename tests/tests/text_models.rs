@@ -4,7 +4,7 @@
 
 use ats_core::device::KvType;
 use ats_core::sampling::SamplerConfig;
-use ats_sched::engine::GenParams;
+use ats_sched::session::GenParams;
 use ats_tests::{Reference, argmax, cpu_engine, fixtures, max_abs_diff, smollm2};
 
 const TEXT: [(&str, &str); 4] = [

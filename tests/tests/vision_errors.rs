@@ -9,7 +9,7 @@ use ats_core::gguf::{GgufFile, GgufWriter, Value};
 use ats_core::names::{self, clip};
 use ats_core::spec::ModelSpec;
 use ats_core::synth::SynthMmproj;
-use ats_tests::{fixtures, vl_fixture};
+use ats_tests::{fixtures, host_only, vl_fixture};
 use ats_vision::encoder::{EncoderConfig, VisionEncoder};
 use ats_vision::preprocess::DecodeLimits;
 use ats_vision::{VisionError, VisionSpec, Vlm};
@@ -142,7 +142,8 @@ fn a_20000_pixel_square_is_downscaled_to_max_pixels() {
     // the encoder takes it as any image of this size (the 1440p test in
     // vision_highres.rs encodes one of 4888 patches): a bounded plan, no N x N scratch
     let cpu: Arc<dyn Device> = Arc::new(ats_cpu::CpuDevice::new(2).unwrap());
-    let enc = VisionEncoder::new(vlm.vision.clone(), vec![cpu], EncoderConfig::default()).unwrap();
+    let enc =
+        VisionEncoder::new(vlm.vision.clone(), host_only(cpu), EncoderConfig::default()).unwrap();
     let plan = enc.plan(&vlm.vision.graph(pv.grid_thw).unwrap()).unwrap();
     let n = pv.n_patches as u64;
     assert!(plan.scratch_bytes < n * n * 4 / 100, "{plan:?}");

@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use ats_core::device::{Device, KvType};
 use ats_core::ledger::Region;
-use ats_sched::engine::Policy;
+use ats_sched::config::Policy;
 use ats_tests::{
-    Reference, VL_FIXTURES, VL_IMAGES, argmax, engine_on, fixtures, max_abs_diff, sim_gpu,
-    vl_fixture,
+    Reference, VL_FIXTURES, VL_IMAGES, argmax, engine_on, fixtures, host_only, max_abs_diff,
+    sim_gpu, vl_fixture, with_gpu,
 };
 use ats_vision::encoder::{EncodeStats, EncoderConfig, EncoderDevice, ImageEmbedding};
 use ats_vision::preprocess::{DecodeLimits, PixelValues};
@@ -67,7 +67,7 @@ fn pixel_values_and_image_embeddings_match_hf_on_cpu_and_simulated_gpu() {
             let cpu = cpu();
             let on_cpu = vlm
                 .encode_images(
-                    std::slice::from_ref(&cpu),
+                    &host_only(cpu.clone()),
                     EncoderConfig::default(),
                     std::slice::from_ref(&pv),
                 )
@@ -85,11 +85,15 @@ fn pixel_values_and_image_embeddings_match_hf_on_cpu_and_simulated_gpu() {
             let budget = 64 << 20;
             let gpu = sim_gpu(budget, 2);
             let cfg = EncoderConfig {
-                device: EncoderDevice::Device(1),
+                device: EncoderDevice::Gpu,
                 ..EncoderConfig::default()
             };
             let on_gpu = vlm
-                .encode_images(&[cpu.clone(), gpu.clone()], cfg, std::slice::from_ref(&pv))
+                .encode_images(
+                    &with_gpu(cpu.clone(), gpu.clone()),
+                    cfg,
+                    std::slice::from_ref(&pv),
+                )
                 .unwrap();
             let g = &on_gpu.images[0];
             assert_eq!(g.stats.device, "sim-gpu");
@@ -170,7 +174,7 @@ fn prompt_ids_and_mrope_positions_match_hf() {
 fn check_language(vlm: &Vlm, r: &Reference, case: &str, input: &VlmInput, tol: f32) -> f32 {
     let mut e = engine_on(
         vlm.lm.clone(),
-        vec![cpu()],
+        host_only(cpu()),
         256,
         KvType::F32,
         Policy::Ats,
@@ -204,7 +208,11 @@ fn logits_and_greedy_continuation_match_hf_with_reference_and_own_embeddings() {
             let reference = input_for(&vlm, &reference_embedding(&r, case));
             let d_ref = check_language(&vlm, &r, case, &reference, 1e-3);
             let own = vlm
-                .encode_images(&[cpu()], EncoderConfig::default(), &[pixels(&vlm, case)])
+                .encode_images(
+                    &host_only(cpu()),
+                    EncoderConfig::default(),
+                    &[pixels(&vlm, case)],
+                )
                 .unwrap();
             let input = input_for(&vlm, &own.images[0]);
             assert_eq!(input.ids, reference.ids);
@@ -219,18 +227,22 @@ fn logits_and_greedy_continuation_match_hf_with_reference_and_own_embeddings() {
 #[test]
 fn greedy_generation_through_the_pipeline_reproduces_the_fixture() {
     use ats_core::sampling::SamplerConfig;
-    use ats_sched::engine::GenParams;
+    use ats_sched::session::GenParams;
     for (dir, _, _) in VL_FIXTURES {
         let vlm = vl_fixture(dir);
         let r = Reference::open(&format!("{dir}/reference.safetensors"));
         let case = "large";
         let phase = vlm
-            .encode_images(&[cpu()], EncoderConfig::default(), &[pixels(&vlm, case)])
+            .encode_images(
+                &host_only(cpu()),
+                EncoderConfig::default(),
+                &[pixels(&vlm, case)],
+            )
             .unwrap();
         let input = input_for(&vlm, &phase.images[0]);
         let mut e = engine_on(
             vlm.lm.clone(),
-            vec![cpu()],
+            host_only(cpu()),
             256,
             KvType::F32,
             Policy::Ats,
@@ -247,7 +259,7 @@ fn greedy_generation_through_the_pipeline_reproduces_the_fixture() {
         };
         let mut text = String::new();
         let g = pipeline::generate(&mut e, &input, &params, &mut |ev| {
-            let ats_sched::engine::GenEvent::Text(t) = ev;
+            let ats_sched::session::GenEvent::Text(t) = ev;
             text.push_str(t);
             true
         })

@@ -8,14 +8,16 @@
 //! real tower's 16 heads 1.5 GB. `cargo run --release -p ats-vision --example
 //! qchunk` runs the real widths (docs/vision.md has its figures).
 
+use ats_core::machine::DeviceId;
 use std::sync::Arc;
 
 use ats_core::device::{Device, KvType};
 use ats_core::ledger::Region;
 use ats_core::synth::SynthMmproj;
-use ats_sched::engine::Policy;
+use ats_sched::config::Policy;
 use ats_tests::{
-    VL_IMAGES, engine_on, fixtures, max_abs_diff, sim_gpu, vl_fixture, write_1440p_png,
+    VL_IMAGES, engine_on, fixtures, host_only, max_abs_diff, sim_gpu, vl_fixture, with_gpu,
+    write_1440p_png,
 };
 use ats_vision::encoder::{EncoderConfig, EncoderDevice, VisionEncoder};
 use ats_vision::preprocess::{DecodeLimits, PixelValues};
@@ -69,9 +71,9 @@ fn a_1440p_image_encodes_within_1_gb_on_the_simulated_gpu_and_the_cpu() {
         let gpu = sim_gpu(budget, 2);
         let enc = VisionEncoder::new(
             spec.clone(),
-            vec![cpu(), gpu.clone()],
+            with_gpu(cpu(), gpu.clone()),
             EncoderConfig {
-                device: EncoderDevice::Device(1),
+                device: EncoderDevice::Gpu,
                 q_block,
                 ..EncoderConfig::default()
             },
@@ -124,9 +126,9 @@ fn a_1440p_image_encodes_within_1_gb_on_the_simulated_gpu_and_the_cpu() {
     let host = cpu();
     let cpu_enc = VisionEncoder::new(
         spec.clone(),
-        vec![host.clone()],
+        host_only(host.clone()),
         EncoderConfig {
-            device: EncoderDevice::Cpu,
+            device: EncoderDevice::Host,
             ..EncoderConfig::default()
         },
     )
@@ -154,11 +156,11 @@ fn a_budget_too_small_for_the_image_falls_back_to_the_cpu_in_one_line() {
     let pv = pixels(&spec, &write_1440p_png(dir.path()));
     let cpu: Arc<dyn Device> = Arc::new(ats_cpu::CpuDevice::new(2).unwrap());
     let gpu = sim_gpu(1 << 20, 1);
-    let devices = vec![cpu.clone(), gpu.clone()];
+    let devices = with_gpu(cpu.clone(), gpu.clone());
     let vg = spec.graph(pv.grid_thw).unwrap();
     let auto = VisionEncoder::new(spec.clone(), devices.clone(), EncoderConfig::default()).unwrap();
     let plan = auto.plan(&vg).unwrap();
-    assert_eq!(plan.device, 0);
+    assert_eq!(plan.device, DeviceId::Host);
     let note = plan.note.unwrap();
     assert!(!note.contains('\n') && note.contains("free"), "{note}");
     println!("{note}");
@@ -167,13 +169,13 @@ fn a_budget_too_small_for_the_image_falls_back_to_the_cpu_in_one_line() {
         spec,
         devices,
         EncoderConfig {
-            device: EncoderDevice::Device(1),
+            device: EncoderDevice::Gpu,
             ..EncoderConfig::default()
         },
     )
     .unwrap();
     let err = forced.encode(&pv).unwrap_err().to_string();
-    assert!(err.contains("--max-pixels") && !err.contains('\n'), "{err}");
+    assert!(err.contains("fewer pixels") && !err.contains('\n'), "{err}");
     assert_eq!(gpu.ledger().peak(), 0);
 }
 
@@ -191,12 +193,12 @@ fn vlm_peak_is_the_larger_phase_not_the_sum() {
     let run = |budget: u64| {
         let cpu: Arc<dyn Device> = Arc::new(ats_cpu::CpuDevice::new(2).unwrap());
         let gpu = sim_gpu(budget, 1);
-        let devices = vec![cpu, gpu.clone()];
+        let devices = with_gpu(cpu, gpu.clone());
         let phase = vlm
             .encode_images(
                 &devices,
                 EncoderConfig {
-                    device: EncoderDevice::Device(1),
+                    device: EncoderDevice::Gpu,
                     ..EncoderConfig::default()
                 },
                 std::slice::from_ref(&image),

@@ -60,17 +60,17 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
     model.ctx = Some(model.ctx.unwrap_or(need));
     let mut loaded = load::load(&model, false)?;
-    let engine = &mut loaded.engine;
-    let vocab = engine.spec().hp.n_vocab as u32;
+    let session = &mut loaded.session;
+    let vocab = session.spec().hp.n_vocab as u32;
     let mut rng = rand::rngs::StdRng::seed_from_u64(1234);
     let mut tokens =
         |n: usize| -> Vec<u32> { (0..n).map(|_| rng.random_range(0..vocab)).collect() };
     let depth = tokens(a.n_depth);
     // an empty context, or one holding the depth tokens (untimed)
-    let start = |engine: &mut ats_sched::engine::Engine| -> Result<()> {
-        engine.reset();
+    let start = |session: &mut ats_sched::session::Session| -> Result<()> {
+        session.reset();
         if !depth.is_empty() {
-            engine.prefill(&depth, false)?;
+            session.prefill(&depth, false)?;
         }
         Ok(())
     };
@@ -83,13 +83,13 @@ pub fn run(a: BenchArgs) -> Result<()> {
     if a.n_prompt > 0 {
         // warm-up, then timed repetitions
         let p = tokens(a.n_prompt);
-        start(engine)?;
-        engine.prefill(&p, false)?;
+        start(session)?;
+        session.prefill(&p, false)?;
         let mut tps = Vec::new();
         for _ in 0..a.reps {
-            start(engine)?;
+            start(session)?;
             let t = std::time::Instant::now();
-            engine.prefill(&p, false)?;
+            session.prefill(&p, false)?;
             tps.push(a.n_prompt as f64 / t.elapsed().as_secs_f64());
         }
         results.push((format!("pp{}{at}", a.n_prompt), a.n_prompt, tps));
@@ -97,36 +97,32 @@ pub fn run(a: BenchArgs) -> Result<()> {
     if a.n_gen > 0 {
         let g = tokens(a.n_gen);
         // warm-up, through the decode audition so that the timed runs use its winner
-        start(engine)?;
-        engine.decode(g[0])?;
+        start(session)?;
+        session.decode(g[0])?;
         for &id in g.iter().skip(1) {
-            if !engine.planner().auditioning() {
+            if !session.planner().auditioning() {
                 break;
             }
-            engine.decode(id)?;
+            session.decode(id)?;
         }
         let mut tps = Vec::new();
         // only the timed rounds: not the warm-up and audition above
-        engine.reset_decode_breakdown();
+        session.reset_decode_breakdown();
         for _ in 0..a.reps {
-            start(engine)?;
+            start(session)?;
             let t = std::time::Instant::now();
             for &id in &g {
-                engine.decode(id)?;
+                session.decode(id)?;
             }
             tps.push(a.n_gen as f64 / t.elapsed().as_secs_f64());
         }
         results.push((format!("tg{}{at}", a.n_gen), a.n_gen, tps));
     }
-    let threads = engine.executor().devices()[0]
-        .info()
-        .parallelism
-        .unwrap_or(1);
-    let devices: Vec<String> = engine
-        .executor()
-        .devices()
+    let threads = session.run_config().threads;
+    let devices: Vec<String> = session
+        .machine()
         .iter()
-        .map(|d| d.info().name.clone())
+        .map(|(_, d)| d.info().name.clone())
         .collect();
     if a.json {
         let tests: Vec<serde_json::Value> = results
@@ -138,20 +134,21 @@ pub fn run(a: BenchArgs) -> Result<()> {
             .collect();
         let j = serde_json::json!({
             "model": model.model.display().to_string(),
-            "model_bytes": engine.spec().gguf.file_len(),
+            "model_bytes": session.spec().gguf.file_len(),
             "threads": threads,
             "devices": devices,
             "policy": model.policy.name(),
-            "vram_budget": model.vram,
+            "vram_budget": model.devices.vram,
             "repetitions": a.reps,
             "n_depth": a.n_depth,
             "tests": tests,
-            "decode_plan": engine.plan_set().tiers.first().map(|t| t.kind),
-            "audition": engine.planner().last_audition(),
-            "replans": engine.planner().replans,
-            "relayouts": engine.planner().relayouts,
-            "memory": crate::report::memory_json(engine),
-            "decode_breakdown": (a.n_gen > 0).then(|| engine.decode_breakdown().report(&devices)),
+            "decode_plan": session.plan_set().tiers.first().map(|t| t.kind),
+            "audition": session.planner().last_audition(),
+            "replans": session.planner().replan_stats().replans,
+            "relayouts": session.planner().replan_stats().relayouts,
+            "replan_stats": session.planner().replan_stats(),
+            "memory": crate::report::memory_json(session),
+            "decode_breakdown": (a.n_gen > 0).then(|| session.decode_breakdown().report(session.machine())),
         });
         println!("{}", serde_json::to_string_pretty(&j)?);
     } else {
@@ -166,15 +163,18 @@ pub fn run(a: BenchArgs) -> Result<()> {
                     .file_name()
                     .map(|f| f.to_string_lossy().into_owned())
                     .unwrap_or_default(),
-                ats_sched::size::fmt_bytes(engine.spec().gguf.file_len()),
+                ats_sched::size::fmt_bytes(session.spec().gguf.file_len()),
                 devices.join("+"),
                 model.policy.name(),
             );
         }
         if !crate::logging::quiet() {
-            crate::report::print_plan_changes(engine);
+            crate::report::print_plan_changes(session);
             if a.n_gen > 0 {
-                eprintln!("ats: {}", engine.decode_breakdown().report(&devices));
+                eprintln!(
+                    "ats: {}",
+                    session.decode_breakdown().report(session.machine())
+                );
             }
         }
     }

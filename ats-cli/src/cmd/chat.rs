@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result};
 use ats_core::chat::{ChatMessage, ChatTemplate};
-use ats_sched::engine::{GenEvent, GenParams, StopReason};
+use ats_sched::session::{GenEvent, GenParams, StopReason};
 use clap::Args;
 use tracing::info;
 
@@ -87,9 +87,9 @@ pub fn run(a: ChatArgs) -> Result<()> {
         usage_bail!("-n must be at least 1 (tokens per answer)");
     }
     let mut loaded = load::load(&a.model, false)?;
-    let engine = &mut loaded.engine;
-    let tok = engine.tokenizer()?.clone();
-    let tpl = ChatTemplate::from_gguf(&engine.spec().gguf.metadata)
+    let session = &mut loaded.session;
+    let tok = session.tokenizer()?.clone();
+    let tpl = ChatTemplate::from_gguf(&session.spec().gguf.metadata)
         .context("the model has no usable chat template")?;
     if tpl.is_fallback() {
         info!("the model has no chat template: using ChatML");
@@ -111,7 +111,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
     if let Some(s) = &a.system {
         messages.push(ChatMessage::text("system", s));
     }
-    let n_ctx = engine.n_ctx();
+    let n_ctx = session.n_ctx();
     let mut stdin = std::io::stdin().lock();
     let stdout = std::io::stdout();
     let mut line = String::new();
@@ -129,7 +129,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
             Input::Exit => break,
             Input::Reset => {
                 messages.truncate(usize::from(a.system.is_some()));
-                engine.reset();
+                session.reset();
                 eprintln!("(conversation forgotten)");
                 continue;
             }
@@ -156,11 +156,11 @@ pub fn run(a: ChatArgs) -> Result<()> {
         messages.push(ChatMessage::text("user", text));
         let ids = tok.encode(&tpl.render(&messages, true)?, true, true)?;
         // feed only what the cache lacks; anything else starts it afresh
-        let reuse = engine.history().len() < ids.len() && ids.starts_with(engine.history());
+        let reuse = session.history().len() < ids.len() && ids.starts_with(session.history());
         if !reuse {
-            engine.reset();
+            session.reset();
         }
-        let feed = ids[engine.history().len()..].to_vec();
+        let feed = ids[session.history().len()..].to_vec();
         if ids.len() >= n_ctx {
             eprintln!(
                 "(the conversation has {} tokens and no longer fits the context of {n_ctx} (-c): /reset starts over)",
@@ -178,7 +178,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
         STOP.store(false, Ordering::SeqCst);
         GENERATING.store(true, Ordering::SeqCst);
         let mut out = stdout.lock();
-        let result = engine.generate(&feed, &params, &mut |ev| match ev {
+        let result = session.generate(&feed, &params, &mut |ev| match ev {
             GenEvent::Text(t) => {
                 let _ = out.write_all(t.as_bytes()).and_then(|_| out.flush());
                 !STOP.load(Ordering::SeqCst)
@@ -203,12 +203,12 @@ pub fn run(a: ChatArgs) -> Result<()> {
             Err(e) => {
                 eprintln!("error: {e}");
                 messages.pop();
-                engine.reset();
+                session.reset();
             }
         }
     }
     if !logging::quiet() {
-        report::print_memory(engine);
+        report::print_memory(session);
     }
     Ok(())
 }

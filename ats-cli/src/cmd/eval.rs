@@ -35,16 +35,16 @@ pub fn run(a: EvalArgs) -> Result<()> {
         return run_vlm(a);
     }
     let mut loaded = load::load(&a.model, true)?;
-    let engine = &mut loaded.engine;
+    let session = &mut loaded.session;
     let ids = match &a.prompt {
-        Some(p) => engine.tokenizer()?.encode(p, true, true)?,
+        Some(p) => session.tokenizer()?.encode(p, true, true)?,
         None => a.ids.clone(),
     };
     if ids.is_empty() {
         usage_bail!("give token ids with --ids 1,2,3 or text with -p");
     }
-    let logits = engine.eval(&ids)?;
-    let vocab = engine.spec().hp.n_vocab;
+    let logits = session.eval(&ids)?;
+    let vocab = session.spec().hp.n_vocab;
     write_logits(&a.out, &logits, ids.len(), vocab)?;
     tracing::info!(
         "wrote logits [{}, {vocab}] to {}",
@@ -69,8 +69,8 @@ fn run_vlm(a: EvalArgs) -> Result<()> {
         true,
         crate::logging::quiet(),
     )?;
-    let logits = ats_vision::pipeline::eval(&mut p.engine, &p.input)?;
-    let vocab = p.engine.spec().hp.n_vocab;
+    let logits = ats_vision::pipeline::eval(&mut p.session, &p.input)?;
+    let vocab = p.session.spec().hp.n_vocab;
     let n = p.input.ids.len();
     let ids: Vec<i64> = p.input.ids.iter().map(|&x| x as i64).collect();
     // HF's layout: [3, n], the t, h and w rows

@@ -40,8 +40,8 @@ pub fn run(mut a: PerplexityArgs) -> Result<()> {
     }
     a.model.ctx = Some(n_ctx);
     let mut loaded = load::load(&a.model, true)?;
-    let engine = &mut loaded.engine;
-    let tok = engine.tokenizer()?.clone();
+    let session = &mut loaded.session;
+    let tok = session.tokenizer()?.clone();
     let tokens = tok.encode(&text, true, false)?;
     let mut n_chunks = tokens.len() / n_ctx;
     if let Some(c) = a.chunks {
@@ -53,7 +53,7 @@ pub fn run(mut a: PerplexityArgs) -> Result<()> {
             tokens.len()
         );
     }
-    let vocab = engine.spec().hp.n_vocab;
+    let vocab = session.spec().hp.n_vocab;
     let first = n_ctx / 2;
     info!(
         "perplexity over {n_chunks} chunks of {n_ctx} tokens ({} tokens in the file)",
@@ -68,7 +68,7 @@ pub fn run(mut a: PerplexityArgs) -> Result<()> {
         {
             chunk[0] = b;
         }
-        let logits = engine.eval(&chunk)?;
+        let logits = session.eval(&chunk)?;
         for j in first..n_ctx - 1 {
             let l = nll(&logits[j * vocab..(j + 1) * vocab], chunk[j + 1] as usize);
             sum += l;

@@ -1,14 +1,11 @@
 //! `ats-cli plan`: what goes where under a VRAM budget, and why.
 
-use std::sync::Arc;
-
-use anyhow::{Context, Result};
-use ats_core::spec::ModelSpec;
-use ats_sched::planner::{PlanKind, Planner, PlannerConfig};
+use anyhow::Result;
+use ats_sched::planner::{PlanKind, PlanReport, PlanSet, Planner};
 use ats_sched::size::fmt_bytes;
 use clap::Args;
 
-use crate::args::ModelArgs;
+use crate::args::{DeviceArgs, ModelArgs};
 use crate::load;
 
 /// Show the placement plan.
@@ -21,55 +18,43 @@ pub struct PlanArgs {
     json: bool,
 }
 
-fn kind_name(k: PlanKind) -> &'static str {
-    match k {
-        PlanKind::CpuOnly => "cpu-only",
-        PlanKind::GpuOnly => "gpu-only",
-        PlanKind::Static => "static",
-        PlanKind::Dynamic => "dynamic",
-    }
-}
-
 pub fn run(a: PlanArgs) -> Result<()> {
-    let spec = Arc::new(
-        ModelSpec::open(&a.model.model)
-            .with_context(|| format!("cannot load {}", a.model.model.display()))?,
-    );
+    let spec = load::open_model(&a.model)?;
     let mut margs = a.model.clone();
-    let mut devs = load::devices(&margs)?;
-    if devs.list.len() == 1 && margs.vram.is_some() {
-        // planning needs a GPU to plan for: say so and use a simulated one
-        tracing::warn!(
-            "no GPU here: planning for a simulated GPU with the given budget (--sim-gpu SPEC sets its speed)"
-        );
-        margs.sim_gpu = Some(String::new());
-        devs = load::devices(&margs)?;
-    }
-    let cost = load::cost_model(&margs, &devs)?;
-    let devices = devs.list;
-    let n_ctx = load::context_len(&margs, &spec)?;
-    let cfg = PlannerConfig {
-        policy: margs.policy,
-        n_ctx,
-        kv_type: margs.kv_type,
-        slots_per_role: 2,
-        all_logits: false,
-        max_tier: margs.batch,
-        force_kind: None,
-        resched: Default::default(),
+    let built = if margs.devices.vram.is_some() && margs.devices.sim_gpu.is_none() {
+        let strict = DeviceArgs {
+            require_gpu: true,
+            ..margs.devices.clone()
+        };
+        match load::machine(&strict) {
+            Ok(b) => b,
+            Err(e) => {
+                // planning needs a GPU to plan for: say so and use a simulated one
+                eprintln!(
+                    "ats: warning: {e:#}: planning for a simulated GPU with the given budget (--sim-gpu SPEC sets its speed)"
+                );
+                margs.devices.sim_gpu = Some(String::new());
+                load::machine(&margs.devices)?
+            }
+        }
+    } else {
+        load::machine(&margs.devices)?
     };
-    let planner = Planner::new(Arc::new(spec.graph()?), &devices, cost, cfg)?;
+    let cost = load::cost_model(&margs, &built)?;
+    let run = margs.run_config(&spec, false)?;
+    let planner = Planner::new(spec.graph().clone(), &built.machine, cost, &run)
+        .map_err(|e| load::budget_hint(e.into()))?;
     let set = planner.plans();
-    let r = &set.report;
+    let r = planner.report();
     if a.json {
         let j = serde_json::json!({
             "model": margs.model.display().to_string(),
             "policy": margs.policy.name(),
-            "n_ctx": n_ctx,
-            "devices": devices.iter().map(|d| d.info().name.clone()).collect::<Vec<_>>(),
+            "n_ctx": run.n_ctx,
+            "devices": built.machine.iter().map(|(_, d)| d.info().name.clone()).collect::<Vec<_>>(),
             "budget_bytes": r.budget_bytes,
             "peak_bytes": r.peak_bytes,
-            "regions": r.regions.iter().map(|(k, v)| (k.clone(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
+            "regions": r.regions,
             "max_tier": r.max_tier,
             "streaming": r.streaming,
             "workload_secs": r.workload_secs,
@@ -80,6 +65,16 @@ pub fn run(a: PlanArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&j)?);
         return Ok(());
     }
+    print_tensors(&r);
+    print_regions(&r);
+    print_tiers(set);
+    for n in &r.notes {
+        println!("note: {n}");
+    }
+    Ok(())
+}
+
+fn print_tensors(r: &PlanReport) {
     println!(
         "{:<34} {:>10}  {:<6} {:<9} why",
         "tensor", "bytes", "device", "region"
@@ -89,11 +84,14 @@ pub fn run(a: PlanArgs) -> Result<()> {
             "{:<34} {:>10}  {:<6} {:<9} {}",
             t.name,
             fmt_bytes(t.bytes),
-            t.placement,
-            t.region,
+            t.placement.name(),
+            t.region.map_or("none", |r| r.name()),
             t.why
         );
     }
+}
+
+fn print_regions(r: &PlanReport) {
     println!();
     match r.budget_bytes {
         Some(b) => {
@@ -102,8 +100,8 @@ pub fn run(a: PlanArgs) -> Result<()> {
                 fmt_bytes(b),
                 fmt_bytes(r.peak_bytes)
             );
-            for (k, v) in &r.regions {
-                println!("  {k:<9} {:>10}", fmt_bytes(*v));
+            for (k, v) in r.regions.iter().filter(|x| x.1 > 0) {
+                println!("  {:<9} {:>10}", k.name(), fmt_bytes(v));
             }
             println!(
                 "  (layout: compute buffers for tiers up to {}, temp slots: {})",
@@ -113,6 +111,9 @@ pub fn run(a: PlanArgs) -> Result<()> {
         }
         None => println!("no GPU: everything runs on the CPU"),
     }
+}
+
+fn print_tiers(set: &PlanSet) {
     println!();
     println!(
         "{:>6}  {:<9} {:>12}  {:>10} {:>10} {:>10} {:>8} {:>8}",
@@ -129,7 +130,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
         println!(
             "{:>6}  {:<9} {:>9.2} ms  {:>10} {:>10} {:>10} {:>8} {:>8}",
             t.tier,
-            kind_name(t.kind),
+            t.kind.name(),
             t.est_secs * 1e3,
             est(PlanKind::GpuOnly),
             est(PlanKind::Static),
@@ -138,8 +139,4 @@ pub fn run(a: PlanArgs) -> Result<()> {
             t.streamed_items
         );
     }
-    for n in &r.notes {
-        println!("note: {n}");
-    }
-    Ok(())
 }

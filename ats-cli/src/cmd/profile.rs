@@ -5,12 +5,14 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use ats_core::device::Device;
+use ats_core::machine::Machine;
 use ats_cpu::CpuDevice;
 use ats_sched::profile::{
     BenchOptions, default_profile_path, hardware_fingerprint, profile_devices, save_profile,
 };
 use clap::Args;
 
+use crate::args::DeviceArgs;
 use crate::load;
 
 /// Measure kernels, copies and switches; save the profile.
@@ -31,27 +33,18 @@ pub struct ProfileArgs {
 }
 
 pub fn run(a: ProfileArgs) -> Result<()> {
-    let margs = crate::args::ModelArgs {
-        model: PathBuf::new(),
+    let devices = DeviceArgs {
         threads: a.threads,
-        ctx: None,
-        kv_type: ats_core::device::KvType::F16,
-        vram: None,
         sim_gpu: a.sim_gpu.clone(),
-        policy: Default::default(),
-        profile: None,
-        batch: None,
-        replan_threshold: 0.15,
-        replan_interval: 5.0,
-        audition_rounds: 0,
+        ..DeviceArgs::default()
     };
-    let mut devices = load::devices(&margs)?.list;
+    let mut machine = load::machine(&devices)?.machine;
     // a real GPU is profiled whenever one opens (its whole free memory is
     // the budget here: the profile measures speeds, not capacity)
     if a.sim_gpu.is_none() {
         match ats_cuda::open_device(None) {
-            Ok(gpu) => devices.push(gpu),
-            Err(e) => tracing::warn!("no usable GPU ({e}): profiling the CPU alone"),
+            Ok(gpu) => machine = Machine::new(machine.host().clone(), Some(gpu))?,
+            Err(e) => eprintln!("ats: warning: no usable GPU ({e}): profiling the CPU alone"),
         }
     }
     let threads = load::threads(a.threads)?;
@@ -76,11 +69,11 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         }
     };
     let profile =
-        profile_devices(&devices, &make_cpu, &opts, &mut progress).map_err(anyhow::Error::msg)?;
+        profile_devices(&machine, &make_cpu, &opts, &mut progress).map_err(anyhow::Error::msg)?;
     if let Some(pb) = &bar {
         pb.finish_and_clear();
     }
-    let names = load::real_device_names(&devices);
+    let names = load::real_device_names(&machine);
     let path = match a.out {
         Some(p) => p,
         None => default_profile_path(&hardware_fingerprint(&names))

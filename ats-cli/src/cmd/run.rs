@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use ats_core::chat::ChatMessage;
-use ats_sched::engine::{GenEvent, GenParams};
+use ats_sched::session::{GenEvent, GenParams};
 use clap::Args;
 use tracing::info;
 
@@ -69,10 +69,10 @@ pub fn run(a: RunArgs) -> Result<()> {
     }
     let text = prompt_text(&a.prompt, &a.file)?;
     let mut loaded = load::load(&a.model, false)?;
-    let engine = &mut loaded.engine;
-    let tok = engine.tokenizer()?.clone();
+    let session = &mut loaded.session;
+    let tok = session.tokenizer()?.clone();
     let prompt = if a.chat {
-        let tpl = engine.chat_template()?;
+        let tpl = session.chat_template()?;
         if tpl.is_fallback() {
             info!("the model has no chat template: using ChatML");
         }
@@ -90,11 +90,11 @@ pub fn run(a: RunArgs) -> Result<()> {
     if ids.is_empty() {
         bail!("the prompt is empty after tokenization");
     }
-    if ids.len() >= engine.n_ctx() {
+    if ids.len() >= session.n_ctx() {
         bail!(
             "the prompt has {} tokens, more than the context of {} leaves room for (-c)",
             ids.len(),
-            engine.n_ctx()
+            session.n_ctx()
         );
     }
     let params = GenParams {
@@ -104,14 +104,14 @@ pub fn run(a: RunArgs) -> Result<()> {
         ignore_eos: a.ignore_eos,
     };
     let mut answer = crate::answer::Answer::new();
-    let out_gen = engine.generate(&ids, &params, &mut |ev| match ev {
+    let out_gen = session.generate(&ids, &params, &mut |ev| match ev {
         GenEvent::Text(t) => answer.write(t),
     })?;
     answer.finish()?;
     if !logging::quiet() {
         report::print_timings(loaded.load_ms, &out_gen.timings);
-        report::print_memory(engine);
-        report::print_plan_changes(engine);
+        report::print_memory(session);
+        report::print_plan_changes(session);
     }
     if let Some(path) = &a.timings_json {
         let j = serde_json::json!({
@@ -124,7 +124,7 @@ pub fn run(a: RunArgs) -> Result<()> {
             "gen_tokens_per_s": out_gen.timings.gen_tps(),
             "ttft_ms": out_gen.timings.ttft_ms,
             "stop": out_gen.stop,
-            "memory": report::memory_json(engine),
+            "memory": report::memory_json(session),
         });
         std::fs::write(path, serde_json::to_string_pretty(&j)?)
             .with_context(|| format!("cannot write {}", path.display()))?;

@@ -5,12 +5,11 @@
 //! the peak memory of each phase to standard error.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use ats_core::device::Device;
-use ats_sched::engine::{Engine, GenEvent, GenParams};
+use ats_core::machine::Machine;
+use ats_sched::session::{GenEvent, GenParams, Session};
 use ats_sched::size::fmt_bytes;
 use ats_vision::preprocess::{DecodeLimits, PixelValues};
 use ats_vision::{EncoderConfig, VisionPhase, Vlm, VlmInput, pipeline};
@@ -74,17 +73,17 @@ pub struct VlmArgs {
     timings_json: Option<PathBuf>,
 }
 
-/// The vision phase and the language engine, in that order of life.
+/// The vision phase and the language session, in that order of life.
 pub struct Prepared {
     /// What encoding did.
     pub vision: VisionPhase,
     /// Milliseconds to read and preprocess the images.
     pub preprocess_ms: f64,
-    /// The language engine (made after the encoder was freed).
-    pub engine: Engine,
+    /// The language session (made after the encoder was freed).
+    pub session: Session,
     /// Milliseconds to plan and load the language model.
     pub load_ms: f64,
-    /// The prompt for the engine.
+    /// The prompt for the session.
     pub input: VlmInput,
 }
 
@@ -111,8 +110,8 @@ pub fn prepare(
         .map(|p| vlm.load_image(p, &cfg, &limits))
         .collect::<Result<_, _>>()?;
     let preprocess_ms = t0.elapsed().as_secs_f64() * 1000.0;
-    let devices = load::devices(model)?;
-    let vision = vlm.encode_images(&devices.list, EncoderConfig::default(), &pixels)?;
+    let built = load::machine(&model.devices)?;
+    let vision = vlm.encode_images(&built.machine, EncoderConfig::default(), &pixels)?;
     if !quiet {
         for (path, img) in image.images.iter().zip(&vision.images) {
             if let Some(n) = &img.stats.note {
@@ -131,21 +130,21 @@ pub fn prepare(
         }
     }
     let t1 = Instant::now();
-    let loaded = load::load_on(model, vlm.lm.clone(), devices, all_logits)?;
+    let loaded = load::load_on(model, vlm.lm.clone(), built, all_logits)?;
     let load_ms = t1.elapsed().as_secs_f64() * 1000.0;
     let rendered = vlm.render_prompt(prompt, pixels.len(), system)?;
     let input = vlm.input(&rendered, &vision.images)?;
-    if input.ids.len() >= loaded.engine.n_ctx() {
+    if input.ids.len() >= loaded.session.n_ctx() {
         bail!(
             "the prompt has {} tokens (images included), more than the context of {} leaves room for (-c)",
             input.ids.len(),
-            loaded.engine.n_ctx()
+            loaded.session.n_ctx()
         );
     }
     Ok(Prepared {
         vision,
         preprocess_ms,
-        engine: loaded.engine,
+        session: loaded.session,
         load_ms,
         input,
     })
@@ -153,8 +152,8 @@ pub fn prepare(
 
 /// Peak bytes of the device that matters (the GPU when there is one) since
 /// the vision phase ended: the language phase's peak.
-pub fn language_peak(devices: &[Arc<dyn Device>]) -> u64 {
-    devices.last().map_or(0, |d| d.ledger().peak())
+pub fn language_peak(machine: &Machine) -> u64 {
+    load::reported_device(machine).1.ledger().peak()
 }
 
 pub fn run(a: VlmArgs) -> Result<()> {
@@ -179,7 +178,7 @@ pub fn run(a: VlmArgs) -> Result<()> {
         ignore_eos: a.ignore_eos,
     };
     let mut answer = crate::answer::Answer::new();
-    let gen_out = pipeline::generate(&mut p.engine, &p.input, &params, &mut |ev| match ev {
+    let gen_out = pipeline::generate(&mut p.session, &p.input, &params, &mut |ev| match ev {
         GenEvent::Text(t) => answer.write(t),
     })?;
     answer.finish()?;
@@ -187,7 +186,7 @@ pub fn run(a: VlmArgs) -> Result<()> {
     // what the user waits for once the model is loaded: images, encoder, prompt
     let ttft_ms = p.preprocess_ms + p.vision.encode_ms + t.ttft_ms;
     let vision_peak = p.vision.device_peak();
-    let language_peak = language_peak(p.engine.executor().devices());
+    let language_peak = language_peak(p.session.machine());
     if !crate::logging::quiet() {
         eprintln!();
         eprintln!(
@@ -203,7 +202,7 @@ pub fn run(a: VlmArgs) -> Result<()> {
             fmt_bytes(vision_peak),
             fmt_bytes(language_peak)
         );
-        report::print_memory(&p.engine);
+        report::print_memory(&p.session);
     }
     if let Some(path) = &a.timings_json {
         let j = serde_json::json!({
@@ -227,7 +226,7 @@ pub fn run(a: VlmArgs) -> Result<()> {
                 "encode": i.stats,
             })).collect::<Vec<_>>(),
             "vision_peaks": p.vision.peaks,
-            "memory": report::memory_json(&p.engine),
+            "memory": report::memory_json(&p.session),
         });
         std::fs::write(path, serde_json::to_string_pretty(&j)?)
             .with_context(|| format!("cannot write {}", path.display()))?;

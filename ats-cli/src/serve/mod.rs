@@ -88,7 +88,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         })
         .map_err(|_| crate::usage::UsageError(format!("--host {:?} is not an address", a.host)))?;
     let loaded = load::load(&a.model, false)?;
-    let engine = loaded.engine;
+    let engine = loaded.session;
     let n_ctx = engine.n_ctx();
     let tokenizer = engine.tokenizer()?.clone();
     let template = ChatTemplate::from_gguf(&engine.spec().gguf.metadata).map_err(|e| e.to_string());

@@ -3,7 +3,7 @@
 //! for features this server does not offer.
 
 use ats_core::SamplerConfig;
-use ats_sched::engine::GenParams;
+use ats_sched::session::GenParams;
 
 use super::errors::ApiError;
 use super::wire::{Sampling, Stop};

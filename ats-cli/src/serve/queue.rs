@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 
-use ats_sched::engine::{Engine, GenEvent, GenParams, StopReason, Timings};
+use ats_sched::session::{GenEvent, GenParams, Session, StopReason, Timings};
 use serde::Serialize;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
@@ -88,7 +88,7 @@ pub struct Queue {
 impl Queue {
     /// Moves `engine` to a worker thread serving jobs in order, with room for
     /// `capacity` waiting jobs.
-    pub fn start(engine: Engine, capacity: usize) -> std::io::Result<Queue> {
+    pub fn start(engine: Session, capacity: usize) -> std::io::Result<Queue> {
         let (tx, rx) = sync_channel(capacity);
         let stats = Arc::new(Stats::default());
         let s = stats.clone();
@@ -139,7 +139,7 @@ impl Queue {
     }
 }
 
-fn worker(mut engine: Engine, rx: Receiver<(Job, UnboundedSender<JobEvent>)>, stats: &Stats) {
+fn worker(mut engine: Session, rx: Receiver<(Job, UnboundedSender<JobEvent>)>, stats: &Stats) {
     while let Ok((job, events)) = rx.recv() {
         stats.busy.store(true, Ordering::SeqCst);
         stats.queued.fetch_sub(1, Ordering::SeqCst);
@@ -154,7 +154,7 @@ fn worker(mut engine: Engine, rx: Receiver<(Job, UnboundedSender<JobEvent>)>, st
     }
 }
 
-fn run_job(engine: &mut Engine, job: &Job, events: &UnboundedSender<JobEvent>, stats: &Stats) {
+fn run_job(engine: &mut Session, job: &Job, events: &UnboundedSender<JobEvent>, stats: &Stats) {
     engine.reset();
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
         engine.generate(&job.prompt, &job.params, &mut |ev| match ev {

@@ -3,7 +3,7 @@
 //! does not offer refused, generation settings derived. Pure functions of
 //! the body's bytes, so the fuzz test (`fuzz.rs`) can drive them directly.
 
-use ats_sched::engine::GenParams;
+use ats_sched::session::GenParams;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 

@@ -25,7 +25,7 @@ use super::wire::{
     AssistantMessage, ChatChoice, ChatChunk, ChatCompletion, ChunkChoice, Completion,
     CompletionChoice, Delta, ModelCard, ModelList, Sampling, TimingsOut, Usage,
 };
-use ats_sched::engine::StopReason;
+use ats_sched::session::StopReason;
 
 /// Everything the handlers share.
 pub struct App {
@@ -120,7 +120,7 @@ fn respond(r: Result<Response, ApiError>) -> Response {
 async fn enqueue(
     app: &App,
     kind: &str,
-    params: ats_sched::engine::GenParams,
+    params: ats_sched::session::GenParams,
     prepare: impl FnOnce(&Prompter) -> Result<Vec<u32>, ApiError> + Send + 'static,
 ) -> Result<(String, usize, UnboundedReceiver<JobEvent>), ApiError> {
     let prompter = app.prompter.clone();

@@ -159,8 +159,8 @@ pub struct TimingsOut {
     pub predicted_per_second: f64,
 }
 
-impl From<&ats_sched::engine::Timings> for TimingsOut {
-    fn from(t: &ats_sched::engine::Timings) -> Self {
+impl From<&ats_sched::session::Timings> for TimingsOut {
+    fn from(t: &ats_sched::session::Timings) -> Self {
         TimingsOut {
             prompt_n: t.prompt_tokens,
             prompt_ms: t.prompt_ms,

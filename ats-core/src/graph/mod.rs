@@ -8,10 +8,12 @@
 mod builder;
 pub mod cost;
 mod op;
+mod roles;
 
 pub use builder::GraphBuilder;
 pub use cost::NodeCost;
 pub use op::{AttnSpec, GeluKind, Mask, Op, RopeKind, RopeSpec, experts_chosen};
+pub use roles::WeightRole;
 
 use serde::Serialize;
 

@@ -10,7 +10,7 @@ pub use hparams::HParams;
 use std::sync::Arc;
 
 use crate::gguf::GgufFile;
-use crate::graph::{Graph, SubLayer, WeightInfo};
+use crate::graph::{Graph, GraphInput, SubLayer, WeightInfo};
 use crate::names;
 
 /// A supported text architecture (`general.architecture`).
@@ -68,11 +68,14 @@ pub struct ModelSpec {
     pub hp: HParams,
     /// The mapped GGUF file the weights are read from.
     pub gguf: Arc<GgufFile>,
+    /// The graph of one forward round, built once when the file is opened.
+    graph: Arc<Graph>,
 }
 
 impl ModelSpec {
-    /// Reads the architecture and hyperparameters, then builds the graph once
-    /// to check every tensor's presence, type and shape.
+    /// Reads the architecture and hyperparameters, then builds the graph
+    /// (once: every user of the model shares it), which checks every
+    /// tensor's presence, type and shape.
     pub fn from_gguf(gguf: Arc<GgufFile>) -> Result<ModelSpec, SpecError> {
         let arch_name = gguf
             .metadata
@@ -80,8 +83,20 @@ impl ModelSpec {
             .ok_or_else(|| SpecError::MissingKey(names::ARCH.into()))?;
         let arch = Arch::from_name(arch_name)?;
         let hp = HParams::from_gguf(arch, &gguf)?;
-        let spec = ModelSpec { arch, hp, gguf };
-        spec.graph()?;
+        let mut spec = ModelSpec {
+            arch,
+            hp,
+            gguf,
+            graph: Arc::new(Graph {
+                nodes: Vec::new(),
+                values: Vec::new(),
+                weights: Vec::new(),
+                kv_caches: Vec::new(),
+                input: GraphInput::Tokens,
+                output: 0,
+            }),
+        };
+        spec.graph = Arc::new(crate::models::build(&spec)?);
         Ok(spec)
     }
 
@@ -91,8 +106,8 @@ impl ModelSpec {
     }
 
     /// The graph of one forward round.
-    pub fn graph(&self) -> Result<Graph, SpecError> {
-        crate::models::build(self)
+    pub fn graph(&self) -> &Arc<Graph> {
+        &self.graph
     }
 
     /// A weight's info, checked against the expected GGML dimensions

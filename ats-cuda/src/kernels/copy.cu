@@ -38,3 +38,37 @@ extern "C" __global__ void kv_append_f32(const float* __restrict__ x, float* __r
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
         cache[offset + i] = x[i];
 }
+
+// The experts a router chose, copied from mapped host memory by the SMs on
+// the transfer stream, so the host never reads the expert ids back: block
+// row blockIdx.y is expert e, which returns at once unless some row of
+// `routing` (rows of top_k ids as floats, then top_k weights) names it; a
+// chosen expert's per_expert bytes go to dst at the same offset.
+extern "C" __global__ void copy_routed_experts(const u8* __restrict__ src, u8* __restrict__ dst,
+                                               u64 per_expert, const float* __restrict__ routing,
+                                               int rows, int top_k) {
+    const int e = blockIdx.y;
+    __shared__ int chosen;
+    if (threadIdx.x == 0) {
+        int hit = 0;
+        for (int r = 0; r < rows && !hit; ++r)
+            for (int k = 0; k < top_k; ++k) {
+                const float id = routing[(u64)r * 2 * top_k + k];
+                if (id >= 0.0f && (int)id == e) hit = 1;
+            }
+        chosen = hit;
+    }
+    __syncthreads();
+    if (!chosen) return;
+    const u8* s = src + (u64)e * per_expert;
+    u8* d = dst + (u64)e * per_expert;
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if ((((u64)s | (u64)d) & 15) == 0) {
+        const u64 words = per_expert / 16;
+        for (u64 i = tid; i < words; i += stride) ((uint4*)d)[i] = ((const uint4*)s)[i];
+        for (u64 i = words * 16 + tid; i < per_expert; i += stride) d[i] = s[i];
+    } else {
+        for (u64 i = tid; i < per_expert; i += stride) d[i] = s[i];
+    }
+}

@@ -10,13 +10,15 @@ use std::time::Instant;
 use ats_core::device::{Device, KvType};
 use ats_core::dtype::DType;
 use ats_core::graph::cost::RoundShape;
+use ats_core::machine::{DeviceId, Machine};
 use ats_core::spec::ModelSpec;
 use ats_core::synth::SynthSpec;
 use ats_cpu::CpuDevice;
-use ats_sched::engine::{Engine, EngineConfig, Policy};
-use ats_sched::planner::{Planner, PlannerConfig};
+use ats_sched::config::{Policy, RunConfig};
+use ats_sched::planner::Planner;
 use ats_sched::profile::{CostModel, DeviceProfile};
 use ats_sched::rescheduler::ReschedConfig;
+use ats_sched::session::Session;
 use ats_sched::sim::{SimGpu, SimGpuConfig, Slowdown, Throttled};
 
 /// A llama-shaped model big enough that copies and CPU work both matter
@@ -45,7 +47,7 @@ pub fn write_model(dir: &Path) -> Arc<ModelSpec> {
 
 /// A simulated machine.
 #[derive(Clone, Debug)]
-pub struct Machine {
+pub struct SimMachine {
     /// The host CPU runs this many times slower than this machine's core.
     pub cpu_dilation: f64,
     /// CPU pressure over time.
@@ -54,21 +56,22 @@ pub struct Machine {
     pub gpu: SimGpuConfig,
 }
 
-/// Device 0: the (dilated, one-thread) CPU; device 1: the simulated GPU.
-pub fn devices(m: &Machine) -> (Vec<Arc<dyn Device>>, Arc<SimGpu>) {
+/// The (dilated, one-thread) CPU and the simulated GPU.
+pub fn devices(m: &SimMachine) -> (Machine, Arc<SimGpu>) {
     let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(1).expect("cpu"));
     let cpu: Arc<dyn Device> = Arc::new(Throttled::new(cpu, m.cpu_dilation, m.cpu_slow.clone()));
     let inner: Arc<dyn Device> = Arc::new(
         CpuDevice::with_isa(1, ats_cpu::matmul::Isa::detect(), "sim-gpu-kernels").expect("cpu"),
     );
     let gpu = Arc::new(SimGpu::new(inner, m.gpu.clone()));
-    (vec![cpu, gpu.clone()], gpu)
+    let gpu_dev: Arc<dyn Device> = gpu.clone();
+    (Machine::new(cpu, Some(gpu_dev)).expect("machine"), gpu)
 }
 
 /// A cost model whose node times come from running the model once on each
 /// device (live measurements), with the simulated GPU's copy and switch costs.
-pub fn calibrated_cost(spec: &Arc<ModelSpec>, devs: &[Arc<dyn Device>], m: &Machine) -> CostModel {
-    let mut cost = CostModel::new(vec![
+pub fn calibrated_cost(spec: &Arc<ModelSpec>, devs: &Machine, m: &SimMachine) -> CostModel {
+    let mut cost = CostModel::new(
         (
             DeviceProfile {
                 device: "cpu".into(),
@@ -77,31 +80,30 @@ pub fn calibrated_cost(spec: &Arc<ModelSpec>, devs: &[Arc<dyn Device>], m: &Mach
             },
             1,
         ),
-        (
+        Some((
             m.gpu.derive_profile("sim-gpu", &DeviceProfile::default()),
             1,
-        ),
-    ]);
-    let graph = Arc::new(spec.graph().unwrap());
+        )),
+    );
+    let graph = spec.graph().clone();
     // the GPU is calibrated on an unbudgeted twin: the same simulated
     // hardware, but room for every weight (the budget is a policy limit,
     // and the calibration runs the whole model resident)
     let mut twin_cfg = m.gpu.clone();
     twin_cfg.memory = 1 << 40;
-    let (mut twin, _) = devices(&Machine {
+    let (twin, _) = devices(&SimMachine {
         gpu: twin_cfg,
         ..m.clone()
     });
-    twin[0] = devs[0].clone();
-    let devs = &twin;
-    for d in 0..devs.len() {
+    let twin = Machine::new(devs.host().clone(), twin.gpu().cloned()).expect("machine");
+    for d in DeviceId::ALL {
         let mut plan = ats_sched::exec::ExecPlan::all_cpu(&graph);
-        if d == 1 {
-            plan.node_device.iter_mut().for_each(|x| *x = 1);
+        if d == DeviceId::Gpu {
+            plan.node_device.iter_mut().for_each(|x| *x = d);
             plan.weight_home
                 .iter_mut()
-                .for_each(|h| *h = ats_sched::exec::WeightHome::Resident(1));
-            plan.kv_device.iter_mut().for_each(|x| *x = 1);
+                .for_each(|h| *h = ats_sched::exec::WeightHome::Resident);
+            plan.kv_device.iter_mut().for_each(|x| *x = d);
         }
         let host: Arc<dyn ats_core::device::HostMemory> = spec.gguf.backing().clone();
         let cfg = ats_sched::exec::ExecConfig {
@@ -111,13 +113,13 @@ pub fn calibrated_cost(spec: &Arc<ModelSpec>, devs: &[Arc<dyn Device>], m: &Mach
             region: None,
         };
         let Ok(mut ex) =
-            ats_sched::exec::Executor::new(graph.clone(), host, devs.to_vec(), cfg, plan)
+            ats_sched::exec::Executor::new(graph.clone(), host, twin.clone(), cfg, plan)
         else {
             continue;
         };
         // the GPU reports its kernels' own times (as the engine sees them
         // live); a sync after every node would add a round trip to each
-        ex.profile_nodes = d == 0;
+        ex.profile_nodes = d == DeviceId::Host;
         for (tokens, past) in [(1usize, 128usize), (64, 0)] {
             let shape = RoundShape {
                 n_tokens: tokens,
@@ -140,7 +142,8 @@ pub fn calibrated_cost(spec: &Arc<ModelSpec>, devs: &[Arc<dyn Device>], m: &Mach
                 for &(node, dev, secs) in &stats.node_secs {
                     cost.observe(&graph, dev, node, shape, true, secs);
                 }
-                for (node, secs) in devs[d].drain_timings().nodes {
+                let dev = twin.get(d).expect("both devices");
+                for (node, secs) in dev.drain_timings().nodes {
                     cost.observe(&graph, d, node, shape, true, secs);
                 }
             }
@@ -152,11 +155,11 @@ pub fn calibrated_cost(spec: &Arc<ModelSpec>, devs: &[Arc<dyn Device>], m: &Mach
 /// An engine on the machine, with load-aware re-planning on or off.
 pub fn engine(
     spec: &Arc<ModelSpec>,
-    m: &Machine,
+    m: &SimMachine,
     budget_frac: f64,
     n_ctx: usize,
     load_aware: bool,
-) -> (Engine, Arc<SimGpu>) {
+) -> (Session, Arc<SimGpu>) {
     let mut m = m.clone();
     m.gpu.memory = (spec.gguf.file_len() as f64 * budget_frac) as u64 + (4 << 20);
     let (devs, gpu) = devices(&m);
@@ -169,32 +172,22 @@ pub fn engine(
             ..ReschedConfig::default()
         }
     };
-    let pcfg = PlannerConfig {
-        policy: Policy::Ats,
+    let run = RunConfig {
         n_ctx,
-        kv_type: KvType::F16,
-        slots_per_role: 2,
-        all_logits: false,
-        max_tier: Some(64),
-        force_kind: None,
-        resched: resched.clone(),
-    };
-    let planner = Planner::new(Arc::new(spec.graph().unwrap()), &devs, cost, pcfg).expect("a plan");
-    let ecfg = EngineConfig {
-        n_ctx: Some(n_ctx),
-        kv_type: KvType::F16,
         policy: Policy::Ats,
+        max_chunk: Some(64),
         resched,
-        ..EngineConfig::default()
+        ..RunConfig::for_model(spec, 1)
     };
+    let planner = Planner::new(spec.graph().clone(), &devs, cost, &run).expect("a plan");
     (
-        Engine::new(spec.clone(), devs, planner, ecfg).expect("engine"),
+        Session::with_planner(spec.clone(), devs, planner).expect("session"),
         gpu,
     )
 }
 
 /// Median seconds per decode step over `n` steps after a short prompt.
-pub fn tpot(e: &mut Engine, n: usize) -> f64 {
+pub fn tpot(e: &mut Session, n: usize) -> f64 {
     e.reset();
     e.prefill(&[1, 2, 3, 4, 5, 6, 7, 8], false)
         .expect("prefill");

@@ -1,33 +1,35 @@
-//! The executor: runs a plan as ordered steps across devices.
+//! The executor: runs a plan as ordered steps across the machine's devices.
 //!
-//! Weights live in host memory, in a device's resident region, or are
+//! Weights live in host memory, in the GPU's resident region, or are
 //! streamed each round into temp slots shared by weights of the same role
-//! across layers. On devices with a transfer stream, weight copies run there
-//! and events order them against the compute stream: a copy into a slot
-//! waits for the kernel that last read the slot, and a kernel waits for the
-//! copy of its weight. The host waits on a device only when an activation
-//! moves from it to another device.
+//! across layers ([`SlotPlan`]). On devices with a transfer stream, weight
+//! copies run there and events order them against the compute stream: a
+//! copy into a slot waits for the kernel that last read the slot, and a
+//! kernel waits for the copy of its weight. The host waits on a device only
+//! when an activation moves from it to another device.
 
 mod error;
+mod layout_moves;
 pub mod plan;
+mod round;
 pub mod schedule;
+pub mod slots;
 mod streams;
 
 pub use error::ExecError;
-pub use plan::{ExecPlan, WeightHome, weight_role};
+pub use plan::{ExecPlan, WeightHome};
 pub use schedule::{Schedule, Step};
+pub use slots::{SlotKey, SlotPlan};
 
 use streams::StreamPlan;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
 
-use ats_core::device::{
-    Buffer, Device, Event, HostMemory, KvArg, KvType, NodeArgs, Stream, WeightArg,
-};
+use ats_core::device::{Buffer, HostMemory, KvType};
 use ats_core::graph::{Graph, GraphInput, Op};
 use ats_core::ledger::Region;
+use ats_core::machine::{DeviceId, Machine, PerDevice};
 use ats_core::round::Round;
 
 /// Settings of an executor.
@@ -71,9 +73,9 @@ pub struct RoundStats {
     /// devices (and all devices under `profile_nodes`), by the device's own
     /// timing events around each node for asynchronous ones (in-stream time,
     /// which includes any wait for the host to launch the kernel).
-    pub node_secs: Vec<(usize, usize, f64)>,
+    pub node_secs: Vec<(usize, DeviceId, f64)>,
     /// `(device, bytes, seconds)` of weight copies an asynchronous device timed.
-    pub async_copies: Vec<(usize, u64, f64)>,
+    pub async_copies: Vec<(DeviceId, u64, f64)>,
     /// `(weight, bytes, seconds)` of weight copies done synchronously.
     pub copy_secs: Vec<(usize, u64, f64)>,
     /// Activation bytes moved between devices.
@@ -89,22 +91,23 @@ struct KvPair {
     v: Buffer,
 }
 
-/// Runs rounds of one graph on a set of devices under a plan.
+/// Runs rounds of one graph on a machine under a plan.
 pub struct Executor {
     graph: Arc<Graph>,
-    host: Arc<dyn HostMemory>,
-    devices: Vec<Arc<dyn Device>>,
+    host_mem: Arc<dyn HostMemory>,
+    machine: Machine,
     cfg: ExecConfig,
     /// The plans rounds can choose from (one per token tier); they share
     /// weight homes and KV devices.
     plans: Vec<ExecPlan>,
+    /// GPU copies of resident weights.
     resident: Vec<Option<Buffer>>,
-    /// Temp slot buffers per device, shared by every plan.
-    temp: Vec<Vec<Buffer>>,
+    /// The GPU's temp slots, shared by every plan.
+    temp: Vec<Buffer>,
     /// Per plan: which temp slot each streamed weight uses.
-    streams: Vec<StreamPlan>,
+    streams: Vec<Arc<StreamPlan>>,
     kv: Vec<KvPair>,
-    act: Vec<Vec<Buffer>>,
+    act: PerDevice<Vec<Buffer>>,
     schedules: HashMap<(usize, usize, usize), Arc<Schedule>>,
     last_stats: RoundStats,
     /// Synchronise after every node and time it on the host (profiling:
@@ -116,44 +119,41 @@ impl std::fmt::Debug for Executor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "Executor({} nodes, {} devices)",
+            "Executor({} nodes on {:?})",
             self.graph.nodes.len(),
-            self.devices.len()
+            self.machine
         )
     }
 }
 
 impl Executor {
-    /// An executor for `graph` whose weights are read from `host` (the model
-    /// mapping; weight offsets are absolute in it), on `devices` (0 is the host CPU).
+    /// An executor for `graph` whose weights are read from `host_mem` (the
+    /// model mapping; weight offsets are absolute in it), on `machine`.
     pub fn new(
         graph: Arc<Graph>,
-        host: Arc<dyn HostMemory>,
-        devices: Vec<Arc<dyn Device>>,
+        host_mem: Arc<dyn HostMemory>,
+        machine: Machine,
         cfg: ExecConfig,
         plan: ExecPlan,
     ) -> Result<Executor, ExecError> {
         let mut ex = Executor {
             resident: vec![None; graph.weights.len()],
-            temp: vec![Vec::new(); devices.len()],
+            temp: Vec::new(),
             streams: Vec::new(),
             kv: Vec::new(),
-            act: vec![Vec::new(); devices.len()],
+            act: PerDevice::default(),
             schedules: HashMap::new(),
             last_stats: RoundStats::default(),
             profile_nodes: false,
             plans: vec![ExecPlan::all_cpu(&graph)],
             graph,
-            host,
-            devices,
+            host_mem,
+            machine,
             cfg,
         };
-        if plan.kv_device.len() == ex.graph.kv_caches.len()
-            && plan.kv_device.iter().all(|&d| d < ex.devices.len())
-        {
-            // allocate the caches where the plan wants them, not on the CPU first
-            ex.plans[0].kv_device = plan.kv_device.clone();
-        }
+        ex.check_plan(&plan)?;
+        // allocate the caches where the plan wants them, not on the CPU first
+        ex.plans[0].kv_device = plan.kv_device.clone();
         ex.alloc_kv()?;
         ex.set_plans(vec![plan])?;
         Ok(ex)
@@ -164,9 +164,9 @@ impl Executor {
         &self.graph
     }
 
-    /// The devices.
-    pub fn devices(&self) -> &[Arc<dyn Device>] {
-        &self.devices
+    /// The machine.
+    pub fn machine(&self) -> &Machine {
+        &self.machine
     }
 
     /// The first (or only) plan.
@@ -189,22 +189,22 @@ impl Executor {
         &self.last_stats
     }
 
+    /// The device of role `d` (a plan that names a missing GPU is refused
+    /// by [`Executor::check_plan`] before it gets here).
+    fn device(&self, d: DeviceId) -> Result<&Arc<dyn ats_core::device::Device>, ExecError> {
+        self.machine
+            .get(d)
+            .ok_or_else(|| ExecError::Plan(format!("the plan uses the {d}, the machine has none")))
+    }
+
     fn alloc_kv(&mut self) -> Result<(), ExecError> {
         let et = self.cfg.kv_type.size();
         for (c, info) in self.graph.kv_caches.iter().enumerate() {
-            let d = self.plans[0].kv_device[c];
+            let dev = self.device(self.plans[0].kv_device[c])?;
             let bytes = self.cfg.kv_capacity * info.row_width() * et;
-            let dev = &self.devices[d];
-            let k = dev.alloc(
-                self.cfg.region_for(Region::Kv),
-                bytes,
-                &format!("kv.{}.k", info.layer),
-            )?;
-            let v = dev.alloc(
-                self.cfg.region_for(Region::Kv),
-                bytes,
-                &format!("kv.{}.v", info.layer),
-            )?;
+            let region = self.cfg.region_for(Region::Kv);
+            let k = dev.alloc(region, bytes, &format!("kv.{}.k", info.layer))?;
+            let v = dev.alloc(region, bytes, &format!("kv.{}.v", info.layer))?;
             self.kv.push(KvPair { k, v });
         }
         Ok(())
@@ -219,7 +219,6 @@ impl Executor {
     /// moves resident weights and KV caches (keeping their contents),
     /// re-assigns temp slots, and forgets cached schedules.
     pub fn set_plans(&mut self, plans: Vec<ExecPlan>) -> Result<(), ExecError> {
-        let g = self.graph.clone();
         let Some(first) = plans.first() else {
             return Err(ExecError::Plan("no plan given".into()));
         };
@@ -231,70 +230,14 @@ impl Executor {
                 ));
             }
         }
-        let (old_home, old_kv) = (
-            self.plans[0].weight_home.clone(),
-            self.plans[0].kv_device.clone(),
-        );
+        let (home, kv) = (first.weight_home.clone(), first.kv_device.clone());
         // free what moves away first, so the budget sees the new layout only
         self.schedules.clear();
-        for b in &mut self.act {
-            b.clear();
-        }
-        for t in &mut self.temp {
-            t.clear();
-        }
-        for (w, home) in first.weight_home.iter().enumerate() {
-            if *home != old_home[w] {
-                self.resident[w] = None;
-            }
-        }
-        // KV caches that move: copy through the host
-        for (c, &from) in old_kv.iter().enumerate().take(g.kv_caches.len()) {
-            let to = first.kv_device[c];
-            if from == to {
-                continue;
-            }
-            let layer = g.kv_caches[c].layer;
-            let (src, dst) = (&self.devices[from], &self.devices[to]);
-            let mut host_k = vec![0u8; self.kv[c].k.len()];
-            let mut host_v = vec![0u8; self.kv[c].v.len()];
-            src.read(&self.kv[c].k, 0, &mut host_k)?;
-            src.read(&self.kv[c].v, 0, &mut host_v)?;
-            // release the old copies before reserving the new ones
-            let placeholder = KvPair {
-                k: self.devices[0].alloc(self.cfg.region_for(Region::Kv), 0, "kv placeholder")?,
-                v: self.devices[0].alloc(self.cfg.region_for(Region::Kv), 0, "kv placeholder")?,
-            };
-            self.kv[c] = placeholder;
-            let nk = dst.alloc(
-                self.cfg.region_for(Region::Kv),
-                host_k.len(),
-                &format!("kv.{layer}.k"),
-            )?;
-            dst.write(&nk, 0, &host_k)?;
-            let nv = dst.alloc(
-                self.cfg.region_for(Region::Kv),
-                host_v.len(),
-                &format!("kv.{layer}.v"),
-            )?;
-            dst.write(&nv, 0, &host_v)?;
-            self.kv[c] = KvPair { k: nk, v: nv };
-        }
-        for (w, home) in first.weight_home.iter().enumerate() {
-            if let WeightHome::Resident(d) = *home
-                && self.resident[w].is_none()
-            {
-                let info = &g.weights[w];
-                let dev = &self.devices[d];
-                let buf = dev.alloc(
-                    self.cfg.region_for(Region::Resident),
-                    info.bytes as usize,
-                    &info.name,
-                )?;
-                dev.write(&buf, 0, self.weight_bytes(w))?;
-                self.resident[w] = Some(buf);
-            }
-        }
+        self.release_activations();
+        self.temp.clear();
+        self.drop_moved_weights(&home);
+        self.move_kv(&kv)?;
+        self.upload_resident(&home)?;
         self.plans = plans;
         self.plan_streams()?;
         Ok(())
@@ -308,21 +251,10 @@ impl Executor {
         {
             return Err(ExecError::Plan("plan does not match the graph".into()));
         }
-        let bad_home = plan
-            .weight_home
-            .iter()
-            .any(|h| matches!(h, WeightHome::Resident(d) if *d >= self.devices.len()));
-        if bad_home
-            || plan
-                .node_device
-                .iter()
-                .chain(&plan.kv_device)
-                .any(|&d| d >= self.devices.len())
-        {
-            return Err(ExecError::Plan(format!(
-                "plan names a device beyond the {} given",
-                self.devices.len()
-            )));
+        if plan.uses_gpu() && !self.machine.has_gpu() {
+            return Err(ExecError::Plan(
+                "the plan uses a GPU and the machine has none".into(),
+            ));
         }
         for (i, n) in g.nodes.iter().enumerate() {
             if let Op::Attention(a) = &n.op
@@ -330,7 +262,7 @@ impl Executor {
                 && plan.kv_device[c] != plan.node_device[i]
             {
                 return Err(ExecError::Plan(format!(
-                    "{} runs on device {} but its KV cache is on device {}",
+                    "{} runs on the {} but its KV cache is on the {}",
                     n.name, plan.node_device[i], plan.kv_device[c]
                 )));
             }
@@ -340,7 +272,7 @@ impl Executor {
 
     fn weight_bytes(&self, w: usize) -> &[u8] {
         let info = &self.graph.weights[w];
-        &self.host.bytes()[info.file_offset as usize..(info.file_offset + info.bytes) as usize]
+        &self.host_mem.bytes()[info.file_offset as usize..(info.file_offset + info.bytes) as usize]
     }
 
     /// The schedule of plan `p` for a round shape (cached).
@@ -352,7 +284,6 @@ impl Executor {
         let s = Arc::new(Schedule::build(
             &self.graph,
             &self.plans[p],
-            self.devices.len(),
             n_tokens,
             n_outputs,
         ));
@@ -362,23 +293,21 @@ impl Executor {
 
     /// Makes sure every device's activation slots can hold this schedule.
     fn ensure_activations(&mut self, s: &Schedule) -> Result<(), ExecError> {
-        for (d, sizes) in s.slot_bytes.iter().enumerate() {
-            let bufs = &mut self.act[d];
-            let fits = sizes.len() <= bufs.len()
-                && sizes.iter().zip(bufs.iter()).all(|(&n, b)| b.len() >= n);
+        for (d, sizes) in s.slot_bytes.iter() {
+            let fits = sizes.len() <= self.act[d].len()
+                && sizes.iter().zip(&self.act[d]).all(|(&n, b)| b.len() >= n);
             if fits {
                 continue;
             }
             // release everything, then take exactly what this schedule needs:
             // the device's compute peak is then the largest schedule's, never
             // a mix of several schedules' largest slots
-            bufs.clear();
+            self.act[d].clear();
+            let dev = self.device(d)?.clone();
+            let region = self.cfg.region_for(Region::Compute);
             for (i, &need) in sizes.iter().enumerate() {
-                bufs.push(self.devices[d].alloc(
-                    self.cfg.region_for(Region::Compute),
-                    need,
-                    &format!("activation slot {i}"),
-                )?);
+                let b = dev.alloc(region, need, &format!("activation slot {i}"))?;
+                self.act[d].push(b);
             }
         }
         Ok(())
@@ -386,7 +315,7 @@ impl Executor {
 
     /// Drops cached activation buffers (they are re-made on the next round).
     pub fn release_activations(&mut self) {
-        for b in &mut self.act {
+        for (_, b) in self.act.iter_mut() {
             b.clear();
         }
     }
@@ -399,213 +328,14 @@ impl Executor {
     /// Runs one round with plan `p` and returns the graph output (`output rows x cols`, f32).
     /// The round runs inside the host device's context (its thread pool).
     pub fn run_with(&mut self, round: &Arc<Round>, p: usize) -> Result<Vec<f32>, ExecError> {
-        let host = self.devices[0].clone();
+        let host = self.machine.host().clone();
         let mut result = None;
-        host.enter(&mut || result = Some(self.run_inner(round, p)));
+        host.enter(&mut || result = Some(self.run_round(round, p)));
         result.unwrap_or_else(|| {
             Err(ExecError::Round(
                 "the host device did not run the round".into(),
             ))
         })
-    }
-
-    fn run_inner(&mut self, round: &Arc<Round>, p: usize) -> Result<Vec<f32>, ExecError> {
-        let t0 = Instant::now();
-        let g = self.graph.clone();
-        self.check_round(round)?;
-        if p >= self.plans.len() {
-            return Err(ExecError::Plan(format!("plan {p} of {}", self.plans.len())));
-        }
-        let s = self.schedule(p, round.n_rows, round.output_rows.len());
-        self.ensure_activations(&s)?;
-        let buf = |ex: &Executor, inst: usize| -> Buffer {
-            let i = &s.instances[inst];
-            ex.act[i.device][i.slot].clone()
-        };
-        let mut stats = RoundStats {
-            switches: 0,
-            ..RoundStats::default()
-        };
-        if let (Some(i), Some(rows)) = (s.input, &round.input_rows) {
-            let inst = s.instances[i];
-            let bytes: &[u8] = bytemuck_f32(rows);
-            if bytes.len() < inst.bytes {
-                return Err(ExecError::Round(format!(
-                    "{} input bytes, the graph needs {}",
-                    bytes.len(),
-                    inst.bytes
-                )));
-            }
-            self.devices[inst.device].write(&buf(self, i), 0, &bytes[..inst.bytes])?;
-        }
-
-        // weight streaming state for this round
-        let mut ready: HashMap<(usize, usize), Option<Event>> = HashMap::new();
-        // expert weights whose slot is free but whose routing is not known yet
-        let mut deferred: HashMap<(usize, usize), (usize, Option<Event>)> = HashMap::new();
-        let streams = self.streams[p].clone();
-        let mut next_in_slot: Vec<Vec<VecDeque<usize>>> = streams
-            .queue
-            .iter()
-            .map(|slots| slots.iter().map(|q| q.iter().copied().collect()).collect())
-            .collect();
-        for d in 0..self.devices.len() {
-            for slot in 0..next_in_slot[d].len() {
-                self.issue_copy(
-                    d,
-                    slot,
-                    &streams,
-                    &mut next_in_slot,
-                    &mut ready,
-                    &mut deferred,
-                    None,
-                    &mut stats,
-                )?;
-            }
-        }
-
-        let mut host_tmp: Vec<u8> = Vec::new();
-        let mut prev_dev = usize::MAX;
-        for step in &s.steps {
-            match step {
-                Step::Copy { from, to } => {
-                    let (a, b) = (s.instances[*from], s.instances[*to]);
-                    host_tmp.resize(a.bytes, 0);
-                    self.devices[a.device].read(&buf(self, *from), 0, &mut host_tmp)?;
-                    self.devices[b.device].write(&buf(self, *to), 0, &host_tmp)?;
-                    stats.activation_bytes += a.bytes as u64;
-                }
-                Step::Run {
-                    node,
-                    device,
-                    inputs,
-                    output,
-                } => {
-                    let d = *device;
-                    if prev_dev != usize::MAX && prev_dev != d {
-                        stats.switches += 1;
-                    }
-                    prev_dev = d;
-                    let n = &g.nodes[*node];
-                    let dev = self.devices[d].clone();
-                    // streamed weights: the compute stream waits for their copies
-                    for &w in &n.weights {
-                        if let Some(Some(ev)) = ready.get(&(d, w)) {
-                            dev.wait_event(Stream::Compute, ev)?;
-                        }
-                    }
-                    let in_bufs: Vec<Buffer> = inputs.iter().map(|&i| buf(self, i)).collect();
-                    let out_buf = buf(self, *output);
-                    let weights: Vec<WeightArg<'_>> = n
-                        .weights
-                        .iter()
-                        .map(|&w| WeightArg {
-                            info: &g.weights[w],
-                            data: self.weight_data(&streams, d, w),
-                        })
-                        .collect();
-                    let kv = match &n.op {
-                        Op::Attention(a) => a.cache.map(|c| KvArg {
-                            k: &self.kv[c].k,
-                            v: &self.kv[c].v,
-                            capacity: self.cfg.kv_capacity,
-                            dtype: self.cfg.kv_type,
-                        }),
-                        _ => None,
-                    };
-                    let args = NodeArgs {
-                        graph: &g,
-                        node_id: *node,
-                        node: n,
-                        round,
-                        inputs: &in_bufs,
-                        output: &out_buf,
-                        weights: &weights,
-                        kv,
-                    };
-                    let t = Instant::now();
-                    dev.run(&args)?;
-                    if self.profile_nodes {
-                        dev.synchronize()?;
-                    }
-                    if self.profile_nodes || !dev.supports_async() {
-                        stats.node_secs.push((*node, d, t.elapsed().as_secs_f64()));
-                    }
-                    // slots whose last reader just ran can take their next weight
-                    for &w in &n.weights {
-                        if streams.last_reader.get(&(d, w)) == Some(node) {
-                            let slot = streams.slot_of[&(d, w)];
-                            let freed = if dev.supports_async() {
-                                Some(dev.record_event(Stream::Compute)?)
-                            } else {
-                                None
-                            };
-                            self.issue_copy(
-                                d,
-                                slot,
-                                &streams,
-                                &mut next_in_slot,
-                                &mut ready,
-                                &mut deferred,
-                                freed,
-                                &mut stats,
-                            )?;
-                        }
-                    }
-                    // routing known: copy the experts it selects
-                    if let Some(list) = streams.after_router.get(node) {
-                        for &(gd, w, top_k) in list {
-                            let (slot, freed) = deferred.remove(&(gd, w)).ok_or_else(|| {
-                                ExecError::Plan(format!(
-                                    "expert weight {} has no free slot when its routing is ready",
-                                    g.weights[w].name
-                                ))
-                            })?;
-                            let ev = self.copy_routed(
-                                d,
-                                gd,
-                                slot,
-                                w,
-                                &out_buf,
-                                round.n_rows,
-                                top_k,
-                                freed,
-                                &mut stats,
-                            )?;
-                            ready.insert((gd, w), ev);
-                        }
-                    }
-                }
-            }
-        }
-        let out = s.instances[s.output];
-        let mut bytes = vec![0u8; out.bytes];
-        self.devices[out.device].read(&buf(self, s.output), 0, &mut bytes)?;
-        for d in &self.devices {
-            d.synchronize()?;
-        }
-        stats.total_secs = t0.elapsed().as_secs_f64();
-        // the round is complete: its device-timed spans can be read
-        for (d, dev) in self.devices.iter().enumerate() {
-            if !dev.supports_async() {
-                continue;
-            }
-            let t = dev.drain_timings();
-            if self.profile_nodes {
-                continue; // the host timed these nodes already
-            }
-            stats
-                .node_secs
-                .extend(t.nodes.into_iter().map(|(n, s)| (n, d, s)));
-            stats
-                .async_copies
-                .extend(t.copies.into_iter().map(|(b, s)| (d, b, s)));
-        }
-        self.last_stats = stats;
-        Ok(bytes
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect())
     }
 
     fn check_round(&self, round: &Round) -> Result<(), ExecError> {
@@ -635,7 +365,7 @@ impl Executor {
         let mut out = Vec::new();
         for (c, info) in self.graph.kv_caches.iter().enumerate() {
             let n = rows * info.row_width() * et;
-            let d = &self.devices[self.plans[0].kv_device[c]];
+            let d = self.device(self.plans[0].kv_device[c])?;
             for b in [&self.kv[c].k, &self.kv[c].v] {
                 let mut v = vec![0u8; n];
                 d.read(b, 0, &mut v)?;
@@ -644,10 +374,4 @@ impl Executor {
         }
         Ok(out)
     }
-}
-
-fn bytemuck_f32(v: &[f32]) -> &[u8] {
-    // SAFETY: f32 has no padding and any byte pattern is a valid u8; the
-    // slice covers exactly the f32s' memory.
-    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
 }

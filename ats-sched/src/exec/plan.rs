@@ -1,7 +1,6 @@
 //! What the executor needs to know about a placement.
 
-use std::borrow::Cow;
-
+use ats_core::machine::DeviceId;
 use serde::Serialize;
 
 /// Where a weight lives between rounds.
@@ -11,29 +10,29 @@ pub enum WeightHome {
     /// In host memory (the model mapping). CPU nodes read it in place; a GPU
     /// node that uses it streams it into a temp slot each round.
     Host,
-    /// Uploaded once into device `0`'s resident region.
-    Resident(usize),
+    /// Uploaded once into the GPU's resident region.
+    Resident,
 }
 
 /// A complete placement of one graph: the device of every node, the home of
-/// every weight, the device of every KV cache. Device 0 is the host CPU.
+/// every weight, the device of every KV cache.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ExecPlan {
     /// Device of each node.
-    pub node_device: Vec<usize>,
+    pub node_device: Vec<DeviceId>,
     /// Home of each weight.
     pub weight_home: Vec<WeightHome>,
     /// Device of each KV cache.
-    pub kv_device: Vec<usize>,
+    pub kv_device: Vec<DeviceId>,
 }
 
 impl ExecPlan {
     /// Everything on the host CPU.
     pub fn all_cpu(g: &ats_core::graph::Graph) -> Self {
         ExecPlan {
-            node_device: vec![0; g.nodes.len()],
+            node_device: vec![DeviceId::Host; g.nodes.len()],
             weight_home: vec![WeightHome::Host; g.weights.len()],
-            kv_device: vec![0; g.kv_caches.len()],
+            kv_device: vec![DeviceId::Host; g.kv_caches.len()],
         }
     }
 
@@ -41,44 +40,13 @@ impl ExecPlan {
     pub fn switches(&self) -> usize {
         self.node_device.windows(2).filter(|w| w[0] != w[1]).count()
     }
-}
 
-/// The role of a weight across layers (`blk.7.attn_q.weight` -> `attn_q.weight`,
-/// `v.blk.7.attn_q.weight` -> `v.attn_q.weight`): streamed weights of one
-/// role share temp slots.
-pub fn weight_role(name: &str) -> Cow<'_, str> {
-    let (prefix, rest) = match name.strip_prefix("blk.") {
-        Some(rest) => ("", rest),
-        None => match name.find(".blk.") {
-            Some(i) => (&name[..i + 1], &name[i + 5..]),
-            None => return Cow::Borrowed(name),
-        },
-    };
-    match rest.split_once('.') {
-        Some((layer, tail)) if !layer.is_empty() && layer.bytes().all(|b| b.is_ascii_digit()) => {
-            if prefix.is_empty() {
-                Cow::Borrowed(tail)
-            } else {
-                Cow::Owned(format!("{prefix}{tail}"))
-            }
-        }
-        _ => Cow::Borrowed(name),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::weight_role;
-
-    #[test]
-    fn roles_drop_the_layer_number() {
-        assert_eq!(weight_role("blk.7.attn_q.weight"), "attn_q.weight");
-        assert_eq!(weight_role("v.blk.12.ffn_up.bias"), "v.ffn_up.bias");
-        assert_eq!(weight_role("token_embd.weight"), "token_embd.weight");
-        assert_eq!(weight_role("mm.0.weight"), "mm.0.weight");
-        assert_eq!(
-            weight_role("v.blk.x.attn_q.weight"),
-            "v.blk.x.attn_q.weight"
-        );
+    /// Whether the plan uses the GPU at all (a node, a weight or a cache there).
+    pub fn uses_gpu(&self) -> bool {
+        self.node_device
+            .iter()
+            .chain(&self.kv_device)
+            .any(|&d| d == DeviceId::Gpu)
+            || self.weight_home.contains(&WeightHome::Resident)
     }
 }

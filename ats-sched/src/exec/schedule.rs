@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use ats_core::graph::{Graph, GraphInput};
+use ats_core::machine::{DeviceId, PerDevice};
 
 use super::plan::ExecPlan;
 
@@ -14,7 +15,7 @@ pub struct Instance {
     /// The value.
     pub value: usize,
     /// The device holding this copy.
-    pub device: usize,
+    pub device: DeviceId,
     /// The activation slot on that device.
     pub slot: usize,
     /// Bytes.
@@ -36,7 +37,7 @@ pub enum Step {
         /// Node index.
         node: usize,
         /// Device.
-        device: usize,
+        device: DeviceId,
         /// Input instances (the token input has none).
         inputs: Vec<usize>,
         /// Output instance.
@@ -52,7 +53,7 @@ pub struct Schedule {
     /// Every value instance.
     pub instances: Vec<Instance>,
     /// Bytes of each activation slot, per device.
-    pub slot_bytes: Vec<Vec<usize>>,
+    pub slot_bytes: PerDevice<Vec<usize>>,
     /// The instance holding the graph input rows, if the graph has f32 input rows.
     pub input: Option<usize>,
     /// The instance holding the graph output.
@@ -61,19 +62,13 @@ pub struct Schedule {
 
 impl Schedule {
     /// Builds the schedule of `plan` for a round of `n_tokens` rows and `n_outputs` outputs.
-    pub fn build(
-        g: &Graph,
-        plan: &ExecPlan,
-        n_devices: usize,
-        n_tokens: usize,
-        n_outputs: usize,
-    ) -> Schedule {
+    pub fn build(g: &Graph, plan: &ExecPlan, n_tokens: usize, n_outputs: usize) -> Schedule {
         let mut instances: Vec<Instance> = Vec::new();
-        let mut where_: HashMap<(usize, usize), usize> = HashMap::new();
-        let mut produced_on = vec![usize::MAX; g.values.len()];
+        let mut where_: HashMap<(usize, DeviceId), usize> = HashMap::new();
+        let mut produced_on = vec![DeviceId::Host; g.values.len()];
         let mut steps = Vec::new();
         let bytes_of = |v: usize| g.value_bytes(v, n_tokens, n_outputs) as usize;
-        let new_inst = |instances: &mut Vec<Instance>, value: usize, device: usize| {
+        let new_inst = |instances: &mut Vec<Instance>, value: usize, device: DeviceId| {
             instances.push(Instance {
                 value,
                 device,
@@ -90,7 +85,7 @@ impl Schedule {
                 .nodes
                 .iter()
                 .position(|n| n.inputs.contains(&0))
-                .map_or(0, |i| plan.node_device[i]);
+                .map_or(DeviceId::Host, |i| plan.node_device[i]);
             let i = new_inst(&mut instances, 0, d);
             where_.insert((0, d), i);
             produced_on[0] = d;
@@ -148,8 +143,8 @@ impl Schedule {
         last[output] = steps.len();
 
         // greedy interval colouring, best fit by size, per device
-        let mut slot_bytes: Vec<Vec<usize>> = vec![Vec::new(); n_devices];
-        let mut busy_until: Vec<Vec<usize>> = vec![Vec::new(); n_devices];
+        let mut slot_bytes: PerDevice<Vec<usize>> = PerDevice::default();
+        let mut busy_until: PerDevice<Vec<usize>> = PerDevice::default();
         let mut order: Vec<usize> = (0..instances.len()).collect();
         order.sort_by_key(|&i| first[i]);
         for i in order {
@@ -189,7 +184,7 @@ impl Schedule {
     }
 
     /// Bytes of activation slots on a device.
-    pub fn compute_bytes(&self, device: usize) -> usize {
-        self.slot_bytes.get(device).map_or(0, |s| s.iter().sum())
+    pub fn compute_bytes(&self, device: DeviceId) -> usize {
+        self.slot_bytes[device].iter().sum()
     }
 }

@@ -1,263 +1,399 @@
-//! Weight streaming: which temp slot each streamed weight takes, and the
-//! copies into those slots, ordered against the kernels that read them (a
-//! copy waits for the slot's last reader; routed experts wait for their
-//! router and copy only the experts it chose).
+//! Weight streaming: which temp slot each streamed weight takes (the
+//! [`SlotPlan`] rule), and the copies into those slots, ordered against the
+//! kernels that read them (a copy waits for the slot's last reader; routed
+//! experts wait for their router and copy only the experts it chose).
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Instant;
 
-use ats_core::device::{Buffer, Event, HostBytes, Stream, WeightData};
-use ats_core::graph::Op;
+use ats_core::device::{Buffer, Device, Event, HostBytes, Stream, WeightData};
+use ats_core::graph::{NodeId, Op, WeightId};
 use ats_core::ledger::Region;
+use ats_core::machine::DeviceId;
 
-use super::{ExecError, Executor, RoundStats, WeightHome, weight_role};
+use super::{ExecError, ExecPlan, Executor, RoundStats, SlotKey, SlotPlan, WeightHome};
 
-/// Where a streamed weight goes and which weight used its slot before.
-#[derive(Clone, Debug)]
+/// How one plan streams weights to the GPU.
+#[derive(Clone, Debug, Default)]
 pub(super) struct StreamPlan {
-    /// For each (device, weight) streamed: its slot buffer index in `temp[device]`.
-    pub(super) slot_of: HashMap<(usize, usize), usize>,
-    /// Per device, per slot: the streamed weights in order of use.
-    pub(super) queue: Vec<Vec<Vec<usize>>>,
-    /// Per device, per weight: the last node on that device reading it.
-    pub(super) last_reader: HashMap<(usize, usize), usize>,
-    /// Streamed expert weights `(device, weight)`, copied only once their
-    /// layer's routing is known: `router node -> [(device, weight, top_k)]`.
-    pub(super) after_router: HashMap<usize, Vec<(usize, usize, usize)>>,
+    /// The executor's temp buffer of each streamed weight.
+    pub(super) buffer_of: HashMap<WeightId, usize>,
+    /// Per temp buffer: the streamed weights in order of use.
+    pub(super) queue: Vec<Vec<WeightId>>,
+    /// Per streamed weight: the last GPU node reading it.
+    pub(super) last_reader: HashMap<WeightId, NodeId>,
+    /// Streamed expert weights, copied only once their layer's routing is
+    /// known: `router node -> [(weight, top_k)]`.
+    pub(super) after_router: HashMap<NodeId, Vec<(WeightId, usize)>>,
+}
+
+impl StreamPlan {
+    fn is_routed(&self, w: WeightId) -> bool {
+        self.after_router.values().flatten().any(|&(x, _)| x == w)
+    }
+}
+
+/// The weights `plan` streams to the GPU, in order of use, and each one's
+/// last reader there.
+fn streamed_weights(
+    g: &ats_core::graph::Graph,
+    plan: &ExecPlan,
+) -> (Vec<WeightId>, HashMap<WeightId, NodeId>) {
+    let mut order = Vec::new();
+    let mut last_reader = HashMap::new();
+    for (ni, n) in g.nodes.iter().enumerate() {
+        if plan.node_device[ni] != DeviceId::Gpu {
+            continue;
+        }
+        for &w in &n.weights {
+            if plan.weight_home[w] == WeightHome::Host && last_reader.insert(w, ni).is_none() {
+                order.push(w);
+            }
+        }
+    }
+    (order, last_reader)
+}
+
+/// Routed expert weights of GPU nodes that stream, keyed by their router.
+fn routed_after(
+    g: &ats_core::graph::Graph,
+    plan: &ExecPlan,
+    streamed: &HashMap<WeightId, NodeId>,
+) -> HashMap<NodeId, Vec<(WeightId, usize)>> {
+    let producers = g.producers();
+    let mut out: HashMap<NodeId, Vec<(WeightId, usize)>> = HashMap::new();
+    for (ni, n) in g.nodes.iter().enumerate() {
+        let Op::MoeExperts { top_k, .. } = n.op else {
+            continue;
+        };
+        if plan.node_device[ni] != DeviceId::Gpu {
+            continue;
+        }
+        let Some(router) = n.inputs.get(1).and_then(|&v| producers[v]) else {
+            continue;
+        };
+        for &w in n.weights.iter().filter(|w| streamed.contains_key(w)) {
+            out.entry(router).or_default().push((w, top_k));
+        }
+    }
+    out
+}
+
+/// What one round's streaming has done so far.
+pub(super) struct RoundStreams {
+    plan: Arc<StreamPlan>,
+    /// Per temp buffer: the weights still to copy into it.
+    next: Vec<VecDeque<WeightId>>,
+    /// Copied weights, with the event their readers wait for.
+    ready: HashMap<WeightId, Option<Event>>,
+    /// Expert weights whose slot is free but whose routing is not known yet.
+    deferred: HashMap<WeightId, (usize, Option<Event>)>,
 }
 
 impl Executor {
-    /// Assigns streamed weights to temp slots by role (for every plan) and
-    /// allocates the slots, shared across plans.
+    /// Assigns streamed weights to temp slots (for every plan) and allocates
+    /// the slots on the GPU, shared across plans: a slot of a role and turn
+    /// is one buffer, as large as the largest any plan needs.
     pub(super) fn plan_streams(&mut self) -> Result<(), ExecError> {
         let g = self.graph.clone();
-        let depth = self.cfg.slots_per_role.max(1);
-        // (device, role, k) -> slot index on the device, and the slot sizes
-        let mut slot_ids: HashMap<(usize, String, usize), usize> = HashMap::new();
-        let mut sizes: Vec<Vec<usize>> = vec![Vec::new(); self.devices.len()];
+        let mut buffers: Vec<(SlotKey, u64)> = Vec::new();
         let mut all = Vec::with_capacity(self.plans.len());
         for plan in &self.plans {
-            let mut slot_of = HashMap::new();
-            let mut last_reader = HashMap::new();
-            let mut order: Vec<Vec<usize>> = vec![Vec::new(); self.devices.len()];
-            for (ni, n) in g.nodes.iter().enumerate() {
-                let d = plan.node_device[ni];
-                for &w in &n.weights {
-                    if d != 0 && plan.weight_home[w] == WeightHome::Host {
-                        if !last_reader.contains_key(&(d, w)) {
-                            order[d].push(w);
-                        }
-                        last_reader.insert((d, w), ni);
+            let (order, last_reader) = streamed_weights(&g, plan);
+            let slots = SlotPlan::new(&g, &order, self.cfg.slots_per_role);
+            let mut buffer_of = HashMap::new();
+            let mut queue = vec![Vec::new(); buffers.len()];
+            for (s, &(key, bytes)) in slots.slots.iter().enumerate() {
+                let b = match buffers.iter().position(|x| x.0 == key) {
+                    Some(b) => b,
+                    None => {
+                        buffers.push((key, 0));
+                        queue.push(Vec::new());
+                        buffers.len() - 1
                     }
+                };
+                buffers[b].1 = buffers[b].1.max(bytes);
+                queue.resize(buffers.len(), Vec::new());
+                queue[b] = slots.queue[s].clone();
+                for &w in &slots.queue[s] {
+                    buffer_of.insert(w, b);
                 }
             }
-            let mut queue: Vec<Vec<Vec<usize>>> =
-                sizes.iter().map(|s| vec![Vec::new(); s.len()]).collect();
-            for d in 0..self.devices.len() {
-                let mut uses: HashMap<String, usize> = HashMap::new();
-                for &w in &order[d] {
-                    let info = &g.weights[w];
-                    let role = weight_role(&info.name).to_string();
-                    let k = {
-                        let u = uses.entry(role.clone()).or_insert(0);
-                        *u += 1;
-                        (*u - 1) % depth
-                    };
-                    let s = *slot_ids.entry((d, role, k)).or_insert_with(|| {
-                        sizes[d].push(0);
-                        sizes[d].len() - 1
-                    });
-                    sizes[d][s] = sizes[d][s].max(info.bytes as usize);
-                    if queue[d].len() <= s {
-                        queue[d].resize(s + 1, Vec::new());
-                    }
-                    queue[d][s].push(w);
-                    slot_of.insert((d, w), s);
-                }
-            }
-            let producers = g.producers();
-            let mut after_router: HashMap<usize, Vec<(usize, usize, usize)>> = HashMap::new();
-            for (ni, n) in g.nodes.iter().enumerate() {
-                if let Op::MoeExperts { top_k, .. } = n.op {
-                    let d = plan.node_device[ni];
-                    let Some(router) = n.inputs.get(1).and_then(|&v| producers[v]) else {
-                        continue;
-                    };
-                    for &w in &n.weights {
-                        if slot_of.contains_key(&(d, w)) {
-                            after_router.entry(router).or_default().push((d, w, top_k));
-                        }
-                    }
-                }
-            }
-            all.push(StreamPlan {
-                slot_of,
+            let after_router = routed_after(&g, plan, &last_reader);
+            all.push(Arc::new(StreamPlan {
+                buffer_of,
                 queue,
                 last_reader,
                 after_router,
-            });
+            }));
         }
-        for (d, sz) in sizes.iter().enumerate() {
-            let dev = &self.devices[d];
-            self.temp[d] = sz
+        self.temp = match self.machine.gpu() {
+            Some(gpu) => buffers
                 .iter()
                 .enumerate()
-                .map(|(i, &b)| {
-                    dev.alloc(
+                .map(|(i, &(_, b))| {
+                    gpu.alloc(
                         self.cfg.region_for(Region::Temp),
-                        b,
+                        b as usize,
                         &format!("temp slot {i}"),
                     )
                 })
-                .collect::<Result<_, _>>()?;
-        }
+                .collect::<Result<_, _>>()?,
+            None => Vec::new(),
+        };
         self.streams = all;
         Ok(())
     }
 
-    /// Starts the copy of the next weight queued for `slot` on device `d`,
-    /// after `freed` (the event of the kernel that last read the slot).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn issue_copy(
+    /// The streaming state of a round of plan `p`, with the first copy of
+    /// every slot issued.
+    pub(super) fn start_streams(
         &self,
-        d: usize,
+        p: usize,
+        stats: &mut RoundStats,
+    ) -> Result<RoundStreams, ExecError> {
+        let plan = self.streams[p].clone();
+        let mut rs = RoundStreams {
+            next: plan
+                .queue
+                .iter()
+                .map(|q| q.iter().copied().collect())
+                .collect(),
+            plan,
+            ready: HashMap::new(),
+            deferred: HashMap::new(),
+        };
+        for slot in 0..rs.next.len() {
+            self.issue_copy(slot, &mut rs, None, stats)?;
+        }
+        Ok(rs)
+    }
+
+    /// Makes the GPU's compute stream wait for the copies of `node`'s weights.
+    pub(super) fn wait_for_weights(
+        &self,
+        dev: &dyn Device,
+        node: NodeId,
+        rs: &RoundStreams,
+    ) -> Result<(), ExecError> {
+        for w in &self.graph.nodes[node].weights {
+            if let Some(Some(ev)) = rs.ready.get(w) {
+                dev.wait_event(Stream::Compute, ev)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// After a GPU node ran: its slots whose last reader it was take their
+    /// next weight, and the experts a router just chose are copied.
+    pub(super) fn after_gpu_node(
+        &self,
+        node: NodeId,
+        output: &Buffer,
+        rows: usize,
+        rs: &mut RoundStreams,
+        stats: &mut RoundStats,
+    ) -> Result<(), ExecError> {
+        let gpu = self.device(DeviceId::Gpu)?;
+        for w in &self.graph.nodes[node].weights {
+            if rs.plan.last_reader.get(w) == Some(&node) {
+                let slot = rs.plan.buffer_of[w];
+                let freed = if gpu.supports_async() {
+                    Some(gpu.record_event(Stream::Compute)?)
+                } else {
+                    None
+                };
+                self.issue_copy(slot, rs, freed, stats)?;
+            }
+        }
+        self.copy_routed_after(node, DeviceId::Gpu, output, rows, rs, stats)
+    }
+
+    /// Copies the experts router `node` (which ran on `router_dev`) selected.
+    pub(super) fn copy_routed_after(
+        &self,
+        node: NodeId,
+        router_dev: DeviceId,
+        routing: &Buffer,
+        rows: usize,
+        rs: &mut RoundStreams,
+        stats: &mut RoundStats,
+    ) -> Result<(), ExecError> {
+        let Some(list) = rs.plan.after_router.get(&node).cloned() else {
+            return Ok(());
+        };
+        for (w, top_k) in list {
+            let (slot, freed) = rs.deferred.remove(&w).ok_or_else(|| {
+                ExecError::Plan(format!(
+                    "expert weight {} has no free slot when its routing is ready",
+                    self.graph.weights[w].name
+                ))
+            })?;
+            let routed = Routed {
+                router_dev,
+                slot,
+                w,
+                routing,
+                rows,
+                top_k,
+            };
+            let ev = self.copy_routed(&routed, freed, stats)?;
+            rs.ready.insert(w, ev);
+        }
+        Ok(())
+    }
+
+    /// Starts the copy of the next weight queued for `slot`, after `freed`
+    /// (the event of the kernel that last read the slot).
+    fn issue_copy(
+        &self,
         slot: usize,
-        streams: &StreamPlan,
-        queue: &mut [Vec<VecDeque<usize>>],
-        ready: &mut HashMap<(usize, usize), Option<Event>>,
-        deferred: &mut HashMap<(usize, usize), (usize, Option<Event>)>,
+        rs: &mut RoundStreams,
         freed: Option<Event>,
         stats: &mut RoundStats,
     ) -> Result<(), ExecError> {
-        let Some(w) = queue[d][slot].pop_front() else {
+        let Some(w) = rs.next[slot].pop_front() else {
             return Ok(());
         };
-        if streams
-            .after_router
-            .values()
-            .flatten()
-            .any(|&(gd, gw, _)| gd == d && gw == w)
-        {
-            deferred.insert((d, w), (slot, freed));
+        if rs.plan.is_routed(w) {
+            rs.deferred.insert(w, (slot, freed));
             return Ok(());
         }
-        let dev = &self.devices[d];
+        let dev = self.device(DeviceId::Gpu)?;
         let info = &self.graph.weights[w];
-        let dst = &self.temp[d][slot];
+        let dst = &self.temp[slot];
         if dev.supports_async() {
             if let Some(ev) = &freed {
                 dev.wait_event(Stream::Transfer, ev)?;
             }
-            let src = HostBytes {
-                owner: self.host.clone(),
-                offset: info.file_offset as usize,
-                len: info.bytes as usize,
-            };
-            dev.copy_async(dst, 0, &src)?;
-            ready.insert((d, w), Some(dev.record_event(Stream::Transfer)?));
+            dev.copy_async(dst, 0, &self.host_range(w))?;
+            rs.ready
+                .insert(w, Some(dev.record_event(Stream::Transfer)?));
         } else {
             let t = Instant::now();
             dev.write(dst, 0, self.weight_bytes(w))?;
             stats
                 .copy_secs
                 .push((w, info.bytes, t.elapsed().as_secs_f64()));
-            ready.insert((d, w), None);
+            rs.ready.insert(w, None);
         }
         Ok(())
     }
 
-    /// Copies the experts a router selected into the weight's slot on device
-    /// `gd`: from the host's copy of the routing when the router ran on the
-    /// CPU, with a device-side routed copy when it ran on `gd` itself (no
-    /// host readback), else the whole tensor. Returns the copy's event.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn copy_routed(
+    /// Weight `w`'s bytes in the host mapping.
+    fn host_range(&self, w: WeightId) -> HostBytes {
+        let info = &self.graph.weights[w];
+        HostBytes {
+            owner: self.host_mem.clone(),
+            offset: info.file_offset as usize,
+            len: info.bytes as usize,
+        }
+    }
+
+    /// Copies the experts a router selected into the weight's GPU slot: from
+    /// the host's copy of the routing when the router ran on the CPU, with a
+    /// device-side routed copy when it ran on the GPU (no host readback).
+    /// Returns the copy's event.
+    fn copy_routed(
         &self,
-        router_dev: usize,
-        gd: usize,
-        slot: usize,
-        w: usize,
-        routing: &Buffer,
-        rows: usize,
-        top_k: usize,
+        r: &Routed<'_>,
         freed: Option<Event>,
         stats: &mut RoundStats,
     ) -> Result<Option<Event>, ExecError> {
-        let dev = &self.devices[gd];
-        let info = &self.graph.weights[w];
-        let dst = &self.temp[gd][slot];
-        let n_expert = info.n_mats().max(1);
-        let per = info.bytes as usize / n_expert;
-        let full = HostBytes {
-            owner: self.host.clone(),
-            offset: info.file_offset as usize,
-            len: info.bytes as usize,
-        };
+        let dev = self.device(DeviceId::Gpu)?;
         let t = Instant::now();
-        if router_dev == 0 {
-            let mut raw = vec![0u8; rows * 2 * top_k * 4];
-            self.devices[0].read(routing, 0, &mut raw)?;
-            let hit = ats_core::graph::experts_chosen(&raw, rows, top_k, n_expert);
-            if dev.supports_async()
-                && let Some(ev) = &freed
-            {
-                dev.wait_event(Stream::Transfer, ev)?;
-            }
-            let mut bytes = 0u64;
-            for e in (0..n_expert).filter(|&e| hit[e]) {
-                let src = HostBytes {
-                    offset: full.offset + e * per,
-                    len: per,
-                    owner: full.owner.clone(),
-                };
-                if dev.supports_async() {
-                    dev.copy_async(dst, e * per, &src)?;
-                } else {
-                    dev.write(dst, e * per, src.bytes())?;
-                }
-                bytes += per as u64;
-            }
+        if r.router_dev == DeviceId::Host {
+            let bytes = self.copy_experts_chosen_on_host(dev.as_ref(), r, freed.as_ref())?;
             if !dev.supports_async() {
-                stats.copy_secs.push((w, bytes, t.elapsed().as_secs_f64()));
+                stats
+                    .copy_secs
+                    .push((r.w, bytes, t.elapsed().as_secs_f64()));
                 return Ok(None);
             }
             return Ok(Some(dev.record_event(Stream::Transfer)?));
         }
+        let full = self.host_range(r.w);
         if !dev.supports_async() {
-            dev.write(dst, 0, full.bytes())?;
+            dev.write(&self.temp[r.slot], 0, full.bytes())?;
             stats
                 .copy_secs
-                .push((w, info.bytes, t.elapsed().as_secs_f64()));
+                .push((r.w, full.len as u64, t.elapsed().as_secs_f64()));
             return Ok(None);
         }
         if let Some(ev) = &freed {
             dev.wait_event(Stream::Transfer, ev)?;
         }
-        if router_dev == gd {
-            let routed = dev.record_event(Stream::Compute)?;
-            dev.wait_event(Stream::Transfer, &routed)?;
-            match dev.copy_routed_async(dst, &full, per, routing, rows, top_k) {
-                Ok(()) => return Ok(Some(dev.record_event(Stream::Transfer)?)),
-                Err(ats_core::device::DeviceError::Unsupported { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        dev.copy_async(dst, 0, &full)?;
+        let routed = dev.record_event(Stream::Compute)?;
+        dev.wait_event(Stream::Transfer, &routed)?;
+        let per = full.len / self.graph.weights[r.w].n_mats().max(1);
+        dev.copy_routed_async(&self.temp[r.slot], &full, per, r.routing, r.rows, r.top_k)?;
         Ok(Some(dev.record_event(Stream::Transfer)?))
     }
 
-    pub(super) fn weight_data<'a>(
-        &'a self,
-        streams: &StreamPlan,
-        d: usize,
-        w: usize,
-    ) -> WeightData<'a> {
-        match self.plans[0].weight_home[w] {
-            WeightHome::Resident(rd) if rd == d => {
+    /// Reads the routing on the host and copies the chosen experts; returns
+    /// the bytes copied.
+    fn copy_experts_chosen_on_host(
+        &self,
+        dev: &dyn Device,
+        r: &Routed<'_>,
+        freed: Option<&Event>,
+    ) -> Result<u64, ExecError> {
+        let full = self.host_range(r.w);
+        let n_expert = self.graph.weights[r.w].n_mats().max(1);
+        let per = full.len / n_expert;
+        let mut raw = vec![0u8; r.rows * 2 * r.top_k * 4];
+        self.machine.host().read(r.routing, 0, &mut raw)?;
+        let hit = ats_core::graph::experts_chosen(&raw, r.rows, r.top_k, n_expert);
+        if dev.supports_async()
+            && let Some(ev) = freed
+        {
+            dev.wait_event(Stream::Transfer, ev)?;
+        }
+        let dst = &self.temp[r.slot];
+        let mut bytes = 0u64;
+        for e in (0..n_expert).filter(|&e| hit[e]) {
+            let src = HostBytes {
+                offset: full.offset + e * per,
+                len: per,
+                owner: full.owner.clone(),
+            };
+            if dev.supports_async() {
+                dev.copy_async(dst, e * per, &src)?;
+            } else {
+                dev.write(dst, e * per, src.bytes())?;
+            }
+            bytes += per as u64;
+        }
+        Ok(bytes)
+    }
+
+    /// Where weight `w` is for a node on device `d`.
+    pub(super) fn weight_data(
+        &self,
+        rs: &RoundStreams,
+        d: DeviceId,
+        w: WeightId,
+    ) -> WeightData<'_> {
+        match (d, self.plans[0].weight_home[w]) {
+            (DeviceId::Host, _) => WeightData::Host(self.weight_bytes(w)),
+            (DeviceId::Gpu, WeightHome::Resident) => {
                 WeightData::Device(self.resident[w].as_ref().expect("uploaded in set_plans"))
             }
-            _ if d == 0 => WeightData::Host(self.weight_bytes(w)),
-            _ => WeightData::Device(&self.temp[d][streams.slot_of[&(d, w)]]),
+            (DeviceId::Gpu, WeightHome::Host) => {
+                WeightData::Device(&self.temp[rs.plan.buffer_of[&w]])
+            }
         }
     }
+}
+
+/// A routed expert copy: weight `w` into temp buffer `slot`, chosen by the
+/// routing in `routing` (on `router_dev`).
+struct Routed<'a> {
+    router_dev: DeviceId,
+    slot: usize,
+    w: WeightId,
+    routing: &'a Buffer,
+    rows: usize,
+    top_k: usize,
 }

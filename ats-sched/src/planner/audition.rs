@@ -48,6 +48,7 @@ pub(super) enum Step {
 }
 
 /// An audition in progress.
+#[derive(Debug)]
 pub(super) struct Audition {
     candidates: Vec<PlanSet>,
     kinds: Vec<Vec<PlanKind>>,
@@ -166,22 +167,12 @@ fn median(v: &[f64]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::planner::{PlanReport, TierEntry};
+    use crate::planner::test_set;
 
     fn set(kind: PlanKind, est: f64) -> PlanSet {
-        PlanSet {
-            plans: Vec::new(),
-            tiers: vec![TierEntry {
-                tier: 1,
-                plan: 0,
-                kind,
-                est_secs: est,
-                estimates: Vec::new(),
-                switches: 0,
-                streamed_items: 0,
-            }],
-            report: PlanReport::default(),
-        }
+        let mut s = test_set(&[(1, est)]);
+        s.tiers[0].kind = kind;
+        s
     }
 
     #[test]

@@ -6,6 +6,8 @@ use std::collections::HashSet;
 use ats_core::graph::cost::{RoundShape, expected_experts};
 use ats_core::graph::{Graph, Op, SubLayer};
 
+use ats_core::machine::DeviceId;
+
 use crate::profile::CostModel;
 
 /// A unit of placement: consecutive nodes of one (layer, sub-layer).
@@ -41,6 +43,18 @@ impl Item {
     /// and no KV cache that would have to move).
     pub fn streamable(&self) -> bool {
         self.kv.is_none() && self.weight_bytes > 0
+    }
+
+    /// The name in reports: `blk.3 attn_qkv`, `output`.
+    pub fn name(&self) -> String {
+        let sub = serde_json::to_value(self.sublayer)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_default();
+        match self.layer {
+            Some(l) => format!("blk.{l} {sub}"),
+            None => sub,
+        }
     }
 }
 
@@ -117,15 +131,15 @@ pub struct ItemCost {
     pub copy: f64,
 }
 
-/// Costs of every item at `shape`; the GPU is device `gpu` (CPU-only
-/// machines pass `None` and get infinite GPU times).
+/// Costs of every item at `shape`; without a GPU (`has_gpu` false) the
+/// GPU times are infinite.
 pub fn item_costs(
     g: &Graph,
     items: &[Item],
     cost: &CostModel,
     shape: RoundShape,
     kv_f16: bool,
-    gpu: Option<usize>,
+    has_gpu: bool,
 ) -> Vec<ItemCost> {
     items
         .iter()
@@ -133,27 +147,28 @@ pub fn item_costs(
             let cpu: f64 = it
                 .nodes
                 .iter()
-                .map(|&n| cost.node_secs(g, n, 0, shape, kv_f16))
+                .map(|&n| cost.node_secs(g, n, DeviceId::Host, shape, kv_f16))
                 .sum();
-            let Some(d) = gpu else {
+            if !has_gpu {
                 return ItemCost {
                     cpu,
                     gpu: f64::INFINITY,
                     switch: 0.0,
                     copy: f64::INFINITY,
                 };
-            };
+            }
             let gpu_t: f64 = it
                 .nodes
                 .iter()
-                .map(|&n| cost.node_secs(g, n, d, shape, kv_f16))
+                .map(|&n| cost.node_secs(g, n, DeviceId::Gpu, shape, kv_f16))
                 .sum();
             let in_bytes: u64 = it
                 .inputs
                 .iter()
                 .map(|&v| g.value_bytes(v, shape.n_tokens, shape.n_outputs))
                 .sum();
-            let switch = cost.h2d_secs(d, in_bytes as f64) + cost.switch_secs(d);
+            let switch =
+                cost.h2d_secs(DeviceId::Gpu, in_bytes as f64) + cost.switch_secs(DeviceId::Gpu);
             let copy_bytes = match it.experts {
                 Some((e, k)) => {
                     it.weight_bytes as f64 * expected_experts(e, k, shape.n_tokens) / e as f64
@@ -164,7 +179,7 @@ pub fn item_costs(
                 cpu,
                 gpu: gpu_t,
                 switch,
-                copy: cost.h2d_secs(d, copy_bytes),
+                copy: cost.h2d_secs(DeviceId::Gpu, copy_bytes),
             }
         })
         .collect()

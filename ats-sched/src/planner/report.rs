@@ -1,8 +1,34 @@
-//! What a plan puts where and why, and its memory per region.
+//! What a plan set puts where and why, and its memory per region: a view
+//! made from the layout and the tier plans, never read back as state.
 
+use std::collections::BTreeMap;
+
+use ats_core::graph::Graph;
+use ats_core::ledger::{Region, RegionBytes};
 use serde::Serialize;
 
-use crate::engine::Policy;
+use super::PlanSet;
+use crate::config::Policy;
+
+/// Where a weight tensor is computed on between rounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Placement {
+    /// Resident on the GPU.
+    Gpu,
+    /// In host memory (computed on the CPU, or streamed per round).
+    Cpu,
+}
+
+impl Placement {
+    /// The name in reports (`gpu`, `cpu`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Placement::Gpu => "gpu",
+            Placement::Cpu => "cpu",
+        }
+    }
+}
 
 /// One weight tensor's placement.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -11,15 +37,21 @@ pub struct TensorRow {
     pub name: String,
     /// Bytes.
     pub bytes: u64,
-    /// `gpu` (resident), `cpu` (host memory, computed on the CPU or streamed per round).
-    pub placement: String,
-    /// Ledger region on the GPU it uses (`resident`, `temp` when streamed in some tiers, `none`).
-    pub region: String,
+    /// Where it lives.
+    pub placement: Placement,
+    /// The GPU ledger region it uses: `resident`, `temp` when streamed in
+    /// some tiers, none otherwise.
+    #[serde(serialize_with = "region_or_none")]
+    pub region: Option<Region>,
     /// Why it is there.
     pub why: String,
 }
 
-/// One placement item, for reports and the re-scheduler.
+fn region_or_none<S: serde::Serializer>(r: &Option<Region>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(r.map_or("none", Region::name))
+}
+
+/// One placement item, for reports.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ItemRow {
     /// `blk.3 attn_qkv`, `output`, ...
@@ -39,16 +71,16 @@ pub struct ItemRow {
 }
 
 /// The plan in numbers.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PlanReport {
     /// Policy.
-    pub policy: Option<Policy>,
+    pub policy: Policy,
     /// The GPU budget, if a GPU is used.
     pub budget_bytes: Option<u64>,
     /// The plan's GPU peak: resident + KV + temp slots + compute buffers.
     pub peak_bytes: u64,
-    /// Planned GPU bytes per region (`resident`, `kv`, `temp`, `compute`).
-    pub regions: Vec<(String, u64)>,
+    /// Planned GPU bytes per region.
+    pub regions: RegionBytes,
     /// Largest tier the compute buffers are sized for.
     pub max_tier: usize,
     /// Whether temp slots (streaming) are part of the layout.
@@ -63,4 +95,85 @@ pub struct PlanReport {
     pub items: Vec<ItemRow>,
     /// Remarks for the user (no profile, budget notes).
     pub notes: Vec<String>,
+}
+
+impl PlanReport {
+    /// The report of `set`, a plan set of `g`.
+    pub fn of(g: &Graph, set: &PlanSet) -> PlanReport {
+        let l = &set.layout;
+        PlanReport {
+            policy: set.policy,
+            budget_bytes: l.budget,
+            peak_bytes: l.peak_bytes(),
+            regions: l.regions,
+            max_tier: l.max_tier,
+            streaming: l.streaming,
+            workload_secs: l.workload_secs,
+            copy_secs_per_gb: set.copy_secs_per_gb,
+            tensors: tensor_rows(g, set),
+            items: item_rows(set),
+            notes: set.notes.clone(),
+        }
+    }
+}
+
+/// Per weight: where it is and why; streamed ones say for which tiers.
+fn tensor_rows(g: &Graph, set: &PlanSet) -> Vec<TensorRow> {
+    let l = &set.layout;
+    let host_only_why = if l.budget.is_some() {
+        "embedding lookups run on the host"
+    } else {
+        "no GPU"
+    };
+    let mut rows: Vec<TensorRow> = g
+        .weights
+        .iter()
+        .map(|w| TensorRow {
+            name: w.name.clone(),
+            bytes: w.bytes,
+            placement: Placement::Cpu,
+            region: None,
+            why: host_only_why.into(),
+        })
+        .collect();
+    let mut streamed_in: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for t in &set.tiers {
+        for (i, &on) in t.on_gpu.iter().enumerate() {
+            if on && !l.resident[i] {
+                streamed_in.entry(i).or_default().push(t.tier);
+            }
+        }
+    }
+    for (i, it) in l.items.iter().enumerate() {
+        for &w in &it.weights {
+            let row = &mut rows[w];
+            row.why = l.why[i].clone();
+            if l.resident[i] {
+                row.placement = Placement::Gpu;
+                row.region = Some(Region::Resident);
+            } else if let Some(ts) = streamed_in.get(&i) {
+                row.region = Some(Region::Temp);
+                row.why = format!("{}; streamed to the GPU for tiers {ts:?}", l.why[i]);
+            }
+        }
+    }
+    rows
+}
+
+fn item_rows(set: &PlanSet) -> Vec<ItemRow> {
+    let l = &set.layout;
+    l.items
+        .iter()
+        .zip(&set.decode)
+        .enumerate()
+        .map(|(i, (it, e))| ItemRow {
+            name: it.name(),
+            nodes: it.nodes.clone(),
+            bytes: it.bytes(),
+            resident: l.resident[i],
+            on_gpu_tier1: e.on_gpu,
+            est_decode_secs: e.decode_secs,
+            est_copy_secs: e.copy_secs,
+        })
+        .collect()
 }

@@ -6,15 +6,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use ats_core::device::{Device, DeviceKind, HostBytes, HostMemory};
-use ats_core::dtype::DType;
 use ats_core::gguf::Backing;
 use ats_core::graph::cost::RoundShape;
-use ats_core::graph::{
-    AttnSpec, Graph, GraphBuilder, GraphInput, KvCacheInfo, Mask, Op, Rows, SubLayer, WeightInfo,
-};
+use ats_core::graph::{GraphBuilder, GraphInput, Op, Rows};
 use ats_core::ledger::Region;
+use ats_core::machine::{DeviceId, Machine};
 use ats_core::round::{Positions, Round};
 
+use super::micros::{Micro, large_batch_set, micro_set};
 use super::{DeviceProfile, PROFILE_VERSION, Profile, Sample, op_key};
 use crate::exec::{ExecConfig, ExecError, ExecPlan, Executor, WeightHome};
 
@@ -45,139 +44,17 @@ impl BenchOptions {
     }
 }
 
-/// One micro-benchmark: a graph, its weights, and the rows it takes.
-#[derive(Clone)]
-struct Micro {
-    graph: Arc<Graph>,
-    host: Arc<Backing>,
-    /// Node whose time is the sample.
-    node: usize,
-    tokens: usize,
-    past: usize,
-}
-
-fn weight(name: &str, dtype: DType, ne: Vec<usize>, offset: &mut u64) -> WeightInfo {
-    let n: usize = ne.iter().product();
-    let bytes = dtype.bytes_for(n as u64).expect("whole blocks");
-    let w = WeightInfo {
-        name: name.into(),
-        dtype,
-        ne,
-        bytes,
-        file_offset: *offset,
-        layer: None,
-        sublayer: SubLayer::FfnUp,
-    };
-    *offset += bytes.div_ceil(64) * 64;
-    w
-}
-
-fn weights_backing(ws: &[&WeightInfo]) -> Arc<Backing> {
-    let end = ws
-        .iter()
-        .map(|w| w.file_offset + w.bytes)
-        .max()
-        .unwrap_or(0);
-    let mut data = vec![0u8; end as usize];
-    for (i, w) in ws.iter().enumerate() {
-        let n = w.ne.iter().product::<usize>();
-        let a = (3.0 / w.cols() as f32).sqrt();
-        let bytes = ats_core::synth::random_tensor(w.dtype, n, a, 17 + i as u64);
-        data[w.file_offset as usize..][..bytes.len()].copy_from_slice(&bytes);
-    }
-    Arc::new(Backing::Owned(data))
-}
-
-fn matmul_micro(dtype: DType, rows: usize, cols: usize, tokens: usize) -> Micro {
-    let mut off = 0;
-    let w = weight("w", dtype, vec![cols, rows], &mut off);
-    let host = weights_backing(&[&w]);
-    let mut b = GraphBuilder::new(GraphInput::Rows { cols });
-    let wi = b.weight(w);
-    let out = b.matmul("matmul", 0, wi, None);
-    Micro {
-        graph: Arc::new(b.finish(out)),
-        host,
-        node: 0,
-        tokens,
-        past: 0,
-    }
-}
-
-fn attention_micro(n_heads: usize, n_kv: usize, hd: usize, tokens: usize, ctx: usize) -> Micro {
-    let (dq, dkv) = (n_heads * hd, n_kv * hd);
-    let mut off = 0;
-    let wk = weight("wk", DType::F32, vec![dq, dkv], &mut off);
-    let wv = weight("wv", DType::F32, vec![dq, dkv], &mut off);
-    let host = weights_backing(&[&wk, &wv]);
-    let mut b = GraphBuilder::new(GraphInput::Rows { cols: dq });
-    let (k, v) = {
-        let (wk, wv) = (b.weight(wk), b.weight(wv));
-        (b.matmul("k", 0, wk, None), b.matmul("v", 0, wv, None))
-    };
-    let cache = b.kv_cache(KvCacheInfo {
-        layer: 0,
-        n_kv_heads: n_kv,
-        head_dim: hd,
-    });
-    let spec = AttnSpec {
-        cache: Some(cache),
-        n_heads,
-        n_kv_heads: n_kv,
-        head_dim: hd,
-        scale: 1.0 / (hd as f32).sqrt(),
-        mask: Mask::Causal,
-    };
-    let out = b.attention("attention", 0, k, v, spec);
-    Micro {
-        graph: Arc::new(b.finish(out)),
-        host,
-        node: 2,
-        tokens,
-        past: ctx.saturating_sub(tokens),
-    }
-}
-
-fn elementwise_micro(op: &str, cols: usize, tokens: usize) -> Micro {
-    let mut off = 0;
-    let w = weight("norm", DType::F32, vec![cols], &mut off);
-    let host = weights_backing(&[&w]);
-    let mut b = GraphBuilder::new(GraphInput::Rows { cols });
-    let out = match op {
-        "rms_norm" => {
-            let wi = b.weight(w);
-            b.rms_norm("rms_norm", 0, wi, 1e-5, cols)
-        }
-        "swiglu" => b.swiglu("swiglu", 0, 0),
-        _ => b.add("add", 0, 0),
-    };
-    Micro {
-        graph: Arc::new(b.finish(out)),
-        host,
-        node: 0,
-        tokens,
-        past: 0,
-    }
-}
-
-/// Runs a micro-benchmark on device `d` of `devices` and returns the median seconds of its node.
-fn time_micro(
-    devices: &[Arc<dyn Device>],
-    d: usize,
-    m: &Micro,
-    reps: usize,
-) -> Result<f64, ExecError> {
+/// Runs a micro-benchmark on device `d` of `machine` and returns the median
+/// seconds of its node.
+fn time_micro(machine: &Machine, d: DeviceId, m: &Micro, reps: usize) -> Result<f64, ExecError> {
     let g = &m.graph;
+    let home = match d {
+        DeviceId::Host => WeightHome::Host,
+        DeviceId::Gpu => WeightHome::Resident,
+    };
     let plan = ExecPlan {
         node_device: vec![d; g.nodes.len()],
-        weight_home: vec![
-            if d == 0 {
-                WeightHome::Host
-            } else {
-                WeightHome::Resident(d)
-            };
-            g.weights.len()
-        ],
+        weight_home: vec![home; g.weights.len()],
         kv_device: vec![d; g.kv_caches.len()],
     };
     let cfg = ExecConfig {
@@ -185,7 +62,7 @@ fn time_micro(
         ..ExecConfig::default()
     };
     let host: Arc<dyn HostMemory> = m.host.clone();
-    let mut ex = Executor::new(g.clone(), host, devices.to_vec(), cfg, plan)?;
+    let mut ex = Executor::new(g.clone(), host, machine.clone(), cfg, plan)?;
     ex.profile_nodes = true;
     let cols = match g.input {
         GraphInput::Rows { cols } => cols,
@@ -232,50 +109,6 @@ fn sample_of(m: &Micro, threads: usize, contended: bool, secs: f64) -> Sample {
     }
 }
 
-/// The shapes a profile measures: the matrices of real model families.
-fn matmul_shapes(quick: bool) -> Vec<(usize, usize)> {
-    if quick {
-        vec![(576, 576), (1536, 576), (2048, 2048), (8192, 2048)]
-    } else {
-        vec![
-            (576, 576),
-            (1536, 576),
-            (576, 1536),
-            (2048, 2048),
-            (8192, 2048),
-            (2048, 8192),
-            (4096, 4096),
-            (14336, 4096),
-        ]
-    }
-}
-
-fn token_counts(quick: bool) -> Vec<usize> {
-    if quick {
-        vec![1, 16, 128]
-    } else {
-        vec![1, 4, 16, 64, 512]
-    }
-}
-
-fn dtypes(quick: bool) -> Vec<DType> {
-    if quick {
-        vec![DType::Q4_1, DType::Q4K, DType::Q6K, DType::Q8_0, DType::F32]
-    } else {
-        vec![
-            DType::F32,
-            DType::F16,
-            DType::Q8_0,
-            DType::Q4_0,
-            DType::Q4_1,
-            DType::Q5_0,
-            DType::Q4K,
-            DType::Q5K,
-            DType::Q6K,
-        ]
-    }
-}
-
 /// Keeps a memory-bound copy running on another thread while alive
 /// (memory-controller contention, as PCIe DMA causes).
 struct CopyTraffic {
@@ -311,169 +144,126 @@ impl Drop for CopyTraffic {
     }
 }
 
-/// Measures the given devices. `make_cpu(threads)` makes a CPU device with
-/// that many threads (device 0 of `devices` is the host CPU). `progress`
+/// Measures `machine`'s devices. `make_cpu(threads)` makes a CPU device with
+/// that many threads (for the host's smaller thread counts). `progress`
 /// gets (what, done, total).
 pub fn profile_devices(
-    devices: &[Arc<dyn Device>],
+    machine: &Machine,
     make_cpu: &dyn Fn(usize) -> Result<Arc<dyn Device>, String>,
     opts: &BenchOptions,
     progress: &mut dyn FnMut(&str, usize, usize),
 ) -> Result<Profile, String> {
     let t0 = Instant::now();
-    let e = |x: ExecError| x.to_string();
-    let mut micros: Vec<Micro> = Vec::new();
-    for dt in dtypes(opts.quick) {
-        for &(r, c) in &matmul_shapes(opts.quick) {
-            for &t in &token_counts(opts.quick) {
-                // keep the full profile to minutes: skip the largest products;
-                // K-quant rows need whole 256-element super-blocks
-                if (r * c * t) as f64 > if opts.quick { 3e9 } else { 8e9 }
-                    || c % dt.block_size() != 0
-                {
-                    continue;
-                }
-                micros.push(matmul_micro(dt, r, c, t));
-            }
-        }
-    }
-    let attn_ctx: Vec<usize> = if opts.quick {
-        vec![256, 2048]
+    let micros = micro_set(opts.quick);
+    let names: Vec<String> = machine.iter().map(|(_, d)| d.info().name.clone()).collect();
+    let real_gpu = machine
+        .gpu()
+        .is_some_and(|g| g.info().kind == DeviceKind::Gpu);
+    let large = if real_gpu {
+        large_batch_set(opts.quick)
     } else {
-        vec![128, 512, 2048, 8192]
+        Vec::new()
     };
-    for &(h, kv, hd) in &[(9usize, 3usize, 64usize), (32, 8, 128)] {
-        for &ctx in &attn_ctx {
-            for &t in &[1usize, 64] {
-                if t <= ctx {
-                    micros.push(attention_micro(h, kv, hd, t, ctx));
-                }
-            }
-        }
+    let gpu_runs = machine.gpu().map_or(0, |_| micros.len() + large.len());
+    let mut count = Progress {
+        done: 0,
+        total: micros.len() * (opts.cpu_threads.len() + 1) + gpu_runs,
+        report: progress,
+    };
+    let mut devices = vec![profile_host(machine, make_cpu, opts, &micros, &mut count)?];
+    if let Some(gpu) = machine.gpu() {
+        let all: Vec<&Micro> = micros.iter().chain(&large).collect();
+        devices.push(profile_gpu(machine, gpu.as_ref(), opts, &all, &mut count)?);
     }
-    for op in ["add", "rms_norm", "swiglu"] {
-        for &cols in &[576usize, 4096] {
-            for &t in &[1usize, 512] {
-                micros.push(elementwise_micro(op, cols, t));
-            }
-        }
-    }
-
-    let mut profile = Profile {
+    (count.report)("done", count.total, count.total);
+    Ok(Profile {
         version: PROFILE_VERSION,
-        fingerprint: super::hardware_fingerprint(
-            &devices
-                .iter()
-                .map(|d| d.info().name.clone())
-                .collect::<Vec<_>>(),
-        ),
+        fingerprint: super::hardware_fingerprint(&names),
         quick: opts.quick,
-        took_secs: 0.0,
-        devices: Vec::new(),
-    };
-    let total = micros.len() * (opts.cpu_threads.len() + 1 + devices.len().saturating_sub(1));
-    let mut done = 0;
+        took_secs: t0.elapsed().as_secs_f64(),
+        devices,
+    })
+}
 
-    // the CPU over thread counts, and under copy traffic at the full count
+/// Runs done out of a total, reported as they go.
+struct Progress<'a> {
+    done: usize,
+    total: usize,
+    report: &'a mut dyn FnMut(&str, usize, usize),
+}
+
+impl Progress<'_> {
+    fn step(&mut self, what: &str) {
+        (self.report)(what, self.done, self.total);
+        self.done += 1;
+    }
+}
+
+/// The host CPU over thread counts, and under copy traffic at the full count.
+fn profile_host(
+    machine: &Machine,
+    make_cpu: &dyn Fn(usize) -> Result<Arc<dyn Device>, String>,
+    opts: &BenchOptions,
+    micros: &[Micro],
+    count: &mut Progress<'_>,
+) -> Result<DeviceProfile, String> {
+    let e = |x: ExecError| x.to_string();
+    let host = machine.host();
     let mut cpu = DeviceProfile {
-        device: devices[0].info().name.clone(),
-        kind: "cpu".into(),
+        device: host.info().name.clone(),
+        kind: DeviceKind::Cpu.name().into(),
         ..Default::default()
     };
-    let full = devices[0].info().parallelism.unwrap_or(1);
+    let full = host.info().parallelism.unwrap_or(1);
     for &threads in &opts.cpu_threads {
         let dev = if threads == full {
-            devices[0].clone()
+            host.clone()
         } else {
             make_cpu(threads)?
         };
-        let set = [dev];
-        for m in &micros {
-            progress(&format!("cpu x{threads}"), done, total);
-            let s = time_micro(&set, 0, m, opts.reps).map_err(e)?;
+        let alone = Machine::host_only(dev).map_err(|x| x.to_string())?;
+        for m in micros {
+            count.step(&format!("cpu x{threads}"));
+            let s = time_micro(&alone, DeviceId::Host, m, opts.reps).map_err(e)?;
             cpu.samples.push(sample_of(m, threads, false, s));
-            done += 1;
         }
     }
-    {
-        let _traffic = CopyTraffic::start();
-        let set = [devices[0].clone()];
-        for m in &micros {
-            progress("cpu under copy traffic", done, total);
-            let s = time_micro(&set, 0, m, opts.reps).map_err(e)?;
-            cpu.samples.push(sample_of(m, full, true, s));
-            done += 1;
-        }
+    let _traffic = CopyTraffic::start();
+    let alone = Machine::host_only(host.clone()).map_err(|x| x.to_string())?;
+    for m in micros {
+        count.step("cpu under copy traffic");
+        let s = time_micro(&alone, DeviceId::Host, m, opts.reps).map_err(e)?;
+        cpu.samples.push(sample_of(m, full, true, s));
     }
-    profile.devices.push(cpu);
+    Ok(cpu)
+}
 
-    // A GPU's time per token falls steeply with the batch, so prompt tiers
-    // cannot be extrapolated from the small batches the CPU can afford:
-    // real GPUs also measure the large ones (in seconds, on a GPU). Their
-    // weights are made only when there is such a GPU, once per shape.
-    let real_gpus = devices[1..]
-        .iter()
-        .filter(|d| d.info().kind == DeviceKind::Gpu)
-        .count();
-    let mut gpu_micros: Vec<Micro> = Vec::new();
-    if real_gpus > 0 {
-        let mut shapes: Vec<Micro> = Vec::new();
-        for dt in dtypes(opts.quick) {
-            for &(r, c) in &[(4096usize, 4096usize), (14336, 4096), (4096, 14336)] {
-                if c % dt.block_size() == 0 {
-                    shapes.push(matmul_micro(dt, r, c, 512));
-                }
-            }
-        }
-        shapes.push(attention_micro(32, 8, 128, 512, 2048));
-        for m in shapes {
-            // the same weights at 2048 tokens (attention: the whole 2048 context)
-            let end = m.tokens + m.past;
-            gpu_micros.push(Micro {
-                tokens: 2048,
-                past: end.saturating_sub(2048),
-                ..m.clone()
-            });
-            gpu_micros.push(m);
-        }
+/// The GPU's kernels, copy bandwidths and switch cost.
+fn profile_gpu(
+    machine: &Machine,
+    gpu: &dyn Device,
+    opts: &BenchOptions,
+    micros: &[&Micro],
+    count: &mut Progress<'_>,
+) -> Result<DeviceProfile, String> {
+    let e = |x: ExecError| x.to_string();
+    let mut dp = DeviceProfile {
+        device: gpu.info().name.clone(),
+        kind: gpu.info().kind.name().into(),
+        ..Default::default()
+    };
+    for m in micros {
+        count.step(&gpu.info().name);
+        let s = time_micro(machine, DeviceId::Gpu, m, opts.reps).map_err(e)?;
+        dp.samples.push(sample_of(m, 1, false, s));
     }
-    let total = total + real_gpus * gpu_micros.len();
-
-    for d in 1..devices.len() {
-        let dev = &devices[d];
-        let extra: &[Micro] = if dev.info().kind == DeviceKind::Gpu {
-            &gpu_micros
-        } else {
-            &[]
-        };
-        let mut dp = DeviceProfile {
-            device: dev.info().name.clone(),
-            kind: match dev.info().kind {
-                DeviceKind::Cpu => "cpu",
-                DeviceKind::Gpu => "gpu",
-                DeviceKind::SimulatedGpu => "simulated_gpu",
-            }
-            .into(),
-            ..Default::default()
-        };
-        for m in micros.iter().chain(extra) {
-            progress(&dev.info().name, done, total);
-            let s = time_micro(devices, d, m, opts.reps).map_err(e)?;
-            dp.samples.push(sample_of(m, 1, false, s));
-            done += 1;
-        }
-        let (pinned, pageable, d2h) =
-            bandwidth(dev.as_ref(), if opts.quick { 16 << 20 } else { 64 << 20 })
-                .map_err(|x| x.to_string())?;
-        dp.h2d_pinned_gbps = pinned;
-        dp.h2d_pageable_gbps = Some(pageable);
-        dp.d2h_gbps = Some(d2h);
-        dp.switch_secs = Some(switch_cost(devices, d).map_err(e)?);
-        profile.devices.push(dp);
-    }
-    progress("done", total, total);
-    profile.took_secs = t0.elapsed().as_secs_f64();
-    Ok(profile)
+    let bytes = if opts.quick { 16 << 20 } else { 64 << 20 };
+    let (pinned, pageable, d2h) = bandwidth(gpu, bytes).map_err(|x| x.to_string())?;
+    dp.h2d_pinned_gbps = pinned;
+    dp.h2d_pageable_gbps = Some(pageable);
+    dp.d2h_gbps = Some(d2h);
+    dp.switch_secs = Some(switch_cost(machine).map_err(e)?);
+    Ok(dp)
 }
 
 /// Host-to-device (async from shared memory, and blocking from a Vec) and device-to-host GB/s.
@@ -510,8 +300,8 @@ fn bandwidth(
 }
 
 /// The fixed cost of a switch: a chain of small adds alternating between
-/// the host and device `d`, minus the same chain on the host alone.
-fn switch_cost(devices: &[Arc<dyn Device>], d: usize) -> Result<f64, ExecError> {
+/// the host and the GPU, minus the same chain on the host alone.
+fn switch_cost(machine: &Machine) -> Result<f64, ExecError> {
     const N: usize = 32;
     let cols = 64;
     let mut b = GraphBuilder::new(GraphInput::Rows { cols });
@@ -528,7 +318,7 @@ fn switch_cost(devices: &[Arc<dyn Device>], d: usize) -> Result<f64, ExecError> 
         output_rows: vec![0],
         ..Round::default()
     });
-    let time_plan = |node_device: Vec<usize>| -> Result<f64, ExecError> {
+    let time_plan = |node_device: Vec<DeviceId>| -> Result<f64, ExecError> {
         let plan = ExecPlan {
             node_device,
             weight_home: vec![],
@@ -537,7 +327,7 @@ fn switch_cost(devices: &[Arc<dyn Device>], d: usize) -> Result<f64, ExecError> 
         let mut ex = Executor::new(
             g.clone(),
             host.clone(),
-            devices.to_vec(),
+            machine.clone(),
             ExecConfig::default(),
             plan,
         )?;
@@ -550,7 +340,14 @@ fn switch_cost(devices: &[Arc<dyn Device>], d: usize) -> Result<f64, ExecError> 
         ts.sort_by(f64::total_cmp);
         Ok(ts[3])
     };
-    let alt = time_plan((0..N).map(|i| if i % 2 == 0 { d } else { 0 }).collect())?;
-    let same = time_plan(vec![0; N])?;
+    let alt = (0..N).map(|i| {
+        if i % 2 == 0 {
+            DeviceId::Gpu
+        } else {
+            DeviceId::Host
+        }
+    });
+    let alt = time_plan(alt.collect())?;
+    let same = time_plan(vec![DeviceId::Host; N])?;
     Ok(((alt - same) / N as f64).max(0.0))
 }

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use ats_core::graph::cost::RoundShape;
 use ats_core::graph::{Graph, Op};
+use ats_core::machine::{DeviceId, PerDevice};
 
 use super::{DeviceProfile, OpKey, Sample};
 
@@ -64,6 +65,10 @@ struct Peaks {
 
 /// Fallback rates when a device has no samples: the estimate is then a
 /// plain roofline, and plans say so.
+/// The fixed cost of a switch to or from a GPU that was not profiled: one
+/// synchronisation plus a launch, about 20 us on the PCIe GPUs measured so far.
+const DEFAULT_GPU_SWITCH_SECS: f64 = 20e-6;
+
 fn default_peaks(kind: &str, threads: usize) -> Peaks {
     match kind {
         // a simulated GPU runs one CPU thread's kernels (speed 1 by default)
@@ -93,6 +98,62 @@ struct DeviceCosts {
     contention: f64,
 }
 
+impl DeviceCosts {
+    fn new(profile: DeviceProfile, threads: usize) -> DeviceCosts {
+        let mut peaks = Peaks {
+            flops: 0.0,
+            bytes: 0.0,
+        };
+        let mut exact = HashMap::new();
+        let (mut c_sum, mut u_sum) = (0.0, 0.0);
+        for s in &profile.samples {
+            if s.threads == threads && !s.contended && s.secs > 0.0 {
+                peaks.flops = peaks.flops.max(s.flops / s.secs);
+                peaks.bytes = peaks.bytes.max(s.bytes / s.secs);
+            }
+            exact.insert((s.key.clone(), s.threads, s.contended), s.secs);
+        }
+        for s in profile.samples.iter().filter(|s| s.contended) {
+            if let Some(u) = exact.get(&(s.key.clone(), s.threads, false)) {
+                c_sum += s.secs;
+                u_sum += u;
+            }
+        }
+        let fallback = default_peaks(&profile.kind, threads);
+        if peaks.flops <= 0.0 {
+            peaks.flops = fallback.flops;
+        }
+        if peaks.bytes <= 0.0 {
+            peaks.bytes = fallback.bytes;
+        }
+        let floor = profile
+            .samples
+            .iter()
+            .filter(|s| !s.contended && s.threads == threads && s.secs > 0.0)
+            .map(|s| s.secs)
+            .fold(f64::INFINITY, f64::min);
+        let floor = if floor.is_finite() {
+            floor
+        } else if profile.kind == "cpu" {
+            2e-6
+        } else {
+            5e-6
+        };
+        DeviceCosts {
+            threads,
+            floor,
+            peaks,
+            exact,
+            contention: if u_sum > 0.0 {
+                (c_sum / u_sum).max(1.0)
+            } else {
+                1.0
+            },
+            profile,
+        }
+    }
+}
+
 /// An exponential moving average, with the device's load scale when it was
 /// last updated.
 #[derive(Clone, Copy, Debug)]
@@ -103,17 +164,17 @@ struct Ema {
 
 /// Estimates node, copy and switch times per device.
 pub struct CostModel {
-    devices: Vec<DeviceCosts>,
-    live: HashMap<(usize, usize, usize), Ema>,
+    devices: PerDevice<Option<DeviceCosts>>,
+    live: HashMap<(DeviceId, usize, usize), Ema>,
     /// Per device: moving averages of observed and profiled seconds, whose
     /// ratio scales the nodes not observed lately (a device under load).
-    scale: Vec<(f64, f64)>,
+    scale: PerDevice<(f64, f64)>,
     /// The same per (device, tokens per round): the profile's error differs
     /// by batch size, so a live time is carried by the ratio of its own
     /// batch size (a prompt round must not rescale decode times).
-    shape_scale: HashMap<(usize, usize), (f64, f64)>,
+    shape_scale: HashMap<(DeviceId, usize), (f64, f64)>,
     /// Per device: moving ratio of observed to modelled copy seconds.
-    copy_scale: Vec<Option<f64>>,
+    copy_scale: PerDevice<Option<f64>>,
     /// Weight of a new observation in the moving average.
     pub alpha: f64,
 }
@@ -123,7 +184,7 @@ impl std::fmt::Debug for CostModel {
         write!(
             f,
             "CostModel({} devices, {} live)",
-            self.devices.len(),
+            1 + usize::from(self.devices.gpu.is_some()),
             self.live.len()
         )
     }
@@ -138,85 +199,34 @@ fn log_dist(a: usize, b: usize) -> f64 {
 }
 
 impl CostModel {
-    /// A model from per-device profiles (in the engine's device order) and
-    /// the thread count each device runs with.
-    pub fn new(devices: Vec<(DeviceProfile, usize)>) -> CostModel {
-        let devices: Vec<DeviceCosts> = devices
-            .into_iter()
-            .map(|(profile, threads)| {
-                let mut peaks = Peaks {
-                    flops: 0.0,
-                    bytes: 0.0,
-                };
-                let mut exact = HashMap::new();
-                let (mut c_sum, mut u_sum) = (0.0, 0.0);
-                for s in &profile.samples {
-                    if s.threads == threads && !s.contended && s.secs > 0.0 {
-                        peaks.flops = peaks.flops.max(s.flops / s.secs);
-                        peaks.bytes = peaks.bytes.max(s.bytes / s.secs);
-                    }
-                    exact.insert((s.key.clone(), s.threads, s.contended), s.secs);
-                }
-                for s in profile.samples.iter().filter(|s| s.contended) {
-                    if let Some(u) = exact.get(&(s.key.clone(), s.threads, false)) {
-                        c_sum += s.secs;
-                        u_sum += u;
-                    }
-                }
-                let fallback = default_peaks(&profile.kind, threads);
-                if peaks.flops <= 0.0 {
-                    peaks.flops = fallback.flops;
-                }
-                if peaks.bytes <= 0.0 {
-                    peaks.bytes = fallback.bytes;
-                }
-                let floor = profile
-                    .samples
-                    .iter()
-                    .filter(|s| !s.contended && s.threads == threads && s.secs > 0.0)
-                    .map(|s| s.secs)
-                    .fold(f64::INFINITY, f64::min);
-                let floor = if floor.is_finite() {
-                    floor
-                } else if profile.kind == "cpu" {
-                    2e-6
-                } else {
-                    5e-6
-                };
-                DeviceCosts {
-                    threads,
-                    floor,
-                    peaks,
-                    exact,
-                    contention: if u_sum > 0.0 {
-                        (c_sum / u_sum).max(1.0)
-                    } else {
-                        1.0
-                    },
-                    profile,
-                }
-            })
-            .collect();
-        let n = devices.len();
+    /// A model from the host's profile and the GPU's (if the machine has
+    /// one), each with the thread count the device runs with.
+    pub fn new(host: (DeviceProfile, usize), gpu: Option<(DeviceProfile, usize)>) -> CostModel {
         CostModel {
-            devices,
+            devices: PerDevice {
+                host: Some(DeviceCosts::new(host.0, host.1)),
+                gpu: gpu.map(|(p, t)| DeviceCosts::new(p, t)),
+            },
             live: HashMap::new(),
-            scale: vec![(0.0, 0.0); n],
+            scale: PerDevice::default(),
             shape_scale: HashMap::new(),
-            copy_scale: vec![None; n],
+            copy_scale: PerDevice::default(),
             alpha: 0.3,
         }
     }
 
+    fn dev(&self, d: DeviceId) -> Option<&DeviceCosts> {
+        self.devices[d].as_ref()
+    }
     /// How much slower than profiled device `d` runs lately (1 = as profiled).
-    pub fn device_scale(&self, d: usize) -> f64 {
+    pub fn device_scale(&self, d: DeviceId) -> f64 {
         let (obs, prof) = self.scale[d];
         if prof > 0.0 { obs / prof } else { 1.0 }
     }
 
     /// How much slower than profiled device `d` runs rounds of `tokens`
     /// tokens lately (the device-wide ratio until such rounds were seen).
-    fn scale_for(&self, d: usize, tokens: usize) -> f64 {
+    fn scale_for(&self, d: DeviceId, tokens: usize) -> f64 {
         match self.shape_scale.get(&(d, tokens)) {
             Some(&(obs, prof)) if prof > 0.0 => obs / prof,
             _ => self.device_scale(d),
@@ -224,12 +234,12 @@ impl CostModel {
     }
 
     /// How much slower than modelled copies to device `d` run lately.
-    pub fn copy_scale(&self, d: usize) -> f64 {
+    pub fn copy_scale(&self, d: DeviceId) -> f64 {
         self.copy_scale[d].unwrap_or(1.0)
     }
 
     /// Records an observed copy of `bytes` to device `d`.
-    pub fn observe_copy(&mut self, d: usize, bytes: f64, secs: f64) {
+    pub fn observe_copy(&mut self, d: DeviceId, bytes: f64, secs: f64) {
         let model = self.h2d_base_secs(d, bytes);
         if model <= 0.0 || !secs.is_finite() {
             return;
@@ -240,53 +250,60 @@ impl CostModel {
     }
 
     /// Whether device `d` has measured samples (otherwise estimates are a default roofline).
-    pub fn is_measured(&self, d: usize) -> bool {
-        !self.devices[d].profile.samples.is_empty()
+    pub fn is_measured(&self, d: DeviceId) -> bool {
+        self.dev(d).is_some_and(|c| !c.profile.samples.is_empty())
     }
 
     /// How much slower CPU kernels run while copies stream (1 = no effect).
-    pub fn contention(&self, d: usize) -> f64 {
-        self.devices[d].contention
+    pub fn contention(&self, d: DeviceId) -> f64 {
+        self.dev(d).map_or(1.0, |c| c.contention)
     }
 
     /// Seconds to copy `bytes` from the host to device `d` (pinned source),
     /// scaled by how copies ran lately.
-    pub fn h2d_secs(&self, d: usize, bytes: f64) -> f64 {
+    pub fn h2d_secs(&self, d: DeviceId, bytes: f64) -> f64 {
         self.h2d_base_secs(d, bytes) * self.copy_scale(d)
     }
 
-    fn h2d_base_secs(&self, d: usize, bytes: f64) -> f64 {
-        let p = &self.devices[d].profile;
+    fn h2d_base_secs(&self, d: DeviceId, bytes: f64) -> f64 {
+        let Some(c) = self.dev(d) else {
+            return f64::INFINITY;
+        };
+        let p = &c.profile;
         let gbps = p.h2d_pinned_gbps.or(p.h2d_pageable_gbps).unwrap_or(12.0);
         bytes / (gbps * 1e9)
     }
 
     /// Seconds to copy `bytes` from device `d` to the host.
-    pub fn d2h_secs(&self, d: usize, bytes: f64) -> f64 {
-        let gbps = self.devices[d].profile.d2h_gbps.unwrap_or(12.0);
+    pub fn d2h_secs(&self, d: DeviceId, bytes: f64) -> f64 {
+        let Some(c) = self.dev(d) else {
+            return f64::INFINITY;
+        };
+        let gbps = c.profile.d2h_gbps.unwrap_or(12.0);
         bytes / (gbps * 1e9)
     }
 
     /// The fixed cost of one switch to or from device `d`.
-    pub fn switch_secs(&self, d: usize) -> f64 {
-        self.devices[d]
-            .profile
-            .switch_secs
-            .unwrap_or(if d == 0 { 0.0 } else { 20e-6 })
+    pub fn switch_secs(&self, d: DeviceId) -> f64 {
+        let measured = self.dev(d).and_then(|c| c.profile.switch_secs);
+        measured.unwrap_or(match d {
+            DeviceId::Host => 0.0,
+            DeviceId::Gpu => DEFAULT_GPU_SWITCH_SECS,
+        })
     }
 
     /// Records an observed time for node `node` of `g` on device `d` in a round of `shape`.
     pub fn observe(
         &mut self,
         g: &Graph,
-        d: usize,
+        d: DeviceId,
         node: usize,
         shape: RoundShape,
         kv_f16: bool,
         secs: f64,
     ) {
         // a time of another graph's node (or a non-time) says nothing about this one
-        if !secs.is_finite() || secs < 0.0 || node >= g.nodes.len() || d >= self.devices.len() {
+        if !secs.is_finite() || secs < 0.0 || node >= g.nodes.len() || self.dev(d).is_none() {
             return;
         }
         let prof = self.profiled_secs(g, node, d, shape, kv_f16);
@@ -315,9 +332,9 @@ impl CostModel {
     /// Forgets live observations and load scales.
     pub fn clear_live(&mut self) {
         self.live.clear();
-        self.scale.iter_mut().for_each(|s| *s = (0.0, 0.0));
+        self.scale = PerDevice::default();
         self.shape_scale.clear();
-        self.copy_scale.iter_mut().for_each(|s| *s = None);
+        self.copy_scale = PerDevice::default();
     }
 
     /// The live average for a node, if observed, carried to the device's
@@ -325,7 +342,7 @@ impl CostModel {
     /// before it recovered) is scaled by how the device's observed times
     /// moved since, so plans that stopped using a device do not remember it
     /// at its worst.
-    pub fn live_secs(&self, d: usize, node: usize, tokens: usize) -> Option<f64> {
+    pub fn live_secs(&self, d: DeviceId, node: usize, tokens: usize) -> Option<f64> {
         let now = self.scale_for(d, tokens);
         self.live
             .get(&(d, node, tokens))
@@ -337,11 +354,13 @@ impl CostModel {
         &self,
         g: &Graph,
         node: usize,
-        d: usize,
+        d: DeviceId,
         shape: RoundShape,
         kv_f16: bool,
     ) -> f64 {
-        let dc = &self.devices[d];
+        let Some(dc) = self.dev(d) else {
+            return f64::INFINITY;
+        };
         let n = &g.nodes[node];
         if matches!(n.op, Op::SelectRows | Op::MergeRows { .. }) {
             return 0.0;
@@ -381,7 +400,7 @@ impl CostModel {
         &self,
         g: &Graph,
         node: usize,
-        d: usize,
+        d: DeviceId,
         shape: RoundShape,
         kv_f16: bool,
     ) -> f64 {
@@ -401,6 +420,8 @@ fn dist(a: &OpKey, b: &OpKey, ta: usize, tb: usize) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const H: DeviceId = DeviceId::Host;
 
     fn sample(m: usize, tokens: usize, secs: f64) -> Sample {
         Sample {
@@ -428,25 +449,25 @@ mod tests {
             samples: vec![sample(1024, 1, 1e-4)],
             ..Default::default()
         };
-        CostModel::new(vec![(p, 2)])
+        CostModel::new((p, 2), None)
     }
 
     #[test]
     fn live_average_overrides_the_profile() {
         let mut c = one_sample_cpu();
-        assert!(c.is_measured(0));
+        assert!(c.is_measured(H));
         let g = tiny_graph();
         let shape = RoundShape::decode(0);
-        c.observe(&g, 0, 0, shape, true, 2.0);
-        c.observe(&g, 0, 0, shape, true, 1.0);
-        assert!((c.live_secs(0, 0, 1).unwrap() - 1.7).abs() < 1e-12);
-        assert!(c.device_scale(0) > 1.0, "observed far above the profile");
-        c.observe_copy(0, 1e9, 2.0 / 12.0);
-        assert!((c.copy_scale(0) - 2.0).abs() < 1e-9);
-        assert_eq!(c.live_secs(0, 0, 2), None);
+        c.observe(&g, H, 0, shape, true, 2.0);
+        c.observe(&g, H, 0, shape, true, 1.0);
+        assert!((c.live_secs(H, 0, 1).unwrap() - 1.7).abs() < 1e-12);
+        assert!(c.device_scale(H) > 1.0, "observed far above the profile");
+        c.observe_copy(H, 1e9, 2.0 / 12.0);
+        assert!((c.copy_scale(H) - 2.0).abs() < 1e-9);
+        assert_eq!(c.live_secs(H, 0, 2), None);
         c.clear_live();
-        assert_eq!(c.live_secs(0, 0, 1), None);
-        assert_eq!(c.device_scale(0), 1.0);
+        assert_eq!(c.live_secs(H, 0, 1), None);
+        assert_eq!(c.device_scale(H), 1.0);
     }
 
     #[test]
@@ -454,15 +475,15 @@ mod tests {
         let mut c = one_sample_cpu();
         let g = tiny_graph();
         let shape = RoundShape::decode(0);
-        c.observe(&g, 0, 0, shape, true, 1e-4);
-        let prof = c.profiled_secs(&g, 0, 0, shape, true);
-        let seen = c.live_secs(0, 0, 1).unwrap();
+        c.observe(&g, H, 0, shape, true, 1e-4);
+        let prof = c.profiled_secs(&g, 0, H, shape, true);
+        let seen = c.live_secs(H, 0, 1).unwrap();
         // the device then runs its other node 3x slower in the same rounds
-        let prof1 = c.profiled_secs(&g, 1, 0, shape, true);
+        let prof1 = c.profiled_secs(&g, 1, H, shape, true);
         for _ in 0..2000 {
-            c.observe(&g, 0, 1, shape, true, 3.0 * prof1 * (1e-4 / prof));
+            c.observe(&g, H, 1, shape, true, 3.0 * prof1 * (1e-4 / prof));
         }
-        let now = c.live_secs(0, 0, 1).unwrap();
+        let now = c.live_secs(H, 0, 1).unwrap();
         assert!((now / seen - 3.0).abs() < 0.05, "{seen} -> {now}");
     }
 
@@ -479,16 +500,16 @@ mod tests {
             past: 0,
             n_outputs: 1,
         };
-        let p1 = c.profiled_secs(&g, 0, 0, decode, true);
-        c.observe(&g, 0, 0, decode, true, p1);
-        let seen = c.live_secs(0, 0, 1).unwrap();
-        let p64 = c.profiled_secs(&g, 0, 0, prompt, true);
+        let p1 = c.profiled_secs(&g, 0, H, decode, true);
+        c.observe(&g, H, 0, decode, true, p1);
+        let seen = c.live_secs(H, 0, 1).unwrap();
+        let p64 = c.profiled_secs(&g, 0, H, prompt, true);
         for _ in 0..200 {
-            c.observe(&g, 0, 0, prompt, true, 0.25 * p64);
+            c.observe(&g, H, 0, prompt, true, 0.25 * p64);
         }
-        let now = c.live_secs(0, 0, 1).unwrap();
+        let now = c.live_secs(H, 0, 1).unwrap();
         assert!((now / seen - 1.0).abs() < 1e-9, "{seen} -> {now}");
-        assert!(c.device_scale(0) < 0.5, "the device-wide ratio did move");
+        assert!(c.device_scale(H) < 0.5, "the device-wide ratio did move");
     }
 
     fn tiny_graph() -> Graph {

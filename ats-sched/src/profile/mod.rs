@@ -4,6 +4,7 @@
 
 mod bench;
 mod cost;
+mod micros;
 mod store;
 
 pub use bench::{BenchOptions, profile_devices};

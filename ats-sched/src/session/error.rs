@@ -1,22 +1,24 @@
-//! Engine errors.
+//! Session errors.
 
+use crate::config::ConfigError;
 use crate::exec::ExecError;
+use crate::planner::PlanError;
 
-/// Why the engine could not load or run.
+/// Why a session could not load or run.
 #[derive(Debug, thiserror::Error)]
-pub enum EngineError {
+pub enum SessionError {
     /// Running a round failed.
     #[error(transparent)]
     Exec(#[from] ExecError),
-    /// The model file is not usable.
+    /// The run configuration cannot be used.
     #[error(transparent)]
-    Spec(#[from] ats_core::spec::SpecError),
+    Config(#[from] ConfigError),
+    /// No plan fits.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
     /// The tokenizer in the model file is not usable.
     #[error("tokenizer: {0}")]
     Tokenizer(#[from] ats_core::TokenizerError),
-    /// No plan fits the budget.
-    #[error("{0}")]
-    Plan(String),
     /// A bad request (empty prompt, prompt over the context, ...).
     #[error("{0}")]
     Input(String),

@@ -8,7 +8,7 @@ use ats_core::sampling::{Sampler, SamplerConfig};
 use ats_core::tokenizer::TokenStream;
 use serde::Serialize;
 
-use super::{Engine, EngineError, Timings};
+use super::{Session, SessionError, Timings};
 
 /// What to generate.
 #[derive(Clone, Debug)]
@@ -70,7 +70,7 @@ pub struct Generation {
     pub timings: Timings,
 }
 
-impl Engine {
+impl Session {
     /// Generates after `prompt` (appended to the current session), calling
     /// `on_event` with text as it becomes final; `on_event` returning false
     /// cancels.
@@ -79,23 +79,23 @@ impl Engine {
         prompt: &[u32],
         params: &GenParams,
         on_event: &mut dyn FnMut(GenEvent<'_>) -> bool,
-    ) -> Result<Generation, EngineError> {
+    ) -> Result<Generation, SessionError> {
         self.generate_with(prompt, None, params, on_event)
     }
 
-    /// [`Engine::generate`] whose prompt has embedding rows replaced (image
-    /// embeddings) and explicit positions (M-RoPE), as [`Engine::prefill_with`] takes them.
+    /// [`Session::generate`] whose prompt has embedding rows replaced (image
+    /// embeddings) and explicit positions (M-RoPE), as [`Session::prefill_with`] takes them.
     pub fn generate_with(
         &mut self,
         prompt: &[u32],
         embeds: Option<(&EmbedOverride, &Positions, i64)>,
         params: &GenParams,
         on_event: &mut dyn FnMut(GenEvent<'_>) -> bool,
-    ) -> Result<Generation, EngineError> {
+    ) -> Result<Generation, SessionError> {
         let tok = self.tokenizer()?.clone();
         let t0 = Instant::now();
         let mut logits = self.prefill_with(prompt, false, embeds)?;
-        let prompt_ms = Engine::ms_since(t0);
+        let prompt_ms = Session::ms_since(t0);
         let mut sampler = Sampler::new(params.sampler);
         let mut stream = TokenStream::new(&tok);
         let mut tokens = Vec::new();
@@ -114,13 +114,13 @@ impl Engine {
         while tokens.len() < params.max_tokens {
             // The sampler reads NaN as -inf and would quietly pick token 0.
             if logits.iter().any(|l| l.is_nan()) {
-                return Err(EngineError::NonFiniteLogits {
+                return Err(SessionError::NonFiniteLogits {
                     position: self.past(),
                 });
             }
             let id = sampler.sample(&logits, self.history());
             if tokens.is_empty() {
-                ttft_ms = Engine::ms_since(t0);
+                ttft_ms = Session::ms_since(t0);
             }
             if !params.ignore_eos && tok.is_eog(id) {
                 stop = StopReason::Eog;
@@ -160,7 +160,7 @@ impl Engine {
             }
             let td = Instant::now();
             logits = self.decode(id)?;
-            decode_ms += Engine::ms_since(td);
+            decode_ms += Session::ms_since(td);
             decode_rounds += 1;
         }
         if stop != StopReason::Cancelled && !matches!(stop, StopReason::StopString(_)) {

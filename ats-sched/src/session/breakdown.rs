@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use ats_core::graph::Graph;
+use ats_core::machine::{DeviceId, Machine};
 use serde::Serialize;
 
 use crate::exec::RoundStats;
@@ -19,7 +20,7 @@ pub struct DecodeBreakdown {
     /// Their wall time.
     pub wall_secs: f64,
     /// Per `(device, op kind)`: seconds and nodes.
-    pub ops: BTreeMap<(usize, &'static str), (f64, usize)>,
+    pub ops: BTreeMap<(DeviceId, &'static str), (f64, usize)>,
     /// Weight bytes copied by asynchronous devices, and their copy seconds.
     pub copy_bytes: u64,
     /// Seconds of those copies (they overlap compute).
@@ -49,16 +50,15 @@ impl DecodeBreakdown {
         self.activation_bytes += stats.activation_bytes;
     }
 
-    /// Per token, with devices named by `names` (index order).
-    pub fn report(&self, names: &[String]) -> BreakdownReport {
+    /// Per token, with devices named as `machine` names them.
+    pub fn report(&self, machine: &Machine) -> BreakdownReport {
         let per = 1.0 / self.rounds.max(1) as f64;
-        let mut by_device: BTreeMap<usize, DeviceShare> = BTreeMap::new();
+        let mut by_device: BTreeMap<DeviceId, DeviceShare> = BTreeMap::new();
         for (&(d, op), &(secs, nodes)) in &self.ops {
             let share = by_device.entry(d).or_insert_with(|| DeviceShare {
-                device: names
+                device: machine
                     .get(d)
-                    .cloned()
-                    .unwrap_or_else(|| format!("device {d}")),
+                    .map_or_else(|| d.to_string(), |dev| dev.info().name.clone()),
                 ms: 0.0,
                 ops: Vec::new(),
             });

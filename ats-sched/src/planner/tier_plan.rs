@@ -1,0 +1,154 @@
+//! One tier's plan in a layout: the three shapes estimated (static,
+//! GPU-only, dynamic promotion by the transfer DP), the best the policy
+//! allows kept.
+
+use ats_core::machine::DeviceId;
+
+use super::context::Ctx;
+use super::items::{Item, ItemCost};
+use super::{PlanError, PlanKind};
+use crate::dynamic::{TransferItem, TransferParams, plan_transfers, round_time};
+
+/// Every plan shape's estimate for a tier (`None`: not allowed or not possible).
+pub type Estimates = Vec<(PlanKind, Option<f64>)>;
+
+/// A tier's chosen plan.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct TierPlan {
+    /// Its shape.
+    pub kind: PlanKind,
+    /// Estimated seconds of one round.
+    pub secs: f64,
+    /// Per item: runs on the GPU.
+    pub on_gpu: Vec<bool>,
+    /// Every shape's estimate.
+    pub estimates: Estimates,
+}
+
+fn transfer_items(
+    costs: &[ItemCost],
+    items: &[Item],
+    streamable: &[bool],
+    resident: &[bool],
+    streaming: bool,
+    contention: f64,
+) -> Vec<TransferItem> {
+    costs
+        .iter()
+        .zip(items)
+        .zip(resident)
+        .zip(streamable)
+        .map(|(((c, it), &r), &can)| {
+            // routed experts are copied once their router has run, so the
+            // copy cannot hide under earlier work: it adds to their GPU time
+            let routed_copy = it.experts.is_some() && !r;
+            TransferItem {
+                on_gpu: r,
+                promotable: streaming && !r && can,
+                cpu_time: c.cpu * contention,
+                gpu_time: if routed_copy { c.gpu + c.copy } else { c.gpu },
+                copy_time: if routed_copy { 0.0 } else { c.copy },
+                switch_cost: c.switch,
+            }
+        })
+        .collect()
+}
+
+/// Estimates the three shapes for one tier and returns the best allowed:
+/// (kind, seconds, per-item "on the GPU", every estimate). Decode estimates
+/// carry the measured correction of their shape; `prefer` (the shape the
+/// tier runs now) is kept unless another is faster by more than the
+/// hysteresis.
+pub(super) fn tier_plan(
+    ctx: &Ctx<'_>,
+    tier: usize,
+    resident: &[bool],
+    streaming: bool,
+    prefer: Option<PlanKind>,
+) -> Result<TierPlan, PlanError> {
+    let shape = ctx.shape(tier);
+    let costs = ctx.costs(shape);
+    let out_bytes = ctx
+        .g
+        .value_bytes(ctx.g.output, shape.n_tokens, shape.n_outputs) as f64;
+    let params = TransferParams {
+        slots: (ctx.run.slots_per_role.max(1) * ctx.slots(resident).roles().max(1)).max(1),
+        output_switch_cost: ctx.cost.d2h_secs(DeviceId::Gpu, out_bytes)
+            + ctx.cost.switch_secs(DeviceId::Gpu),
+    };
+    let alg = |e: crate::dynamic::TransferError| PlanError::Algorithm(e.to_string());
+    let plain = transfer_items(
+        &costs,
+        &ctx.items,
+        &ctx.streamable,
+        resident,
+        streaming,
+        1.0,
+    );
+    let contended = transfer_items(
+        &costs,
+        &ctx.items,
+        &ctx.streamable,
+        resident,
+        streaming,
+        ctx.cost.contention(DeviceId::Host),
+    );
+    let none = vec![false; plain.len()];
+    let static_t = round_time(&plain, &none, &params).map_err(alg)?.total;
+    let mut allowed = ctx.rules.kinds(tier, streaming);
+    if let Some(k) = ctx.force_kind
+        && (streaming || k == PlanKind::Static)
+    {
+        allowed = vec![k];
+    }
+    let mut est: Vec<(PlanKind, Option<f64>, Vec<bool>)> =
+        vec![(PlanKind::Static, Some(static_t), none.clone())];
+    if streaming {
+        let all: Vec<bool> = contended.iter().map(|t| t.promotable).collect();
+        let g = round_time(&contended, &all, &params).map_err(alg)?.total;
+        est.push((PlanKind::GpuOnly, Some(g), all));
+        let d = plan_transfers(&contended, &params).map_err(alg)?;
+        est.push((PlanKind::Dynamic, Some(d.timing.total), d.promote));
+    } else {
+        est.push((PlanKind::GpuOnly, None, none.clone()));
+        est.push((PlanKind::Dynamic, None, none));
+    }
+    if tier == 1 {
+        for e in &mut est {
+            if let (Some(t), Some(&(_, b))) = (&mut e.1, ctx.bias.iter().find(|b| b.0 == e.0)) {
+                *t *= b;
+            }
+        }
+    }
+    let mut best = est
+        .iter()
+        .filter(|e| allowed.contains(&e.0) && e.1.is_some())
+        .min_by(|a, b| {
+            a.1.unwrap_or(f64::INFINITY)
+                .total_cmp(&b.1.unwrap_or(f64::INFINITY))
+        })
+        .expect("the static plan is always allowed");
+    if let Some(kept) = prefer
+        .and_then(|k| est.iter().find(|e| e.0 == k))
+        .filter(|e| allowed.contains(&e.0))
+        && let (Some(t_kept), Some(t_best)) = (kept.1, best.1)
+        && t_best >= t_kept * (1.0 - ctx.run.resched.hysteresis)
+    {
+        best = kept;
+    }
+    let on_gpu: Vec<bool> = resident
+        .iter()
+        .zip(&best.2)
+        .map(|(&r, &p)| r || p)
+        .collect();
+    let estimates = est
+        .iter()
+        .map(|e| (e.0, if allowed.contains(&e.0) { e.1 } else { None }))
+        .collect();
+    Ok(TierPlan {
+        kind: best.0,
+        secs: best.1.unwrap_or(f64::INFINITY),
+        on_gpu,
+        estimates,
+    })
+}
