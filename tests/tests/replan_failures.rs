@@ -1,0 +1,143 @@
+//! Failures in the re-planning loop are counted and said, never dropped:
+//! when the executor refuses new plans (here: the GPU refuses one
+//! allocation), the session goes back to its current plans, the planner
+//! counts the refusal with its reason, and the answer is unchanged.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use ats_core::device::{
+    Buffer, Device, DeviceError, DeviceInfo, DeviceTimings, Event, HostBytes, HostMemory, KvType,
+    NodeArgs, Stream,
+};
+use ats_core::graph::Graph;
+use ats_core::ledger::{Ledger, Region};
+use ats_core::round::Round;
+use ats_core::spec::ModelSpec;
+use ats_core::synth::SynthSpec;
+use ats_sched::config::Policy;
+use ats_tests::{cpu, engine_on, host_only, max_abs_diff, sim_gpu, with_gpu};
+
+/// A device that refuses its next allocation once armed, and is otherwise `inner`.
+struct FailNextAlloc {
+    inner: Arc<dyn Device>,
+    armed: AtomicBool,
+}
+
+impl Device for FailNextAlloc {
+    fn info(&self) -> &DeviceInfo {
+        self.inner.info()
+    }
+    fn ledger(&self) -> &Arc<Ledger> {
+        self.inner.ledger()
+    }
+    fn alloc(&self, region: Region, bytes: usize, label: &str) -> Result<Buffer, DeviceError> {
+        if self.armed.swap(false, Ordering::SeqCst) {
+            return Err(DeviceError::OutOfMemory {
+                device: self.info().name.clone(),
+                bytes: bytes as u64,
+                label: format!("{label} (refused by the test)"),
+            });
+        }
+        self.inner.alloc(region, bytes, label)
+    }
+    fn write(&self, dst: &Buffer, offset: usize, src: &[u8]) -> Result<(), DeviceError> {
+        self.inner.write(dst, offset, src)
+    }
+    fn read(&self, src: &Buffer, offset: usize, dst: &mut [u8]) -> Result<(), DeviceError> {
+        self.inner.read(src, offset, dst)
+    }
+    fn run(&self, args: &NodeArgs<'_>) -> Result<(), DeviceError> {
+        self.inner.run(args)
+    }
+    fn synchronize(&self) -> Result<(), DeviceError> {
+        self.inner.synchronize()
+    }
+    fn node_scratch_bytes(&self, graph: &Graph, node: usize, round: &Round) -> u64 {
+        self.inner.node_scratch_bytes(graph, node, round)
+    }
+    fn supports_async(&self) -> bool {
+        self.inner.supports_async()
+    }
+    fn copy_async(&self, dst: &Buffer, offset: usize, src: &HostBytes) -> Result<(), DeviceError> {
+        self.inner.copy_async(dst, offset, src)
+    }
+    fn copy_routed_async(
+        &self,
+        dst: &Buffer,
+        src: &HostBytes,
+        per_expert: usize,
+        routing: &Buffer,
+        rows: usize,
+        top_k: usize,
+    ) -> Result<(), DeviceError> {
+        self.inner
+            .copy_routed_async(dst, src, per_expert, routing, rows, top_k)
+    }
+    fn record_event(&self, stream: Stream) -> Result<Event, DeviceError> {
+        self.inner.record_event(stream)
+    }
+    fn wait_event(&self, stream: Stream, event: &Event) -> Result<(), DeviceError> {
+        self.inner.wait_event(stream, event)
+    }
+    fn sync_event(&self, event: &Event) -> Result<(), DeviceError> {
+        self.inner.sync_event(event)
+    }
+    fn pin_host(&self, mem: &Arc<dyn HostMemory>) -> Result<bool, DeviceError> {
+        self.inner.pin_host(mem)
+    }
+    fn drain_timings(&self) -> DeviceTimings {
+        self.inner.drain_timings()
+    }
+}
+
+/// The `tiny` synthetic model with 16 layers (about 9 MB of Q4_K/Q6_K):
+/// enough layers that streaming layouts fit half of it.
+fn synthetic(dir: &std::path::Path) -> Arc<ModelSpec> {
+    let spec = SynthSpec {
+        n_layer: 16,
+        n_ff: 768,
+        tied: false,
+        ..SynthSpec::preset("tiny").unwrap()
+    };
+    let path = dir.join("synthetic.gguf");
+    spec.write(&path, 11).unwrap();
+    Arc::new(ModelSpec::open(&path).unwrap())
+}
+
+#[test]
+fn a_change_the_executor_refuses_is_counted_and_the_answer_is_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = synthetic(dir.path());
+    let ids: Vec<u32> = (0..32).map(|i| (i * 53 + 3) % 1024).collect();
+    let gpu = Arc::new(FailNextAlloc {
+        inner: sim_gpu(spec.gguf.file_len() / 2, 1),
+        armed: AtomicBool::new(false),
+    });
+    let machine = with_gpu(cpu(2), gpu.clone());
+    let mut e = engine_on(spec.clone(), machine, 64, KvType::F32, Policy::Ats, false);
+    assert!(
+        e.plan_set().layout.streaming,
+        "premise: a layout with temp slots, which every change re-makes"
+    );
+    let mut base = engine_on(spec, host_only(cpu(2)), 64, KvType::F32, Policy::Ats, false);
+    let (prompt, rest) = ids.split_at(16);
+    let mut got = e.prefill(prompt, false).unwrap();
+    let mut want = base.prefill(prompt, false).unwrap();
+    for (k, &t) in rest.iter().take(8).enumerate() {
+        assert!(max_abs_diff(&got, &want) < 1e-4, "round {k}");
+        if k == 3 {
+            gpu.armed.store(true, Ordering::SeqCst);
+            assert!(!e.force_replan().unwrap(), "the change was refused");
+            let st = e.planner().replan_stats();
+            assert_eq!((st.rejected, st.replans), (1, 0), "{st:?}");
+            let why = st.last_failure.as_deref().unwrap_or_default();
+            assert!(why.contains("refused by the test"), "{why}");
+            assert!(st.any_failure());
+        }
+        got = e.decode(t).unwrap();
+        want = base.decode(t).unwrap();
+    }
+    assert!(max_abs_diff(&got, &want) < 1e-4);
+    assert!(!gpu.armed.load(Ordering::SeqCst), "the refusal happened");
+}
