@@ -63,27 +63,46 @@ struct Peaks {
     bytes: f64,
 }
 
-/// Fallback rates when a device has no samples: the estimate is then a
-/// plain roofline, and plans say so.
 /// The fixed cost of a switch to or from a GPU that was not profiled: one
 /// synchronisation plus a launch, about 20 us on the PCIe GPUs measured so far.
 const DEFAULT_GPU_SWITCH_SECS: f64 = 20e-6;
 
+/// Host-device bandwidth assumed without a profile: PCIe 3.0 x16 in practice.
+const DEFAULT_PCIE_GBPS: f64 = 12.0;
+
+/// One CPU thread's rates without a profile: an AVX2 core's f32 FMA rate
+/// at a realistic fraction, and a core's share of DDR4 bandwidth.
+const CPU_THREAD_PEAKS: Peaks = Peaks {
+    flops: 25e9,
+    bytes: 10e9,
+};
+/// Threads past which a CPU's memory bandwidth stops growing (a desktop's
+/// two or four channels are saturated by a few cores).
+const CPU_BANDWIDTH_THREADS: f64 = 4.0;
+/// A discrete GPU's rates without a profile: a mid-range consumer card.
+const GPU_PEAKS: Peaks = Peaks {
+    flops: 20e12,
+    bytes: 400e9,
+};
+/// The least a node takes without a profile: a thread-pool dispatch on the
+/// CPU, a kernel launch on a GPU.
+const CPU_FLOOR_SECS: f64 = 2e-6;
+const GPU_FLOOR_SECS: f64 = 5e-6;
+/// How fast the load scale follows new observations (per observation): slow
+/// enough that one noisy node does not rescale a device.
+const LOAD_DECAY: f64 = 0.02;
+
+/// Fallback rates when a device has no samples: the estimate is then a
+/// plain roofline, and plans say so.
 fn default_peaks(kind: &str, threads: usize) -> Peaks {
     match kind {
         // a simulated GPU runs one CPU thread's kernels (speed 1 by default)
-        "simulated_gpu" => Peaks {
-            flops: 25e9,
-            bytes: 10e9,
-        },
+        "simulated_gpu" => CPU_THREAD_PEAKS,
         "cpu" => Peaks {
-            flops: 25e9 * threads as f64,
-            bytes: 10e9 * (threads as f64).min(4.0),
+            flops: CPU_THREAD_PEAKS.flops * threads as f64,
+            bytes: CPU_THREAD_PEAKS.bytes * (threads as f64).min(CPU_BANDWIDTH_THREADS),
         },
-        _ => Peaks {
-            flops: 20e12,
-            bytes: 400e9,
-        },
+        _ => GPU_PEAKS,
     }
 }
 
@@ -135,9 +154,9 @@ impl DeviceCosts {
         let floor = if floor.is_finite() {
             floor
         } else if profile.kind == "cpu" {
-            2e-6
+            CPU_FLOOR_SECS
         } else {
-            5e-6
+            GPU_FLOOR_SECS
         };
         DeviceCosts {
             threads,
@@ -270,7 +289,7 @@ impl CostModel {
             return f64::INFINITY;
         };
         let p = &c.profile;
-        let gbps = p.h2d_pinned_gbps.or(p.h2d_pageable_gbps).unwrap_or(12.0);
+        let gbps = p.h2d_pinned_gbps.or(p.h2d_pageable_gbps).unwrap_or(DEFAULT_PCIE_GBPS);
         bytes / (gbps * 1e9)
     }
 
@@ -279,7 +298,7 @@ impl CostModel {
         let Some(c) = self.dev(d) else {
             return f64::INFINITY;
         };
-        let gbps = c.profile.d2h_gbps.unwrap_or(12.0);
+        let gbps = c.profile.d2h_gbps.unwrap_or(DEFAULT_PCIE_GBPS);
         bytes / (gbps * 1e9)
     }
 
@@ -309,7 +328,7 @@ impl CostModel {
         let prof = self.profiled_secs(g, node, d, shape, kv_f16);
         if prof > 0.0 {
             // a small decay per observation: the ratio follows recent load
-            let k = 0.02;
+            let k = LOAD_DECAY;
             let decay = |(o, p): (f64, f64)| (o * (1.0 - k) + secs * k, p * (1.0 - k) + prof * k);
             self.scale[d] = decay(self.scale[d]);
             let e = self.shape_scale.entry((d, shape.n_tokens)).or_default();
