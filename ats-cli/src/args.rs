@@ -98,6 +98,7 @@ impl ModelArgs {
                 usage_bail!("--ctx-size must be 1 to {MAX_CONTEXT} tokens, not {n}")
             }
             Err(ConfigError::Zero { what }) => usage_bail!("{what} must be at least 1"),
+            Err(e @ ConfigError::BlockRows(_)) => usage_bail!("{e}"),
         }
     }
 }

@@ -262,6 +262,9 @@ pub struct KvArg<'a> {
     pub v: &'a Buffer,
     /// Rows the buffers hold.
     pub capacity: usize,
+    /// Rows per cache block, for sequences whose tokens live in blocks
+    /// ([`crate::round::CacheRows::Blocks`]).
+    pub block_tokens: usize,
     /// Element type.
     pub dtype: KvType,
 }

@@ -60,6 +60,69 @@ pub struct EmbedOverride {
     pub data: Vec<f32>,
 }
 
+/// Where a sequence's tokens live in a KV cache.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum CacheRows {
+    /// Token `t` in row `t` (one sequence owning the whole cache).
+    #[default]
+    Contiguous,
+    /// Blocks of the cache's `block_tokens` rows each, in order: token `t`
+    /// is in block `blocks[t / block_tokens]`, at row `t % block_tokens`.
+    Blocks(Arc<[u32]>),
+}
+
+impl CacheRows {
+    /// The cache row of the sequence's token `t`, with blocks of
+    /// `block_tokens` rows (`None`: no block holds it).
+    pub fn row(&self, t: usize, block_tokens: usize) -> Option<usize> {
+        match self {
+            CacheRows::Contiguous => Some(t),
+            CacheRows::Blocks(b) => {
+                let bt = block_tokens.max(1);
+                b.get(t / bt).map(|&blk| blk as usize * bt + t % bt)
+            }
+        }
+    }
+
+    /// Tokens the rows can hold with blocks of `block_tokens` (`None`: no
+    /// bound but the cache's).
+    pub fn holds(&self, block_tokens: usize) -> Option<usize> {
+        match self {
+            CacheRows::Contiguous => None,
+            CacheRows::Blocks(b) => Some(b.len() * block_tokens.max(1)),
+        }
+    }
+}
+
+/// One sequence's part of a round: its rows (consecutive), what it has in
+/// the KV cache already, and where its cache rows are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeqSpan {
+    /// Its rows of the round.
+    pub rows: std::ops::Range<usize>,
+    /// Tokens of the sequence already in the cache before the round.
+    pub past: usize,
+    /// Where the sequence's tokens live in every layer's cache.
+    pub cache: CacheRows,
+}
+
+impl SeqSpan {
+    /// Rows of the round it has.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Whether it has no rows.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// Keys its last row attends to: the past and its own rows.
+    pub fn keys(&self) -> usize {
+        self.past + self.rows.len()
+    }
+}
+
 /// Everything a forward round needs besides the graph and the weights.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Round {
@@ -79,6 +142,10 @@ pub struct Round {
     pub embed_override: Option<EmbedOverride>,
     /// Segment boundaries for [`crate::graph::Mask::Segments`] attention: cumulative row counts, starting at 0.
     pub segments: Vec<usize>,
+    /// The sequences the rows belong to, each attending over its own cache
+    /// (causal within its own rows). Empty: the whole round is one sequence
+    /// at `past`, in contiguous cache rows.
+    pub seqs: Vec<SeqSpan>,
     /// Query rows per attention block (the Q chunk) for attention without a
     /// KV cache; 0 leaves it to the backend. Callers that know the memory
     /// budget (the vision encoder) choose it: scratch grows with it, and so
@@ -105,12 +172,70 @@ impl Round {
         }
     }
 
-    /// The shape costs depend on.
+    /// The shape costs depend on (with several sequences, the deepest one's past).
     pub fn shape(&self) -> crate::graph::cost::RoundShape {
         crate::graph::cost::RoundShape {
             n_tokens: self.n_rows,
-            past: self.past,
+            past: self.seqs.iter().map(|s| s.past).max().unwrap_or(self.past),
             n_outputs: self.output_rows.len(),
         }
+    }
+
+    /// The sequences of the round: [`Round::seqs`], or the whole round as
+    /// one sequence at [`Round::past`] in contiguous rows.
+    pub fn spans(&self) -> std::borrow::Cow<'_, [SeqSpan]> {
+        if self.seqs.is_empty() {
+            std::borrow::Cow::Owned(vec![SeqSpan {
+                rows: 0..self.n_rows,
+                past: self.past,
+                cache: CacheRows::Contiguous,
+            }])
+        } else {
+            std::borrow::Cow::Borrowed(&self.seqs)
+        }
+    }
+
+    /// Checks that the sequences cover the rows in order, and that each
+    /// one's cache rows hold its past and new tokens (blocks of
+    /// `block_tokens` rows, `capacity` rows in all).
+    pub fn check_spans(&self, block_tokens: usize, capacity: usize) -> Result<(), String> {
+        let mut next = 0;
+        for (i, s) in self.spans().iter().enumerate() {
+            if s.rows.start != next || s.rows.end > self.n_rows || s.is_empty() {
+                return Err(format!(
+                    "sequence {i} has rows {:?}; they must follow row {next} within {} rows",
+                    s.rows, self.n_rows
+                ));
+            }
+            next = s.rows.end;
+            let need = s.keys();
+            let holds = s
+                .cache
+                .holds(block_tokens)
+                .unwrap_or(capacity)
+                .min(capacity);
+            if need > holds {
+                return Err(format!(
+                    "sequence {i} needs {need} cache rows, its blocks hold {holds}"
+                ));
+            }
+            if let CacheRows::Blocks(b) = &s.cache {
+                let bt = block_tokens.max(1);
+                let used = &b[..need.div_ceil(bt)];
+                if let Some(&blk) = used.iter().find(|&&blk| (blk as usize + 1) * bt > capacity) {
+                    return Err(format!(
+                        "sequence {i} names cache block {blk}, beyond the cache's {}",
+                        capacity / bt
+                    ));
+                }
+            }
+        }
+        if next != self.n_rows {
+            return Err(format!(
+                "the sequences cover {next} of {} rows",
+                self.n_rows
+            ));
+        }
+        Ok(())
     }
 }

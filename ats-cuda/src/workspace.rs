@@ -132,13 +132,25 @@ pub struct RoundData {
     pub bounds: CUdeviceptr,
     /// Entries of `bounds`.
     pub n_bounds: i32,
+    /// Per sequence of the round: its KV block table (u32), or `None` for
+    /// contiguous cache rows.
+    pub blocks: Vec<Option<CUdeviceptr>>,
 }
 
-/// The bytes uploaded for a round and the offsets of its four arrays
-/// (tokens, positions, output rows, bounds), each aligned.
-pub fn round_blob(r: &Round) -> (Vec<u8>, [usize; 4]) {
+/// The bytes uploaded for a round and the offsets of its five arrays
+/// (tokens, positions, output rows, bounds, block tables), each aligned.
+pub fn round_blob(r: &Round) -> (Vec<u8>, [usize; 5]) {
     let bounds = &r.segments[1.min(r.segments.len())..];
-    let parts: [Vec<u8>; 4] = [
+    let tables: Vec<u8> = r
+        .seqs
+        .iter()
+        .flat_map(|s| match &s.cache {
+            ats_core::round::CacheRows::Blocks(b) => b.to_vec(),
+            ats_core::round::CacheRows::Contiguous => Vec::new(),
+        })
+        .flat_map(|b| b.to_le_bytes())
+        .collect();
+    let parts: [Vec<u8>; 5] = [
         r.tokens.iter().flat_map(|t| t.to_le_bytes()).collect(),
         r.positions
             .data
@@ -153,9 +165,10 @@ pub fn round_blob(r: &Round) -> (Vec<u8>, [usize; 4]) {
             .iter()
             .flat_map(|&b| (b as i32).to_le_bytes())
             .collect(),
+        tables,
     ];
     let mut blob = Vec::new();
-    let mut offs = [0usize; 4];
+    let mut offs = [0usize; 5];
     for (i, p) in parts.iter().enumerate() {
         offs[i] = blob.len();
         blob.extend_from_slice(p);
@@ -199,18 +212,28 @@ mod tests {
     }
 
     #[test]
-    fn round_blob_lays_out_the_four_arrays() {
+    fn round_blob_lays_out_the_five_arrays() {
+        use ats_core::round::{CacheRows, SeqSpan};
+        let span = |rows, blocks: &[u32]| SeqSpan {
+            rows,
+            past: 0,
+            cache: CacheRows::Blocks(blocks.into()),
+        };
         let r = Round {
             tokens: vec![7, 8],
             n_rows: 2,
             positions: Positions::mrope_text(3, 2),
             output_rows: vec![1],
             segments: vec![0, 1, 2],
+            seqs: vec![span(0..1, &[5]), span(1..2, &[9, 2])],
             ..Round::default()
         };
         let (blob, offs) = round_blob(&r);
-        assert_eq!(offs, [0, 256, 512, 768]);
-        assert_eq!(blob.len(), 1024);
+        assert_eq!(offs, [0, 256, 512, 768, 1024]);
+        assert_eq!(blob.len(), 1280);
+        // the block tables one after another
+        let u = |o: usize| u32::from_le_bytes(blob[o..o + 4].try_into().unwrap());
+        assert_eq!((u(1024), u(1028), u(1032)), (5, 9, 2));
         let at = |o: usize| i32::from_le_bytes(blob[o..o + 4].try_into().unwrap());
         assert_eq!((at(0), at(4)), (7, 8));
         // positions: 3,3,3,0 then 4,4,4,0

@@ -227,6 +227,19 @@ impl Case {
     /// Runs the case through the emulated kernel: `decode` picks
     /// `attn_decode_*` (as the backend does for it), else the general kernel.
     fn emulate(&self, exe: &Path, dir: &Path, decode: bool, sm_count: usize) -> Vec<f32> {
+        self.emulate_paged(exe, dir, decode, sm_count, None)
+    }
+
+    /// [`Case::emulate`] with the keys and values in blocks of `2^shift`
+    /// rows laid out in reverse order, read through a block table.
+    fn emulate_paged(
+        &self,
+        exe: &Path,
+        dir: &Path,
+        decode: bool,
+        sm_count: usize,
+        shift: Option<u32>,
+    ) -> Vec<f32> {
         let offset = (self.n_keys - self.n_q) as i32;
         let scratch = 1 << 20;
         let (kernel, splits, split_keys, q_tiles, r, bk, shared) = if decode {
@@ -278,14 +291,34 @@ impl Case {
         ];
         ints.iter().for_each(|i| bytes.extend(i.to_le_bytes()));
         bytes.extend(self.scale().to_le_bytes());
+        let w = self.n_kv * self.d;
+        let (n_blocks, table, k, v) = match shift {
+            None => (0, Vec::new(), self.k.clone(), self.v.clone()),
+            Some(s) => {
+                let bt = 1usize << s;
+                let n_blocks = self.n_keys.div_ceil(bt);
+                let table: Vec<u32> = (0..n_blocks as u32).rev().collect();
+                let (mut k, mut v) = (vec![0f32; n_blocks * bt * w], vec![0f32; n_blocks * bt * w]);
+                for t in 0..self.n_keys {
+                    let row = table[t / bt] as usize * bt + t % bt;
+                    k[row * w..(row + 1) * w].copy_from_slice(&self.k[t * w..(t + 1) * w]);
+                    v[row * w..(row + 1) * w].copy_from_slice(&self.v[t * w..(t + 1) * w]);
+                }
+                (n_blocks, table, k, v)
+            }
+        };
+        for i in [n_blocks as i32, shift.unwrap_or(0) as i32] {
+            bytes.extend(i.to_le_bytes());
+        }
         self.q.iter().for_each(|x| bytes.extend(x.to_le_bytes()));
-        for x in self.k.iter().chain(&self.v) {
+        for x in k.iter().chain(&v) {
             if self.f16 {
                 bytes.extend(f16::from_f32(*x).to_bits().to_le_bytes());
             } else {
                 bytes.extend(x.to_le_bytes());
             }
         }
+        table.iter().for_each(|b| bytes.extend(b.to_le_bytes()));
         run(exe, dir, bytes)
     }
 }
@@ -339,6 +372,26 @@ fn attention_kernels_match_the_reference_under_emulation() {
         assert!(
             diff < 2e-5,
             "general {n_q}x{n_keys} {heads:?} d {d}: max |diff| {diff}"
+        );
+    }
+    // keys in KV blocks (reverse order, a partial last block) read through
+    // the block table give the same answer as keys in row order
+    for (n_q, n_keys, heads, d, f16, decode, shift) in [
+        (1, 300, (32, 8), 128, true, true, 5),
+        (1, 77, (9, 3), 64, false, true, 4),
+        (3, 70, (8, 2), 64, true, false, 5),
+        (1, 600, (4, 2), 64, false, false, 6),
+    ] {
+        let c = Case::new(n_q, n_keys, heads, d, CAUSAL, f16);
+        let got = c.emulate_paged(&exe, &dir, decode, 132, Some(shift));
+        let diff = max_diff(&got, &c.reference());
+        eprintln!(
+            "paged {n_q}x{n_keys} blocks of {}: max |diff| {diff:.2e}",
+            1 << shift
+        );
+        assert!(
+            diff < 2e-5,
+            "paged {n_q}x{n_keys} decode {decode}: max |diff| {diff}"
         );
     }
     std::fs::remove_dir_all(&dir).ok();
@@ -650,5 +703,60 @@ fn routed_expert_copies_take_only_the_chosen_experts_under_emulation() {
             hit.iter().any(|&h| h) && !hit.iter().all(|&h| h),
             "the case chooses some experts"
         );
+    }
+}
+
+/// `kv_append_rows_f32` writes a sequence's new rows after its past
+/// through its block table (and in row order without one), leaving every
+/// other cache row as it was.
+#[test]
+fn cache_appends_go_through_the_block_table_under_emulation() {
+    let Some((dir, exe)) = emulator("append", Module::Copy, "append_driver.cpp") else {
+        return;
+    };
+    let (width, shift) = (6usize, 2i32);
+    let bt = 1usize << shift;
+    // (tokens already cached, new tokens, block table; empty: rows in order)
+    let cases: [(usize, usize, Vec<u32>); 3] =
+        [(3, 7, vec![4, 1, 7]), (0, 4, vec![2]), (5, 3, Vec::new())];
+    for (past, new, table) in cases {
+        let cache_rows = 8 * bt;
+        let before: Vec<f32> = (0..cache_rows * width).map(|i| -(i as f32)).collect();
+        let x: Vec<f32> = (0..new * width).map(|i| 1000.0 + i as f32).collect();
+        let n = (new * width) as u64;
+        let cfg = geometry::elementwise(n, 132);
+        let mut input = Vec::new();
+        for v in [past as u64, width as u64, n, cache_rows as u64] {
+            input.extend_from_slice(&v.to_le_bytes());
+        }
+        for v in [
+            table.len() as i32,
+            shift,
+            cfg.grid_dim.0 as i32,
+            cfg.block_dim.0 as i32,
+        ] {
+            input.extend_from_slice(&v.to_le_bytes());
+        }
+        for v in &x {
+            input.extend_from_slice(&v.to_le_bytes());
+        }
+        for b in &table {
+            input.extend_from_slice(&b.to_le_bytes());
+        }
+        for v in &before {
+            input.extend_from_slice(&v.to_le_bytes());
+        }
+        let got = run(&exe, &dir, input);
+        let mut want = before.clone();
+        for t in 0..new {
+            let tok = past + t;
+            let row = if table.is_empty() {
+                tok
+            } else {
+                table[tok / bt] as usize * bt + tok % bt
+            };
+            want[row * width..(row + 1) * width].copy_from_slice(&x[t * width..(t + 1) * width]);
+        }
+        assert_eq!(got, want, "past {past}, {new} new, table {table:?}");
     }
 }

@@ -61,6 +61,7 @@ fn main() {
     let host: Arc<dyn HostMemory> = spec.gguf.backing().clone();
     let cfg = ExecConfig {
         kv_capacity: 512,
+        kv_block_tokens: ats_sched::session::KV_BLOCK_TOKENS,
         kv_type: KvType::F16,
         slots_per_role: 2,
         region: None,

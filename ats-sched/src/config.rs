@@ -76,6 +76,10 @@ pub enum ConfigError {
     /// A context no position can address.
     #[error("a context of {0} tokens is out of range: it must be 1 to {max}", max = MAX_CONTEXT)]
     Context(usize),
+    /// KV blocks whose rows are not a power of two (GPU kernels address
+    /// blocks by shifts).
+    #[error("KV blocks of {0} rows: the row count must be a power of two")]
+    BlockRows(usize),
     /// A count that must be at least 1.
     #[error("{what} must be at least 1")]
     Zero {
@@ -87,7 +91,8 @@ pub enum ConfigError {
 /// Everything a run is configured by.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RunConfig {
-    /// Context length in tokens: what the KV caches hold.
+    /// Context length in tokens: what the KV caches hold, shared by every
+    /// sequence (as llama.cpp's `-c` with `-np`); one sequence may use all of it.
     pub n_ctx: usize,
     /// KV cache element type.
     pub kv_type: KvType,
@@ -108,6 +113,10 @@ pub struct RunConfig {
     pub vram: Option<u64>,
     /// Load-aware re-scheduling settings.
     pub resched: ReschedConfig,
+    /// Sequences that may run at once (their KV shares the `n_ctx` rows).
+    pub parallel: usize,
+    /// Rows per KV block ([`crate::session::KV_BLOCK_TOKENS`]).
+    pub kv_block_tokens: usize,
 }
 
 impl RunConfig {
@@ -124,7 +133,14 @@ impl RunConfig {
             threads,
             vram: None,
             resched: ReschedConfig::default(),
+            parallel: 1,
+            kv_block_tokens: crate::session::KV_BLOCK_TOKENS,
         }
+    }
+
+    /// Rows every layer's KV cache has: the context in whole blocks.
+    pub fn kv_rows(&self) -> usize {
+        self.n_ctx.div_ceil(self.kv_block_tokens.max(1)) * self.kv_block_tokens.max(1)
     }
 
     /// Checks the values every component relies on (the one place they are checked).
@@ -145,13 +161,22 @@ impl RunConfig {
         if self.threads == 0 {
             return Err(ConfigError::Zero { what: "threads" });
         }
+        if self.parallel == 0 {
+            return Err(ConfigError::Zero {
+                what: "parallel sequences",
+            });
+        }
+        if !self.kv_block_tokens.is_power_of_two() {
+            return Err(ConfigError::BlockRows(self.kv_block_tokens));
+        }
         Ok(())
     }
 
     /// The executor's settings for the language model.
     pub fn exec(&self) -> ExecConfig {
         ExecConfig {
-            kv_capacity: self.n_ctx,
+            kv_capacity: self.kv_rows(),
+            kv_block_tokens: self.kv_block_tokens,
             kv_type: self.kv_type,
             slots_per_role: self.slots_per_role,
             region: None,
@@ -161,8 +186,9 @@ impl RunConfig {
     /// The one line a run logs at start.
     pub fn summary(&self) -> String {
         format!(
-            "ctx {}, kv {:?}, policy {}, threads {}, vram {}, chunk {}",
+            "ctx {}, parallel {}, kv {:?}, policy {}, threads {}, vram {}, chunk {}",
             self.n_ctx,
+            self.parallel,
             self.kv_type,
             self.policy.name(),
             self.threads,

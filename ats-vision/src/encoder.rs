@@ -331,6 +331,7 @@ impl VisionEncoder {
         let n_tokens = vg.n_tokens;
         let cfg = ExecConfig {
             kv_capacity: 1,
+            kv_block_tokens: ats_sched::session::KV_BLOCK_TOKENS,
             kv_type: KvType::F32,
             slots_per_role: self.cfg.slots_per_role,
             region: Some(Region::Vision),

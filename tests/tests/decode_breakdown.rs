@@ -42,6 +42,7 @@ fn streamed_decode_rounds_count_every_node_and_copied_byte() {
     assert!(plan.weight_home.iter().all(|h| *h == WeightHome::Host));
     let cfg = ExecConfig {
         kv_capacity: 16,
+        kv_block_tokens: ats_sched::session::KV_BLOCK_TOKENS,
         kv_type: KvType::F32,
         slots_per_role: 2,
         region: None,

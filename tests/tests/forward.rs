@@ -18,6 +18,7 @@ fn run_all(dir: &str, file: &str, kv: KvType) -> f32 {
     let plan = ExecPlan::all_cpu(&graph);
     let cfg = ExecConfig {
         kv_capacity: 64,
+        kv_block_tokens: ats_sched::session::KV_BLOCK_TOKENS,
         kv_type: kv,
         slots_per_role: 2,
         region: None,

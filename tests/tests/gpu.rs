@@ -116,6 +116,7 @@ fn text_fixtures_on_the_gpu_and_mixed_placements_match_the_cpu() {
         for (kv, tol) in [(KvType::F32, 1e-3f32), (KvType::F16, 5e-2)] {
             let cfg = ExecConfig {
                 kv_capacity: 64,
+                kv_block_tokens: ats_sched::session::KV_BLOCK_TOKENS,
                 kv_type: kv,
                 slots_per_role: 2,
                 region: None,
@@ -193,6 +194,7 @@ fn quantised_fixtures_match_the_dequantised_reference() {
         let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
         let cfg = ExecConfig {
             kv_capacity: 64,
+            kv_block_tokens: ats_sched::session::KV_BLOCK_TOKENS,
             kv_type: KvType::F32,
             slots_per_role: 2,
             region: None,
@@ -462,6 +464,7 @@ fn synthetic_models_decode_as_they_prefill_on_the_gpu() {
         g.pin_host(&host).unwrap();
         let cfg = ExecConfig {
             kv_capacity: n_prompt + 8,
+            kv_block_tokens: ats_sched::session::KV_BLOCK_TOKENS,
             kv_type: KvType::F16,
             slots_per_role: 2,
             region: None,

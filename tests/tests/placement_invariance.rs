@@ -95,6 +95,7 @@ fn random_placements_give_the_cpu_logits() {
         let ids = Reference::open(&format!("{dir}/reference.safetensors")).ids("full_ids");
         let cfg = ExecConfig {
             kv_capacity: 64,
+            kv_block_tokens: ats_sched::session::KV_BLOCK_TOKENS,
             kv_type: KvType::F32,
             slots_per_role: 2,
             region: None,
@@ -219,6 +220,7 @@ fn decode_streams_only_the_routed_experts() {
     let host: Arc<dyn HostMemory> = spec.gguf.backing().clone();
     let cfg = ExecConfig {
         kv_capacity: 64,
+        kv_block_tokens: ats_sched::session::KV_BLOCK_TOKENS,
         kv_type: KvType::F32,
         slots_per_role: 2,
         region: None,

@@ -65,6 +65,7 @@ fn moving_kv_caches_between_devices_keeps_their_contents() {
     let ids = Reference::open("llama/reference.safetensors").ids("full_ids");
     let cfg = ExecConfig {
         kv_capacity: 64,
+        kv_block_tokens: ats_sched::session::KV_BLOCK_TOKENS,
         kv_type: KvType::F16,
         slots_per_role: 2,
         region: None,

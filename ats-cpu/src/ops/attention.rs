@@ -11,7 +11,7 @@ use super::vec::{f16_to_f32, scale};
 
 /// Keys and values: rows of `n_kv_heads * head_dim`.
 #[derive(Clone, Copy, Debug)]
-pub enum KvRows<'a> {
+pub enum KvData<'a> {
     /// Single precision (vision, or an f32 cache).
     F32 {
         /// Keys.
@@ -26,6 +26,103 @@ pub enum KvRows<'a> {
         /// Values.
         v: &'a [f16],
     },
+}
+
+/// Where key `t` of a sequence is among the rows of [`KvData`].
+#[derive(Clone, Copy, Debug)]
+pub enum RowMap<'a> {
+    /// Row `t`.
+    Contiguous,
+    /// Row `blocks[t / block_tokens] * block_tokens + t % block_tokens`.
+    Blocks {
+        /// The sequence's blocks, in token order.
+        blocks: &'a [u32],
+        /// Rows per block.
+        block_tokens: usize,
+    },
+}
+
+impl RowMap<'_> {
+    /// The row of key `t`.
+    #[inline]
+    pub fn row(&self, t: usize) -> usize {
+        match *self {
+            RowMap::Contiguous => t,
+            RowMap::Blocks {
+                blocks,
+                block_tokens,
+            } => blocks[t / block_tokens] as usize * block_tokens + t % block_tokens,
+        }
+    }
+
+    /// Keys `t0..t0 + n` as runs of consecutive rows: `(first row, keys)`.
+    pub fn runs(&self, t0: usize, n: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let step = match *self {
+            RowMap::Contiguous => n.max(1),
+            RowMap::Blocks { block_tokens, .. } => block_tokens,
+        };
+        let mut t = t0;
+        std::iter::from_fn(move || {
+            if t >= t0 + n {
+                return None;
+            }
+            let len = (step - t % step).min(t0 + n - t);
+            let run = (self.row(t), len);
+            t += len;
+            Some(run)
+        })
+    }
+}
+
+/// A sequence's keys and values: the rows and where each key is among them.
+#[derive(Clone, Copy, Debug)]
+pub struct KvRows<'a> {
+    /// The rows.
+    pub data: KvData<'a>,
+    /// Key `t`'s row.
+    pub map: RowMap<'a>,
+}
+
+impl<'a> KvRows<'a> {
+    /// Keys and values whose key `t` is row `t`.
+    pub fn contiguous(data: KvData<'a>) -> Self {
+        KvRows {
+            data,
+            map: RowMap::Contiguous,
+        }
+    }
+
+    /// Keys and values `t0..t0 + n` of the head columns `cols` as f32, one
+    /// key after another (`cols.len()` values each).
+    pub(crate) fn gather(
+        &self,
+        t0: usize,
+        n: usize,
+        width: usize,
+        cols: std::ops::Range<usize>,
+        kd: &mut [f32],
+        vd: &mut [f32],
+    ) {
+        let w = cols.len();
+        let mut at = 0;
+        for (row, len) in self.map.runs(t0, n) {
+            for j in 0..len {
+                let src = (row + j) * width + cols.start;
+                let (ko, vo) = (&mut kd[at * w..][..w], &mut vd[at * w..][..w]);
+                match self.data {
+                    KvData::F32 { k, v } => {
+                        ko.copy_from_slice(&k[src..src + w]);
+                        vo.copy_from_slice(&v[src..src + w]);
+                    }
+                    KvData::F16 { k, v } => {
+                        f16_to_f32(&k[src..src + w], ko);
+                        f16_to_f32(&v[src..src + w], vo);
+                    }
+                }
+                at += 1;
+            }
+        }
+    }
 }
 
 /// Which keys query row `r` sees.
@@ -248,20 +345,7 @@ fn block(
     while kb < k_hi {
         let n = K_BLOCK.min(k_hi - kb);
         // gather this kv head's rows of the block as f32, once for all heads of the group
-        for j in 0..n {
-            let src = (kb + j) * kv_width + g * hd;
-            let (kd, vd) = (&mut kbuf[j * hd..][..hd], &mut vbuf[j * hd..][..hd]);
-            match kv {
-                KvRows::F32 { k, v } => {
-                    kd.copy_from_slice(&k[src..src + hd]);
-                    vd.copy_from_slice(&v[src..src + hd]);
-                }
-                KvRows::F16 { k, v } => {
-                    f16_to_f32(&k[src..src + hd], kd);
-                    f16_to_f32(&v[src..src + hd], vd);
-                }
-            }
-        }
+        kv.gather(kb, n, kv_width, g * hd..(g + 1) * hd, kbuf, vbuf);
         for (i, &(lo, hi)) in sc.bounds.iter().enumerate() {
             let (j0, j1) = (lo.max(kb), hi.min(kb + n));
             if j0 >= j1 {
@@ -375,7 +459,13 @@ mod tests {
             for q_block in [1, 7, 0, 1000] {
                 s.q_block = q_block;
                 let mut out = vec![f32::NAN; nq * 64];
-                flash_attention(&q, KvRows::F32 { k: &k, v: &v }, range, &mut out, s);
+                flash_attention(
+                    &q,
+                    KvRows::contiguous(KvData::F32 { k: &k, v: &v }),
+                    range,
+                    &mut out,
+                    s,
+                );
                 let err = want
                     .iter()
                     .zip(&out)
@@ -386,7 +476,13 @@ mod tests {
             let mut out = vec![0.0; nq * 64];
             let kh: Vec<f16> = k.iter().map(|&x| f16::from_f32(x)).collect();
             let vh: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
-            flash_attention(&q, KvRows::F16 { k: &kh, v: &vh }, range, &mut out, s);
+            flash_attention(
+                &q,
+                KvRows::contiguous(KvData::F16 { k: &kh, v: &vh }),
+                range,
+                &mut out,
+                s,
+            );
             let err = want
                 .iter()
                 .zip(&out)

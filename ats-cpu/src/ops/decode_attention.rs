@@ -9,7 +9,7 @@ use rayon::prelude::*;
 
 use super::attention::{AttnShape, KeyRange, KvRows};
 use super::online_softmax::{self, Block, State};
-use super::vec::{axpy, f16_to_f32, scale};
+use super::vec::{axpy, scale};
 
 /// Most query rows the split path takes.
 const MAX_QUERIES: usize = 8;
@@ -62,17 +62,7 @@ pub(crate) fn split_attention(
             let mut j0 = a;
             while j0 < b {
                 let n = ROWS.min(b - j0);
-                let rows = j0 * kvw..(j0 + n) * kvw;
-                match kv {
-                    KvRows::F32 { k, v } => {
-                        kb[..n * kvw].copy_from_slice(&k[rows.clone()]);
-                        vb[..n * kvw].copy_from_slice(&v[rows]);
-                    }
-                    KvRows::F16 { k, v } => {
-                        f16_to_f32(&k[rows.clone()], &mut kb[..n * kvw]);
-                        f16_to_f32(&v[rows], &mut vb[..n * kvw]);
-                    }
-                }
+                kv.gather(j0, n, kvw, 0..kvw, kb, vb);
                 for r in 0..s.n_queries {
                     let (lo, hi) = range.of(r, s.n_keys);
                     let (x0, x1) = (lo.max(j0), hi.min(j0 + n));

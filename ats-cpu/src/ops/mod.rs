@@ -1,6 +1,7 @@
 //! Every graph op on the CPU: argument plumbing here, one kernel per file.
 
 pub mod attention;
+pub mod cached_attention;
 pub mod cols;
 mod decode_attention;
 pub mod elementwise;
@@ -15,16 +16,13 @@ pub mod vec;
 use std::borrow::Cow;
 use std::sync::RwLockReadGuard;
 
-use ats_core::device::{DeviceError, KvType, NodeArgs, WeightArg, WeightData};
+use ats_core::device::{DeviceError, NodeArgs, WeightArg, WeightData};
 use ats_core::dtype::DType;
-use ats_core::graph::{GeluKind, Graph, Mask, Op};
-use ats_core::round::Round;
-use half::f16;
-use half::slice::HalfFloatSliceExt;
+use ats_core::graph::{GeluKind, Op};
 
 use crate::matmul::{Isa, WeightMatrix, matmul};
 use crate::storage::cpu_storage;
-use attention::{AttnShape, KeyRange, KvRows};
+pub use cached_attention::attention_shape;
 
 /// A weight's bytes: borrowed host memory or a locked CPU buffer.
 enum Bytes<'a> {
@@ -201,49 +199,17 @@ pub(crate) fn run(args: &NodeArgs<'_>, isa: Isa, device: &str) -> Result<(), Dev
             rope::rope(out, spec, &round.positions, factors.as_deref());
         }
         Op::Attention(spec) => {
-            let (q, k, v) = (input(0)?, input(1)?, input(2)?);
-            let kv_w = spec.n_kv_heads * spec.head_dim;
-            let range = match spec.mask {
-                Mask::Causal => KeyRange::Causal { offset: round.past },
-                Mask::Full => KeyRange::Full,
-                Mask::Segments => KeyRange::Segments {
-                    bounds: &round.segments[1.min(round.segments.len())..],
-                },
+            let cache = match (&spec.cache, &args.kv) {
+                (Some(_), Some(kv)) => Some((kv, storage(kv.k)?, storage(kv.v)?)),
+                _ => None,
             };
-            let shape = attention_shape(g, args.node_id, round)
-                .ok_or_else(|| err("not an attention node".into()))?;
-            match (&spec.cache, &args.kv) {
-                (None, _) => attention::flash_attention(q, KvRows::F32 { k, v }, range, out, shape),
-                (Some(_), Some(kv)) => {
-                    let total = shape.n_keys;
-                    if total > kv.capacity {
-                        return Err(err(format!(
-                            "context of {total} tokens exceeds the KV cache of {}",
-                            kv.capacity
-                        )));
-                    }
-                    let (ks, vs) = (storage(kv.k)?, storage(kv.v)?);
-                    append_kv(ks, kv.dtype, round.past * kv_w, k);
-                    append_kv(vs, kv.dtype, round.past * kv_w, v);
-                    let (kg, vg) = (ks.read(), vs.read());
-                    let rows = match kv.dtype {
-                        KvType::F32 => KvRows::F32 {
-                            k: &kg[..total * kv_w],
-                            v: &vg[..total * kv_w],
-                        },
-                        KvType::F16 => {
-                            let kh: &[f16] = bytemuck::cast_slice(&kg[..]);
-                            let vh: &[f16] = bytemuck::cast_slice(&vg[..]);
-                            KvRows::F16 {
-                                k: &kh[..total * kv_w],
-                                v: &vh[..total * kv_w],
-                            }
-                        }
-                    };
-                    attention::flash_attention(q, rows, range, out, shape);
-                }
-                (Some(_), None) => return Err(err("attention needs its KV cache".into())),
-            }
+            let io = cached_attention::AttnIo {
+                q: input(0)?,
+                k: input(1)?,
+                v: input(2)?,
+                out,
+            };
+            cached_attention::attention(spec, round, io, cache).map_err(err)?;
         }
         Op::MoeRouter {
             n_expert,
@@ -308,43 +274,6 @@ pub(crate) fn run(args: &NodeArgs<'_>, isa: Isa, device: &str) -> Result<(), Dev
         }
     }
     Ok(())
-}
-
-/// The shape of attention node `node` in `round`: queries are the round's
-/// rows, keys the round's rows plus the cached past; the Q chunk is the round's.
-pub fn attention_shape(g: &Graph, node: usize, round: &Round) -> Option<AttnShape> {
-    let n = g.nodes.get(node)?;
-    let Op::Attention(spec) = &n.op else {
-        return None;
-    };
-    let rows = g.values[n.output]
-        .rows
-        .resolve(round.n_rows, round.output_rows.len());
-    Some(AttnShape {
-        n_heads: spec.n_heads,
-        n_kv_heads: spec.n_kv_heads,
-        head_dim: spec.head_dim,
-        scale: spec.scale,
-        n_queries: rows,
-        n_keys: if spec.cache.is_some() {
-            round.past + rows
-        } else {
-            rows
-        },
-        q_block: round.attn_q_block,
-    })
-}
-
-/// Writes this round's key or value rows into the cache at `offset` elements.
-fn append_kv(s: &crate::storage::CpuStorage, dtype: KvType, offset: usize, rows: &[f32]) {
-    let mut g = s.write();
-    match dtype {
-        KvType::F32 => g[offset..offset + rows.len()].copy_from_slice(rows),
-        KvType::F16 => {
-            let h: &mut [f16] = bytemuck::cast_slice_mut(&mut g[..]);
-            h[offset..offset + rows.len()].convert_from_f32_slice(rows);
-        }
-    }
 }
 
 /// A weight as f32 values: borrowed when it is aligned F32, dequantised otherwise.

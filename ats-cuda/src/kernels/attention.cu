@@ -43,13 +43,23 @@ __device__ __forceinline__ void key_bounds(int mask, int qi, int offset, int n_k
     }
 }
 
+// The cache row of a sequence's key `key`: through its block table (blocks
+// of 1 << block_shift rows), or row `key` itself without one.
+__device__ __forceinline__ u64 kv_row(const unsigned* __restrict__ blocks, int block_shift,
+                                      int key) {
+    if (!blocks) return (u64)key;
+    const u64 mask = ((u64)1 << block_shift) - 1;
+    return ((u64)blocks[key >> block_shift] << block_shift) | ((u64)key & mask);
+}
+
 template <typename KV>
 __device__ void attn_impl(const float* __restrict__ q, const KV* __restrict__ k,
                           const KV* __restrict__ v, float* __restrict__ out,
                           float* __restrict__ part_o, float* __restrict__ part_ml, int n_q,
                           int n_keys, int n_heads, int n_kv, int D, float scale, int mask,
                           int offset, const int* __restrict__ bounds, int n_bounds, int R,
-                          int BK, int split_keys) {
+                          int BK, int split_keys, const unsigned* __restrict__ blocks,
+                          int block_shift) {
     DYN_SHARED(float, smem);
     const int group = n_heads / n_kv;
     const int qr = R / group;  // query rows per block
@@ -102,7 +112,7 @@ __device__ void attn_impl(const float* __restrict__ q, const KV* __restrict__ k,
         const int nk = min(BK, k_hi - kb);
         for (int i = tid; i < nk * D; i += T) {
             const int j = i / D, d = i % D;
-            const u64 src = (u64)(kb + j) * kv_w + (u64)g * D + d;
+            const u64 src = kv_row(blocks, block_shift, kb + j) * kv_w + (u64)g * D + d;
             ks[j * (D + 1) + d] = kv_load<KV>(k, src);
             vs[j * D + d] = kv_load<KV>(v, src);
         }
@@ -182,10 +192,11 @@ __device__ void attn_impl(const float* __restrict__ q, const KV* __restrict__ k,
 #define ATTN_ARGS                                                                                 \
     const float *q, const KVT *k, const KVT *v, float *out, float *part_o, float *part_ml,         \
         int n_q, int n_keys, int n_heads, int n_kv, int D, float scale, int mask, int offset,     \
-        const int *bounds, int n_bounds, int R, int BK, int split_keys
+        const int *bounds, int n_bounds, int R, int BK, int split_keys, const unsigned *blocks, \
+        int block_shift
 #define ATTN_CALL \
     q, k, v, out, part_o, part_ml, n_q, n_keys, n_heads, n_kv, D, scale, mask, offset, bounds, \
-        n_bounds, R, BK, split_keys
+        n_bounds, R, BK, split_keys, blocks, block_shift
 
 #define KVT u16
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_f16kv(ATTN_ARGS) {
@@ -288,7 +299,8 @@ __device__ void attn_decode_impl(const float* __restrict__ q, const KV* __restri
                                  const KV* __restrict__ v, float* __restrict__ out,
                                  float* __restrict__ part_o, float* __restrict__ part_ml, int n_q,
                                  int n_keys, int n_heads, int n_kv, float scale, int mask,
-                                 int offset, int split_keys) {
+                                 int offset, int split_keys, const unsigned* __restrict__ blocks,
+                                 int block_shift) {
     constexpr int D = DL * WARP;
     constexpr int KS = D < 8 ? D : 8;  // key columns per load in the scores
     DYN_SHARED(float, smem);
@@ -332,7 +344,7 @@ __device__ void attn_decode_impl(const float* __restrict__ q, const KV* __restri
 #pragma unroll
         for (int vi = 0; vi < DEC_MAX_VECS; vi++) s[vi] = 0.0f;
         if (key < s1) {
-            const KV* kr = k + (u64)key * kv_w + (u64)g * D;
+            const KV* kr = k + kv_row(blocks, block_shift, key) * kv_w + (u64)g * D;
             for (int d0 = 0; d0 < D; d0 += KS) {
                 float kf[KS];
                 load_kv<KS>(kr + d0, kf);
@@ -364,7 +376,7 @@ __device__ void attn_decode_impl(const float* __restrict__ q, const KV* __restri
         const int nk = min(WARP, s1 - kb);
         for (int j = 0; j < nk; j++) {
             float vf[DL];
-            load_kv<DL>(v + (u64)(kb + j) * kv_w + (u64)g * D + lane * DL, vf);
+            load_kv<DL>(v + kv_row(blocks, block_shift, kb + j) * kv_w + (u64)g * D + lane * DL, vf);
 #pragma unroll
             for (int vi = 0; vi < DEC_MAX_VECS; vi++) {
                 if (vi < nv) {
@@ -421,8 +433,10 @@ __device__ void attn_decode_impl(const float* __restrict__ q, const KV* __restri
 #define DEC_ARGS                                                                          \
     const float *q, const KVT *k, const KVT *v, float *out, float *part_o, float *part_ml, \
         int n_q, int n_keys, int n_heads, int n_kv, float scale, int mask, int offset,     \
-        int split_keys
-#define DEC_CALL q, k, v, out, part_o, part_ml, n_q, n_keys, n_heads, n_kv, scale, mask, offset, split_keys
+        int split_keys, const unsigned *blocks, int block_shift
+#define DEC_CALL                                                                             \
+    q, k, v, out, part_o, part_ml, n_q, n_keys, n_heads, n_kv, scale, mask, offset, split_keys, \
+        blocks, block_shift
 
 #define DEC_KERNEL(SUFFIX, DL)                                                                  \
     extern "C" __global__ void __launch_bounds__(DEC_THREADS) attn_decode_##SUFFIX(DEC_ARGS) { \

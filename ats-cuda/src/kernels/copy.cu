@@ -24,20 +24,34 @@ extern "C" __global__ void f32_to_f16(const float* __restrict__ x, u16* __restri
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) y[i] = f2h(x[i]);
 }
 
-// Appends this round's key or value rows to a cache: cache[offset + i] = x[i].
-extern "C" __global__ void kv_append_f16(const float* __restrict__ x, u16* __restrict__ cache,
-                                         u64 offset, u64 n) {
-    const u64 stride = (u64)gridDim.x * blockDim.x;
-    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        cache[offset + i] = f2h(x[i]);
+// Appends a sequence's new key or value rows to its cache rows: row i of x
+// (width w) is the sequence's token past + i, at its cache row through its
+// block table (blocks of 1 << block_shift rows; none: row past + i).
+__device__ __forceinline__ u64 kv_dst(const unsigned* __restrict__ blocks, int block_shift,
+                                      u64 past, u64 i, u64 w) {
+    const u64 t = past + i / w;
+    const u64 row = blocks ? (((u64)blocks[t >> block_shift] << block_shift) |
+                              (t & (((u64)1 << block_shift) - 1)))
+                           : t;
+    return row * w + i % w;
 }
 
-extern "C" __global__ void kv_append_f32(const float* __restrict__ x, float* __restrict__ cache,
-                                         u64 offset, u64 n) {
+extern "C" __global__ void kv_append_rows_f16(const float* __restrict__ x, u16* __restrict__ cache,
+                                              const unsigned* __restrict__ blocks, int block_shift,
+                                              u64 past, u64 w, u64 n) {
     const u64 stride = (u64)gridDim.x * blockDim.x;
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        cache[offset + i] = x[i];
+        cache[kv_dst(blocks, block_shift, past, i, w)] = f2h(x[i]);
 }
+
+extern "C" __global__ void kv_append_rows_f32(const float* __restrict__ x, float* __restrict__ cache,
+                                              const unsigned* __restrict__ blocks, int block_shift,
+                                              u64 past, u64 w, u64 n) {
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        cache[kv_dst(blocks, block_shift, past, i, w)] = x[i];
+}
+
 
 // The experts a router chose, copied from mapped host memory by the SMs on
 // the transfer stream, so the host never reads the expert ids back: block

@@ -43,68 +43,129 @@ pub(crate) fn attention(
         return Ok(());
     }
     let r = n.args.round;
-    let (mask, offset) = match spec.mask {
-        Mask::Causal => (0i32, r.past),
-        Mask::Full => (1, 0),
-        Mask::Segments => (2, 0),
-    };
-    let rd = if spec.mask == Mask::Segments {
-        Some(n.round(st)?.clone())
-    } else {
-        None
-    };
-    let (bounds, n_bounds) = rd.as_ref().map_or((0u64, 0i32), |d| (d.bounds, d.n_bounds));
-    // where the keys and values come from, and how many there are
-    let (kp, vp, n_keys, f16) = match (&spec.cache, &n.args.kv) {
-        (None, _) => (k, v, nq, false),
-        (Some(_), Some(kv)) => {
-            let total = r.past + nq;
-            if total > kv.capacity {
-                return Err(n.err(format!(
-                    "context of {total} tokens exceeds the KV cache of {}",
-                    kv.capacity
-                )));
-            }
-            let es = kv.dtype.size();
-            let kp = n.dev.ptr_of(kv.k, 0, total * kv_w * es)?;
-            let vp = n.dev.ptr_of(kv.v, 0, total * kv_w * es)?;
-            let (name, f16) = match kv.dtype {
-                KvType::F16 => ("kv_append_f16", true),
-                KvType::F32 => ("kv_append_f32", false),
-            };
-            let off = (r.past * kv_w) as u64;
-            let len = (nq * kv_w) as u64;
-            for (src, dst) in [(k, kp), (v, vp)] {
-                append(n, name, src, dst, off, len)?;
-            }
-            (kp, vp, total, f16)
+    let Some(kv) = spec.cache.and(n.args.kv.as_ref()) else {
+        if spec.cache.is_some() {
+            return Err(n.err("attention needs its KV cache"));
         }
-        (Some(_), None) => return Err(n.err("attention needs its KV cache")),
+        let (mask, offset) = match spec.mask {
+            Mask::Causal => (0i32, r.past),
+            Mask::Full => (1, 0),
+            Mask::Segments => (2, 0),
+        };
+        let rd = if spec.mask == Mask::Segments {
+            Some(n.round(st)?.clone())
+        } else {
+            None
+        };
+        let (bounds, n_bounds) = rd.as_ref().map_or((0u64, 0i32), |d| (d.bounds, d.n_bounds));
+        let call = Call {
+            keys: Keys { q, k, v, o },
+            n_q: nq,
+            n_keys: nq,
+            mask,
+            offset,
+            bounds: (bounds, n_bounds),
+            blocks: (0, 0),
+            f16: false,
+        };
+        return attend(n, scratch, spec, &call);
     };
+    let es = kv.dtype.size();
+    let kp = n.dev.ptr_of(kv.k, 0, kv.capacity * kv_w * es)?;
+    let vp = n.dev.ptr_of(kv.v, 0, kv.capacity * kv_w * es)?;
+    let shift = block_shift(kv.block_tokens).map_err(|e| n.err(e))?;
+    let tables = n.round(st)?.blocks.clone();
+    let (q_row, kv_row) = ((nh * hd * 4) as u64, (kv_w * 4) as u64);
+    for (i, span) in r.spans().iter().enumerate() {
+        let holds = span.cache.holds(kv.block_tokens).unwrap_or(kv.capacity);
+        if span.keys() > holds.min(kv.capacity) {
+            return Err(n.err(format!(
+                "context of {} tokens exceeds the KV cache of {}",
+                span.keys(),
+                kv.capacity
+            )));
+        }
+        let table = tables.get(i).copied().flatten().unwrap_or(0);
+        let row0 = span.rows.start as u64;
+        let append_to = Append {
+            past: span.past as u64,
+            width: kv_w as u64,
+            n: (span.len() * kv_w) as u64,
+            blocks: (table, shift),
+            f16: kv.dtype == KvType::F16,
+        };
+        append(n, k + row0 * kv_row, kp, &append_to)?;
+        append(n, v + row0 * kv_row, vp, &append_to)?;
+        let call = Call {
+            keys: Keys {
+                q: q + row0 * q_row,
+                k: kp,
+                v: vp,
+                o: o + row0 * q_row,
+            },
+            n_q: span.len(),
+            n_keys: span.keys(),
+            mask: 0,
+            offset: span.past,
+            bounds: (0, 0),
+            blocks: (table, shift),
+            f16: kv.dtype == KvType::F16,
+        };
+        attend(n, scratch, spec, &call)?;
+    }
+    Ok(())
+}
+
+/// `log2(block_tokens)`: the kernels address blocks by shifts.
+fn block_shift(block_tokens: usize) -> Result<i32, String> {
+    if block_tokens.is_power_of_two() {
+        Ok(block_tokens.trailing_zeros() as i32)
+    } else {
+        Err(format!(
+            "KV blocks of {block_tokens} rows: the GPU needs a power of two"
+        ))
+    }
+}
+
+/// One attention call: addresses, shape, mask, and where the keys are.
+struct Call {
+    keys: Keys,
+    n_q: usize,
+    n_keys: usize,
+    mask: i32,
+    offset: usize,
+    /// Segment ends and their count (segment masks).
+    bounds: (u64, i32),
+    /// The block table (0: keys in consecutive rows) and log2 of its block rows.
+    blocks: (u64, i32),
+    f16: bool,
+}
+
+/// Attends `call`'s queries over its keys: the decode kernel for few
+/// queries over many keys, the general tiled kernel otherwise.
+fn attend(
+    n: &Node<'_>,
+    scratch: &mut Carver,
+    spec: &AttnSpec,
+    call: &Call,
+) -> Result<(), DeviceError> {
+    let (hd, nh, nkv) = (spec.head_dim, spec.n_heads, spec.n_kv_heads);
     if spec.mask != Mask::Segments
         && let Some(l) = geometry::decode_launch(
-            nq,
+            call.n_q,
             nh,
             nkv,
             hd,
-            n_keys,
-            f16,
+            call.n_keys,
+            call.f16,
             n.dev.sm_count as usize,
             scratch.free_for(2) / 4, // part_o and part_ml below
         )
     {
-        let keys = Keys { q, k: kp, v: vp, o };
-        return decode(
-            n,
-            scratch,
-            spec,
-            &keys,
-            &l,
-            [nq, n_keys, nh, nkv],
-            mask,
-            offset,
-        );
+        return decode(n, scratch, spec, call, &l);
     }
+    let (nq, n_keys) = (call.n_q, call.n_keys);
+    let Keys { q, k: kp, v: vp, o } = call.keys;
     let group = nh / nkv;
     let tiles = geometry::attn_tiles(hd, group).map_err(|e| n.err(e))?;
     let q_tiles = nq.div_ceil(tiles.rows(group));
@@ -127,7 +188,7 @@ pub(crate) fn attention(
     } else {
         (0u64, 0u64)
     };
-    let name = if f16 { "attn_f16kv" } else { "attn_f32kv" };
+    let name = if call.f16 { "attn_f16kv" } else { "attn_f32kv" };
     let f = n
         .dev
         .kernels
@@ -140,11 +201,13 @@ pub(crate) fn attention(
     };
     let ints = [nq as i32, n_keys as i32, nh as i32, nkv as i32, hd as i32];
     let (offset, r_, bk, sk) = (
-        offset as i32,
+        call.offset as i32,
         tiles.r as i32,
         tiles.bk as i32,
         split_keys as i32,
     );
+    let (bounds, n_bounds) = call.bounds;
+    let (table, shift) = call.blocks;
     let mut b = n.dev.streams.compute.launch_builder(&f);
     b.arg(&q)
         .arg(&kp)
@@ -156,16 +219,19 @@ pub(crate) fn attention(
         b.arg(i);
     }
     b.arg(&spec.scale)
-        .arg(&mask)
+        .arg(&call.mask)
         .arg(&offset)
         .arg(&bounds)
         .arg(&n_bounds)
         .arg(&r_)
         .arg(&bk)
-        .arg(&sk);
-    // SAFETY: q and o hold nq rows of nh*hd floats; k and v hold n_keys rows
-    // of nkv*hd (cache or inputs, checked above); the shared memory matches
-    // the tiles; partial buffers hold splits*nq*nh slots when splitting.
+        .arg(&sk)
+        .arg(&table)
+        .arg(&shift);
+    // SAFETY: q and o hold nq rows of nh*hd floats; k and v hold the rows of
+    // n_keys keys of nkv*hd (cache, through the block table, or inputs,
+    // checked by the caller); the shared memory matches the tiles; partial
+    // buffers hold splits*nq*nh slots when splitting.
     drv(name, unsafe { b.launch(cfg) }).map_err(|e| n.cu(e))?;
     if splits > 1 {
         combine(n, part_o, part_ml, o, [nq, nh, hd, splits])?;
@@ -183,18 +249,16 @@ struct Keys {
 
 /// Few query vectors over a cache: `attn_decode_*` over (KV heads, key
 /// splits), then the merge of the splits.
-#[allow(clippy::too_many_arguments)]
 fn decode(
     n: &Node<'_>,
     scratch: &mut Carver,
     spec: &AttnSpec,
-    t: &Keys,
+    call: &Call,
     l: &geometry::DecodeLaunch,
-    [nq, n_keys, nh, nkv]: [usize; 4],
-    mask: i32,
-    offset: usize,
 ) -> Result<(), DeviceError> {
-    let hd = spec.head_dim;
+    let (hd, nh, nkv) = (spec.head_dim, spec.n_heads, spec.n_kv_heads);
+    let (nq, n_keys) = (call.n_q, call.n_keys);
+    let t = &call.keys;
     let (part_o, part_ml) = if l.splits > 1 {
         let slots = l.splits * nq * nh;
         (
@@ -216,7 +280,8 @@ fn decode(
         shared_mem_bytes: l.shared_bytes as u32,
     };
     let ints = [nq as i32, n_keys as i32, nh as i32, nkv as i32];
-    let (offset, sk) = (offset as i32, l.split_keys as i32);
+    let (offset, sk) = (call.offset as i32, l.split_keys as i32);
+    let (table, shift) = call.blocks;
     let mut b = n.dev.streams.compute.launch_builder(&f);
     b.arg(&t.q)
         .arg(&t.k)
@@ -227,11 +292,17 @@ fn decode(
     for i in &ints {
         b.arg(i);
     }
-    b.arg(&spec.scale).arg(&mask).arg(&offset).arg(&sk);
-    // SAFETY: q and o hold nq rows of nh*hd floats, k and v n_keys rows of
-    // nkv*hd cache elements (checked by the caller); the head size is the
-    // kernel's (decode_launch picks the instantiation); the shared memory
-    // matches its layout; the partial buffers hold splits*nq*nh slots.
+    b.arg(&spec.scale)
+        .arg(&call.mask)
+        .arg(&offset)
+        .arg(&sk)
+        .arg(&table)
+        .arg(&shift);
+    // SAFETY: q and o hold nq rows of nh*hd floats, k and v the rows of
+    // n_keys keys of nkv*hd cache elements through the block table (checked
+    // by the caller); the head size is the kernel's (decode_launch picks the
+    // instantiation); the shared memory matches its layout; the partial
+    // buffers hold splits*nq*nh slots.
     drv(&name, unsafe { b.launch(cfg) }).map_err(|e| n.cu(e))?;
     if l.splits > 1 {
         combine(n, part_o, part_ml, t.o, [nq, nh, hd, l.splits])?;
@@ -272,25 +343,41 @@ fn combine(
     Ok(())
 }
 
-fn append(
-    n: &Node<'_>,
-    name: &str,
-    src: u64,
-    cache: u64,
-    offset: u64,
-    len: u64,
-) -> Result<(), DeviceError> {
-    // kv_append_*(x, cache, offset, n)
+/// Where an append writes: a sequence's tokens `past..` of `width`
+/// elements each, `n` elements in all, through its block table.
+struct Append {
+    past: u64,
+    width: u64,
+    n: u64,
+    blocks: (u64, i32),
+    f16: bool,
+}
+
+/// `kv_append_rows_*`: `a.n` floats at `src` into the cache at `cache`.
+fn append(n: &Node<'_>, src: u64, cache: u64, a: &Append) -> Result<(), DeviceError> {
+    let name = if a.f16 {
+        "kv_append_rows_f16"
+    } else {
+        "kv_append_rows_f32"
+    };
     let f = n
         .dev
         .kernels
         .function(Module::Copy, name)
         .map_err(|e| n.cu(e))?;
-    let cfg = geometry::elementwise(len, n.dev.sm_count);
+    let cfg = geometry::elementwise(a.n, n.dev.sm_count);
+    let (table, shift) = a.blocks;
     let mut b = n.dev.streams.compute.launch_builder(&f);
-    b.arg(&src).arg(&cache).arg(&offset).arg(&len);
-    // SAFETY: src holds `len` floats; the cache holds offset + len elements
-    // (checked against the round's total).
+    b.arg(&src)
+        .arg(&cache)
+        .arg(&table)
+        .arg(&shift)
+        .arg(&a.past)
+        .arg(&a.width)
+        .arg(&a.n);
+    // SAFETY: src holds `n` floats; the cache holds the rows the sequence's
+    // block table names for tokens past.. (checked against the cache's
+    // capacity and the table's length by the caller and the round check).
     drv(name, unsafe { b.launch(cfg) }).map_err(|e| n.cu(e))?;
     Ok(())
 }

@@ -215,6 +215,7 @@ impl Node<'_> {
                 output_rows: base + offs[2] as u64,
                 bounds: base + offs[3] as u64,
                 n_bounds: bounds.len() as i32,
+                blocks: block_tables(r, base + offs[4] as u64),
             });
         }
         Ok(st.round.as_ref().expect("set above"))
@@ -293,4 +294,22 @@ pub(crate) fn run(
             blocks,
         } => rows::gather_cols(&n, *offset, *len, *stride, *blocks),
     }
+}
+
+/// Each sequence's block table's address in the uploaded round, in the
+/// order of [`ats_core::round::Round::seqs`] (tables laid one after another
+/// from `base`).
+fn block_tables(r: &ats_core::round::Round, base: CUdeviceptr) -> Vec<Option<CUdeviceptr>> {
+    let mut at = base;
+    r.seqs
+        .iter()
+        .map(|s| match &s.cache {
+            ats_core::round::CacheRows::Blocks(b) => {
+                let p = at;
+                at += 4 * b.len() as u64;
+                Some(p)
+            }
+            ats_core::round::CacheRows::Contiguous => None,
+        })
+        .collect()
 }

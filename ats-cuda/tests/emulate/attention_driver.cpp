@@ -12,14 +12,17 @@ struct Header {
     int splits, split_keys;
     int q_tiles, r, bk, shared_bytes;  // general kernel only
     float scale;
+    // paged keys: n_blocks blocks of 1 << block_shift rows (0: keys in row order); the
+    // block table follows the values
+    int n_blocks, block_shift;
 };
 
 template <class KV>
 static void run(const Header& h, const float* q, const KV* k, const KV* v, float* out, float* po,
-                float* pml) {
+                float* pml, const unsigned* blocks) {
     if (h.kernel == 1) {
         emu::launch({(unsigned)h.n_kv, (unsigned)h.splits, 1}, {128, 1, 1}, [&] {
-#define DEC(NAME) NAME(q, k, v, out, po, pml, h.n_q, h.n_keys, h.n_heads, h.n_kv, h.scale, h.mask, h.offset, h.split_keys)
+#define DEC(NAME) NAME(q, k, v, out, po, pml, h.n_q, h.n_keys, h.n_heads, h.n_kv, h.scale, h.mask, h.offset, h.split_keys, blocks, h.block_shift)
             if constexpr (sizeof(KV) == 2) {
                 if (h.d == 64) DEC(attn_decode_f16kv_d64);
                 else if (h.d == 128) DEC(attn_decode_f16kv_d128);
@@ -33,7 +36,7 @@ static void run(const Header& h, const float* q, const KV* k, const KV* v, float
         });
     } else {
         emu::launch({(unsigned)h.q_tiles, (unsigned)h.n_kv, (unsigned)h.splits}, {128, 1, 1}, [&] {
-#define GEN(NAME) NAME(q, k, v, out, po, pml, h.n_q, h.n_keys, h.n_heads, h.n_kv, h.d, h.scale, h.mask, h.offset, nullptr, 0, h.r, h.bk, h.split_keys)
+#define GEN(NAME) NAME(q, k, v, out, po, pml, h.n_q, h.n_keys, h.n_heads, h.n_kv, h.d, h.scale, h.mask, h.offset, nullptr, 0, h.r, h.bk, h.split_keys, blocks, h.block_shift)
             if constexpr (sizeof(KV) == 2) GEN(attn_f16kv);
             else GEN(attn_f32kv);
 #undef GEN
@@ -51,7 +54,8 @@ int main(int argc, char** argv) {
     Header h;
     if (fread(&h, sizeof h, 1, f) != 1) return 4;
     const size_t qn = (size_t)h.n_q * h.n_heads * h.d;
-    const size_t kvn = (size_t)h.n_keys * h.n_kv * h.d;
+    const size_t rows = h.n_blocks ? (size_t)h.n_blocks << h.block_shift : (size_t)h.n_keys;
+    const size_t kvn = rows * h.n_kv * h.d;
     const size_t slots = (size_t)h.splits * h.n_q * h.n_heads;
     std::vector<float> q = emu::read<float>(f, qn);
     std::vector<float> out(qn, NAN), part_o(slots * h.d, NAN), part_ml(slots * 2, NAN);
@@ -59,10 +63,12 @@ int main(int argc, char** argv) {
     float* pml = h.splits > 1 ? part_ml.data() : nullptr;
     if (h.f16) {
         std::vector<unsigned short> k = emu::read<unsigned short>(f, kvn), v = emu::read<unsigned short>(f, kvn);
-        run(h, q.data(), k.data(), v.data(), out.data(), po, pml);
+        std::vector<unsigned> table = emu::read<unsigned>(f, h.n_blocks);
+        run(h, q.data(), k.data(), v.data(), out.data(), po, pml, h.n_blocks ? table.data() : nullptr);
     } else {
         std::vector<float> k = emu::read<float>(f, kvn), v = emu::read<float>(f, kvn);
-        run(h, q.data(), k.data(), v.data(), out.data(), po, pml);
+        std::vector<unsigned> table = emu::read<unsigned>(f, h.n_blocks);
+        run(h, q.data(), k.data(), v.data(), out.data(), po, pml, h.n_blocks ? table.data() : nullptr);
     }
     fclose(f);
     FILE* o = fopen(argv[2], "wb");

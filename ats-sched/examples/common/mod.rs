@@ -108,6 +108,7 @@ pub fn calibrated_cost(spec: &Arc<ModelSpec>, devs: &Machine, m: &SimMachine) ->
         let host: Arc<dyn ats_core::device::HostMemory> = spec.gguf.backing().clone();
         let cfg = ats_sched::exec::ExecConfig {
             kv_capacity: 512,
+            kv_block_tokens: ats_sched::session::KV_BLOCK_TOKENS,
             kv_type: KvType::F16,
             slots_per_role: 2,
             region: None,

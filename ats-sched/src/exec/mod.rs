@@ -35,8 +35,10 @@ use ats_core::round::Round;
 /// Settings of an executor.
 #[derive(Clone, Debug)]
 pub struct ExecConfig {
-    /// Tokens each KV cache holds.
+    /// Rows each KV cache holds.
     pub kv_capacity: usize,
+    /// Rows per KV block, for sequences whose tokens live in blocks.
+    pub kv_block_tokens: usize,
     /// KV cache element type.
     pub kv_type: KvType,
     /// Temp slots per weight role on a device (2 = double buffering).
@@ -51,6 +53,7 @@ impl Default for ExecConfig {
     fn default() -> Self {
         ExecConfig {
             kv_capacity: 4096,
+            kv_block_tokens: crate::session::KV_BLOCK_TOKENS,
             kv_type: KvType::F16,
             slots_per_role: 2,
             region: None,
@@ -349,12 +352,18 @@ impl Executor {
                 round.n_rows
             )));
         }
-        if !self.graph.kv_caches.is_empty() && round.past + round.n_rows > self.cfg.kv_capacity {
+        if self.graph.kv_caches.is_empty() {
+            return Ok(());
+        }
+        if round.seqs.is_empty() && round.past + round.n_rows > self.cfg.kv_capacity {
             return Err(ExecError::ContextFull {
                 needed: round.past + round.n_rows,
                 capacity: self.cfg.kv_capacity,
             });
         }
+        round
+            .check_spans(self.cfg.kv_block_tokens, self.cfg.kv_capacity)
+            .map_err(ExecError::Round)?;
         Ok(())
     }
 

@@ -164,6 +164,7 @@ impl Executor {
                 k: &self.kv[c].k,
                 v: &self.kv[c].v,
                 capacity: self.cfg.kv_capacity,
+                block_tokens: self.cfg.kv_block_tokens,
                 dtype: self.cfg.kv_type,
             }),
             _ => None,

@@ -54,7 +54,7 @@ impl<'a> Ctx<'a> {
         force_kind: Option<PlanKind>,
         learned: &Learned<'a>,
     ) -> Ctx<'a> {
-        let (items, host_nodes) = build_items(g, run.n_ctx, run.kv_type.size());
+        let (items, host_nodes) = build_items(g, run.kv_rows(), run.kv_type.size());
         let streamable = streamable_items(g, &items, run.slots_per_role);
         Ctx {
             g,

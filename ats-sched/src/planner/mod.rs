@@ -163,6 +163,16 @@ impl PlanSet {
         (chosen.plan, chosen.tier.min(n))
     }
 
+    /// The plan of a round of `n` new tokens that runs whole (the tokens of
+    /// several sequences): the smallest tier that holds them, or the largest.
+    pub fn plan_for_round(&self, n: usize) -> usize {
+        self.tiers
+            .iter()
+            .find(|t| t.tier >= n)
+            .or(self.tiers.last())
+            .map_or(0, |t| t.plan)
+    }
+
     /// The decode (tier-1) entry, if the set has one.
     pub fn decode_tier(&self) -> Option<&TierEntry> {
         self.tiers.first().filter(|t| t.tier == 1)

@@ -303,7 +303,7 @@ pub(super) fn plan_host_only(ctx: &Ctx<'_>) -> PlanSet {
     if !ctx.cost.is_measured(DeviceId::Host) {
         notes.push(NO_PROFILE.to_string());
     }
-    let (items, _) = build_items(ctx.g, ctx.run.n_ctx, ctx.run.kv_type.size());
+    let (items, _) = build_items(ctx.g, ctx.run.kv_rows(), ctx.run.kv_type.size());
     let n = items.len();
     PlanSet {
         plans: vec![ExecPlan::all_cpu(ctx.g)],

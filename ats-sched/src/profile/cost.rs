@@ -289,7 +289,10 @@ impl CostModel {
             return f64::INFINITY;
         };
         let p = &c.profile;
-        let gbps = p.h2d_pinned_gbps.or(p.h2d_pageable_gbps).unwrap_or(DEFAULT_PCIE_GBPS);
+        let gbps = p
+            .h2d_pinned_gbps
+            .or(p.h2d_pageable_gbps)
+            .unwrap_or(DEFAULT_PCIE_GBPS);
         bytes / (gbps * 1e9)
     }
 

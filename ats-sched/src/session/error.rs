@@ -19,6 +19,10 @@ pub enum SessionError {
     /// The tokenizer in the model file is not usable.
     #[error("tokenizer: {0}")]
     Tokenizer(#[from] ats_core::TokenizerError),
+    /// The KV pool has no room for the round (back-pressure: run fewer
+    /// sequences, or end some).
+    #[error(transparent)]
+    PoolFull(#[from] super::kv_pool::PoolFull),
     /// A bad request (empty prompt, prompt over the context, ...).
     #[error("{0}")]
     Input(String),

@@ -11,12 +11,19 @@
 mod breakdown;
 mod error;
 mod generate;
+pub mod kv_pool;
+mod sequences;
+mod single;
 mod timings;
 
 pub use breakdown::{BreakdownReport, DecodeBreakdown, DeviceShare, OpShare};
 pub use error::SessionError;
 pub use generate::{GenEvent, GenParams, Generation, StopReason};
+pub use kv_pool::{KV_BLOCK_TOKENS, KvPool, PoolFull, PoolStats};
+pub use sequences::{Logits, SeqEmbeds, SeqId, SeqInput};
 pub use timings::Timings;
+
+use std::collections::HashMap;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -26,7 +33,6 @@ use ats_core::device::HostMemory;
 use ats_core::graph::Graph;
 use ats_core::graph::cost::RoundShape;
 use ats_core::machine::Machine;
-use ats_core::round::{EmbedOverride, Positions, Round};
 use ats_core::spec::ModelSpec;
 use ats_core::tokenizer::Tokenizer;
 
@@ -43,19 +49,25 @@ pub struct Session {
     executor: Executor,
     planner: Planner,
     run: RunConfig,
-    /// Tokens in the KV cache.
-    past: usize,
-    /// The next text position (differs from `past` after an M-RoPE image).
-    next_pos: i64,
-    /// Tokens of the session so far (for repetition penalties).
-    history: Vec<u32>,
+    /// The KV cache's blocks.
+    pool: KvPool,
+    /// The sequences alive.
+    seqs: HashMap<SeqId, sequences::SeqState>,
+    next_seq: SeqId,
+    /// The sequence the one-sequence API ([`Session::prefill`], ...) runs.
+    default_seq: SeqId,
     /// Decode rounds' times since the last reset.
     breakdown: DecodeBreakdown,
 }
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Session({:?}, past {})", self.spec.arch, self.past)
+        write!(
+            f,
+            "Session({:?}, {} sequences)",
+            self.spec.arch,
+            self.seqs.len()
+        )
     }
 }
 
@@ -99,18 +111,21 @@ impl Session {
         // kept with its reason: a template that does not compile is said
         // when a chat is asked for, not dropped
         let chat = ChatTemplate::from_gguf(&spec.gguf.metadata).map_err(|e| e.to_string());
-        Ok(Session {
+        let mut session = Session {
             spec,
             tokenizer,
             chat,
             executor,
             planner,
+            pool: KvPool::new(run.kv_rows(), run.kv_block_tokens),
             run,
-            past: 0,
-            next_pos: 0,
-            history: Vec::new(),
+            seqs: HashMap::new(),
+            next_seq: 0,
+            default_seq: 0,
             breakdown: DecodeBreakdown::default(),
-        })
+        };
+        session.default_seq = session.add_sequence();
+        Ok(session)
     }
 
     /// The model.
@@ -176,66 +191,14 @@ impl Session {
         self.run.n_ctx
     }
 
-    /// Tokens in the KV cache.
-    pub fn past(&self) -> usize {
-        self.past
-    }
-
-    /// The next position a text token takes.
-    pub fn next_pos(&self) -> i64 {
-        self.next_pos
-    }
-
-    /// Forgets the sequence (the KV cache is overwritten from the start).
-    pub fn reset(&mut self) {
-        self.past = 0;
-        self.next_pos = 0;
-        self.history.clear();
-    }
-
     /// The current plan set.
     pub fn plan_set(&self) -> &PlanSet {
         self.planner.plans()
     }
 
-    fn positions(&self, n: usize) -> Positions {
-        let start = self.next_pos.max(0) as usize;
-        if self.spec.arch.uses_mrope() {
-            Positions::mrope_text(start, n)
-        } else {
-            Positions::linear(start, n)
-        }
-    }
-
-    fn check_room(&self, n: usize) -> Result<(), SessionError> {
-        if self.past + n > self.run.n_ctx {
-            return Err(SessionError::Input(format!(
-                "{} tokens do not fit the context: {} in use of {} (-c)",
-                n, self.past, self.run.n_ctx
-            )));
-        }
-        Ok(())
-    }
-
-    /// Runs a round whose rows, positions and overrides the caller built
-    /// (the VLM path); the round's `past` is set here. Returns the outputs.
-    pub fn run_round(
-        &mut self,
-        mut round: Round,
-        advance_pos: i64,
-    ) -> Result<Vec<f32>, SessionError> {
-        self.check_room(round.n_rows)?;
-        round.past = self.past;
-        let (plan, _) = self.planner.choose(round.n_rows);
-        let n = round.n_rows;
-        let tokens = round.tokens.clone();
-        let shape = round.shape();
-        let out = self.executor.run_with(&Arc::new(round), plan)?;
-        self.after_round(shape)?;
-        self.past += n;
-        self.next_pos += advance_pos;
-        self.history.extend(tokens);
-        Ok(out)
+    /// The KV pool's use.
+    pub fn pool_stats(&self) -> PoolStats {
+        self.pool.stats()
     }
 
     /// Feeds the round's measurements to the planner and applies what it proposes.
@@ -288,128 +251,8 @@ impl Session {
         Ok(())
     }
 
-    /// Processes `tokens` in chunks (the tier choice) and returns the logits
-    /// of the last one (`all`: of every one, `tokens.len() x vocab`).
-    pub fn prefill(&mut self, tokens: &[u32], all: bool) -> Result<Vec<f32>, SessionError> {
-        self.prefill_with(tokens, all, None)
-    }
-
-    /// [`Session::prefill`] with rows of the embedding output replaced
-    /// (image embeddings) and explicit positions (M-RoPE), both covering `tokens`.
-    pub fn prefill_with(
-        &mut self,
-        tokens: &[u32],
-        all: bool,
-        embeds: Option<(&EmbedOverride, &Positions, i64)>,
-    ) -> Result<Vec<f32>, SessionError> {
-        self.check_prompt(tokens)?;
-        let mut out = Vec::new();
-        let mut start = 0;
-        while start < tokens.len() {
-            let (plan, chunk) = self.planner.choose(tokens.len() - start);
-            let chunk = chunk.min(self.run.max_chunk.unwrap_or(usize::MAX)).max(1);
-            let end = (start + chunk).min(tokens.len());
-            let last = end == tokens.len();
-            let (round, advance) = self.chunk_round(tokens, start..end, all, embeds);
-            let shape = round.shape();
-            let logits = self.executor.run_with(&Arc::new(round), plan)?;
-            self.after_round(shape)?;
-            self.past += end - start;
-            self.next_pos += advance;
-            self.history.extend_from_slice(&tokens[start..end]);
-            if all {
-                out.extend_from_slice(&logits);
-            } else if last {
-                out = logits;
-            }
-            start = end;
-        }
-        Ok(out)
-    }
-
-    fn check_prompt(&self, tokens: &[u32]) -> Result<(), SessionError> {
-        if tokens.is_empty() {
-            return Err(SessionError::Input("the prompt is empty".into()));
-        }
-        self.check_room(tokens.len())?;
-        let vocab = self.spec.hp.n_vocab;
-        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= vocab) {
-            return Err(SessionError::Input(format!(
-                "token id {bad} is outside the vocabulary of {vocab}"
-            )));
-        }
-        Ok(())
-    }
-
-    /// The round of prompt chunk `range` and how far it advances the
-    /// position: intermediate chunks keep one output row (they only fill
-    /// the KV cache); image rows and M-RoPE positions come from `embeds`.
-    fn chunk_round(
-        &self,
-        tokens: &[u32],
-        range: std::ops::Range<usize>,
-        all: bool,
-        embeds: Option<(&EmbedOverride, &Positions, i64)>,
-    ) -> (Round, i64) {
-        let (start, end) = (range.start, range.end);
-        let n = end - start;
-        let last = end == tokens.len();
-        let mut round = Round::text(tokens[range].to_vec(), self.past, all);
-        if !all && !last {
-            round.output_rows = vec![n - 1];
-        }
-        let Some((ov, pos, total_advance)) = embeds else {
-            round.positions = self.positions(n);
-            return (round, n as i64);
-        };
-        round.positions = Positions {
-            components: pos.components,
-            data: pos.data[start * pos.components..end * pos.components].to_vec(),
-        };
-        round.embed_override = override_rows(ov, start, end);
-        (round, if last { total_advance } else { 0 })
-    }
-
-    /// Feeds one token and returns the next logits.
-    pub fn decode(&mut self, token: u32) -> Result<Vec<f32>, SessionError> {
-        self.prefill(&[token], false)
-    }
-
-    /// Logits for every position of `tokens` from an empty context.
-    pub fn eval(&mut self, tokens: &[u32]) -> Result<Vec<f32>, SessionError> {
-        self.reset();
-        self.prefill(tokens, true)
-    }
-
-    /// The session's tokens so far.
-    pub fn history(&self) -> &[u32] {
-        &self.history
-    }
-
     /// Time since `t` in milliseconds.
     pub(crate) fn ms_since(t: Instant) -> f64 {
         t.elapsed().as_secs_f64() * 1000.0
     }
-}
-
-/// The rows of `ov` that fall in `start..end`, renumbered from `start`.
-fn override_rows(ov: &EmbedOverride, start: usize, end: usize) -> Option<EmbedOverride> {
-    let rows: Vec<(usize, usize)> = ov
-        .rows
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| (start..end).contains(*r))
-        .map(|(k, r)| (k, r - start))
-        .collect();
-    if rows.is_empty() {
-        return None;
-    }
-    let d = ov.data.len() / ov.rows.len().max(1);
-    Some(EmbedOverride {
-        rows: rows.iter().map(|x| x.1).collect(),
-        data: rows
-            .iter()
-            .flat_map(|&(k, _)| ov.data[k * d..(k + 1) * d].iter().copied())
-            .collect(),
-    })
 }

@@ -97,7 +97,8 @@ struct OwnedArgs {
     inputs: Vec<Buffer>,
     output: Buffer,
     weights: Vec<Buffer>,
-    kv: Option<(Buffer, Buffer, usize, ats_core::device::KvType)>,
+    /// Keys, values, rows, rows per block, element type.
+    kv: Option<(Buffer, Buffer, usize, usize, ats_core::device::KvType)>,
 }
 
 impl SimGpu {
@@ -277,6 +278,7 @@ impl Device for SimGpu {
                     self.inner_buf(kv.k)?,
                     self.inner_buf(kv.v)?,
                     kv.capacity,
+                    kv.block_tokens,
                     kv.dtype,
                 )),
                 None => None,
@@ -319,12 +321,16 @@ impl Device for SimGpu {
                 inputs: &job.inputs,
                 output: &job.output,
                 weights: &wargs,
-                kv: job.kv.as_ref().map(|(k, v, capacity, dtype)| KvArg {
-                    k,
-                    v,
-                    capacity: *capacity,
-                    dtype: *dtype,
-                }),
+                kv: job
+                    .kv
+                    .as_ref()
+                    .map(|(k, v, capacity, block_tokens, dtype)| KvArg {
+                        k,
+                        v,
+                        capacity: *capacity,
+                        block_tokens: *block_tokens,
+                        dtype: *dtype,
+                    }),
             };
             if let Err(e) = sh.inner.run(&a) {
                 sh.fail(e);
