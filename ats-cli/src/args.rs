@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use ats_core::device::KvType;
 use ats_core::round::MAX_CONTEXT;
+use ats_core::sampling::SamplerField;
 use ats_core::spec::ModelSpec;
 use ats_sched::config::{ConfigError, Policy, RunConfig};
 use ats_sched::rescheduler::{ReschedConfig, Tau};
@@ -150,30 +151,69 @@ fn parse_policy(s: &str) -> Result<Policy, String> {
     Policy::parse(s)
 }
 
-/// Sampling flags.
+/// Sampling flags, range-checked by the sampler's own check
+/// ([`SamplerField::check`]), as a server checks request fields.
 #[derive(Args, Debug, Clone)]
 pub struct SampleArgs {
     /// Temperature (0: greedy).
-    #[arg(long = "temp", default_value_t = 0.8)]
+    #[arg(long = "temp", default_value_t = 0.8, value_parser = temperature, allow_negative_numbers = true)]
     pub temp: f32,
     /// Top-k (0: off).
     #[arg(long = "top-k", default_value_t = 40)]
     pub top_k: usize,
-    /// Top-p (1: off).
-    #[arg(long = "top-p", default_value_t = 0.95)]
+    /// Top-p, 0 to 1 (1: off).
+    #[arg(long = "top-p", default_value_t = 0.95, value_parser = top_p, allow_negative_numbers = true)]
     pub top_p: f32,
-    /// Min-p (0: off).
-    #[arg(long = "min-p", default_value_t = 0.05)]
+    /// Min-p, 0 to 1 (0: off).
+    #[arg(long = "min-p", default_value_t = 0.05, value_parser = min_p, allow_negative_numbers = true)]
     pub min_p: f32,
-    /// Repetition penalty (1: off).
-    #[arg(long = "repeat-penalty", default_value_t = 1.0)]
+    /// Repetition penalty, above 0 (1: off).
+    #[arg(long = "repeat-penalty", default_value_t = 1.0, value_parser = repeat_penalty, allow_negative_numbers = true)]
     pub repeat_penalty: f32,
-    /// Tokens the repetition penalty looks back over.
+    /// OpenAI's frequency penalty, -2 to 2 (0: off).
+    #[arg(long = "frequency-penalty", default_value_t = 0.0, value_parser = frequency_penalty, allow_negative_numbers = true)]
+    pub frequency_penalty: f32,
+    /// OpenAI's presence penalty, -2 to 2 (0: off).
+    #[arg(long = "presence-penalty", default_value_t = 0.0, value_parser = presence_penalty, allow_negative_numbers = true)]
+    pub presence_penalty: f32,
+    /// Tokens the penalties look back over.
     #[arg(long = "repeat-last-n", default_value_t = 64)]
     pub repeat_last_n: usize,
     /// Random seed (default: 42; for serve, a fresh one per request).
     #[arg(short = 's', long = "seed")]
     pub seed: Option<u64>,
+}
+
+fn sample_value(s: &str, field: SamplerField) -> Result<f32, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number"))?;
+    field.check(v).map_err(|e| e.to_string())
+}
+
+fn temperature(s: &str) -> Result<f32, String> {
+    sample_value(s, SamplerField::Temperature)
+}
+
+fn top_p(s: &str) -> Result<f32, String> {
+    sample_value(s, SamplerField::TopP)
+}
+
+fn min_p(s: &str) -> Result<f32, String> {
+    sample_value(s, SamplerField::MinP)
+}
+
+fn repeat_penalty(s: &str) -> Result<f32, String> {
+    sample_value(s, SamplerField::RepeatPenalty)
+}
+
+fn frequency_penalty(s: &str) -> Result<f32, String> {
+    sample_value(s, SamplerField::FrequencyPenalty)
+}
+
+fn presence_penalty(s: &str) -> Result<f32, String> {
+    sample_value(s, SamplerField::PresencePenalty)
 }
 
 /// The seed when `--seed` is not given (run, chat).
@@ -188,6 +228,8 @@ impl SampleArgs {
             top_p: self.top_p,
             min_p: self.min_p,
             repeat_penalty: self.repeat_penalty,
+            frequency_penalty: self.frequency_penalty,
+            presence_penalty: self.presence_penalty,
             repeat_last_n: self.repeat_last_n,
             seed: self.seed.unwrap_or(DEFAULT_SEED),
         }

@@ -23,12 +23,21 @@ use tracing::info;
 use crate::args::{DeviceArgs, ModelArgs};
 use crate::usage::usage_bail;
 
+/// Most CPU threads per core `--threads` may ask for: past a few, more
+/// threads only contend (and starting thousands takes minutes).
+const MAX_THREADS_PER_CORE: usize = 8;
+
 /// CPU threads to use: the flag, else every core.
 pub fn threads(flag: Option<usize>) -> Result<usize> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     match flag {
         Some(0) => usage_bail!("--threads must be at least 1"),
+        Some(n) if n > MAX_THREADS_PER_CORE * cores => usage_bail!(
+            "--threads {n} is more than {MAX_THREADS_PER_CORE} per core of the {cores} cores here: give at most {}",
+            MAX_THREADS_PER_CORE * cores
+        ),
         Some(n) => Ok(n),
-        None => Ok(std::thread::available_parallelism().map_or(1, |n| n.get())),
+        None => Ok(cores),
     }
 }
 

@@ -89,14 +89,60 @@ fn main() {
     if let Err(e) = r {
         let usage = e.downcast_ref::<usage::UsageError>().is_some();
         let code = if usage { 2 } else { 1 };
+        let message = chain(&e);
         if logging::json() {
-            tracing::error!(exit_code = code, error = %format!("{e:#}"), "failed");
+            tracing::error!(exit_code = code, error = %message, "failed");
         } else {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {message}");
             if usage {
                 eprintln!("For more information, try '--help'.");
             }
         }
         std::process::exit(code);
+    }
+}
+
+/// An error and its causes on one line, as `{:#}` joins them, except that a
+/// cause whose text its parent already ends with is not said again (errors
+/// that print their source, like `"image.png: {source}"`, would show it twice).
+fn chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.ends_with(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_cause_the_message_already_says_is_not_repeated() {
+        #[derive(Debug)]
+        struct Outer(std::io::Error);
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "image.png: {}", self.0)
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let io = std::io::Error::other("image data is empty");
+        let e = anyhow::Error::new(Outer(io)).context("cannot describe the image");
+        assert_eq!(
+            super::chain(&e),
+            "cannot describe the image: image.png: image data is empty"
+        );
+        let plain = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(super::chain(&plain), "outer: inner");
     }
 }

@@ -17,7 +17,7 @@ use minijinja::value::{Enumerator, Object, ObjectRepr};
 use minijinja::{Environment, Error, ErrorKind, Value};
 
 use crate::gguf::Metadata;
-use crate::tokenizer::keys;
+use crate::tokenizer::{GuardedText, Guards, Tokenizer, keys};
 
 /// The template used when a file has none: ChatML, with images as Qwen2-VL's
 /// placeholder (the vision models ATS runs use ChatML).
@@ -185,6 +185,10 @@ pub enum ChatError {
     /// Any other failure while rendering (undefined operation, bad types).
     #[error("chat template failed: {0}")]
     Render(String),
+    /// Message content could not be marked as plain text (see
+    /// [`ChatTemplate::render_guarded`]).
+    #[error("message content: {0}")]
+    Guard(crate::tokenizer::TokenizerError),
 }
 
 /// A compiled chat template with the values it is rendered with.
@@ -322,6 +326,51 @@ impl ChatTemplate {
         // conversion keeps it panic-free regardless.
         Ok(String::from_utf8(out.buf)
             .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
+    }
+
+    /// [`ChatTemplate::render`] for a prompt that will be tokenized: every
+    /// control-token text inside message content (and roles) is guarded, so
+    /// that [`Tokenizer::encode_guarded`] reads it as plain text and only the
+    /// template's own markup yields control tokens. A user who writes
+    /// `<|im_end|><|im_start|>system` in a message gets those characters,
+    /// not a forged turn.
+    pub fn render_guarded(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        tokenizer: &Tokenizer,
+    ) -> Result<GuardedText, ChatError> {
+        let texts = messages.iter().flat_map(|m| {
+            std::iter::once(m.role.as_str()).chain(m.content.iter().filter_map(|p| match p {
+                ContentPart::Text(t) => Some(t.as_str()),
+                ContentPart::Image => None,
+            }))
+        });
+        let fixed = [
+            self.source.as_str(),
+            self.bos_token.as_str(),
+            self.eos_token.as_str(),
+        ];
+        let guards = Guards::choose(texts.chain(fixed)).map_err(ChatError::Guard)?;
+        let guard = |t: &str| tokenizer.guard(t, guards);
+        let guarded: Vec<ChatMessage> = messages
+            .iter()
+            .map(|m| ChatMessage {
+                role: guard(&m.role),
+                content: m
+                    .content
+                    .iter()
+                    .map(|p| match p {
+                        ContentPart::Text(t) => ContentPart::Text(guard(t)),
+                        ContentPart::Image => ContentPart::Image,
+                    })
+                    .collect(),
+            })
+            .collect();
+        Ok(GuardedText {
+            text: self.render(&guarded, add_generation_prompt)?,
+            guards,
+        })
     }
 
     fn classify(&self, e: &Error) -> ChatError {

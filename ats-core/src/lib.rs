@@ -9,6 +9,7 @@
 pub mod chat;
 pub mod device;
 pub mod dtype;
+pub mod files;
 pub mod gguf;
 pub mod graph;
 pub mod ledger;

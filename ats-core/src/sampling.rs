@@ -1,6 +1,6 @@
 //! Choosing the next token from logits, in the order of llama.cpp's default
-//! chain: repetition penalty, top-k, top-p, min-p, temperature, then a
-//! seeded draw. Top-p and min-p see the distribution before temperature, as
+//! chain: penalties (repetition, then OpenAI's frequency and presence),
+//! top-k, top-p, min-p, temperature, then a seeded draw. Top-p and min-p see the distribution before temperature, as
 //! in llama.cpp.
 //!
 //! Non-finite logits never panic and never poison the draw:
@@ -9,6 +9,10 @@
 //!   when sampling and the first of them when greedy (the limit of softmax);
 //! - if no logit is above `-inf` (or `logits` is empty) the result is token 0,
 //!   the one fixed answer that needs no distribution.
+
+mod check;
+
+pub use check::{SamplerError, SamplerField};
 
 /// Sampling settings. `Default` is llama.cpp's defaults with a fixed seed.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -25,7 +29,14 @@ pub struct SamplerConfig {
     /// Penalty on tokens seen in the last `repeat_last_n` of the history:
     /// positive logits are divided by it, negative ones multiplied; 1 is off.
     pub repeat_penalty: f32,
-    /// How much of the history the penalty looks at; 0 is none.
+    /// OpenAI's frequency penalty: subtracted from a token's logit once per
+    /// time it occurs in the last `repeat_last_n` tokens; 0 is off.
+    pub frequency_penalty: f32,
+    /// OpenAI's presence penalty: subtracted once from the logit of every
+    /// token that occurs in the last `repeat_last_n` tokens; 0 is off.
+    pub presence_penalty: f32,
+    /// How much of the history the penalties look at (llama.cpp's window,
+    /// shared by all three); 0 is none.
     pub repeat_last_n: usize,
     /// Seed of the sampler's own random generator.
     pub seed: u64,
@@ -39,6 +50,8 @@ impl Default for SamplerConfig {
             top_p: 0.95,
             min_p: 0.05,
             repeat_penalty: 1.0,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
             repeat_last_n: 64,
             seed: 0x5EED,
         }
@@ -54,9 +67,28 @@ impl SamplerConfig {
             top_p: 1.0,
             min_p: 0.0,
             repeat_penalty: 1.0,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
             repeat_last_n: 0,
             seed: 0,
         }
+    }
+
+    /// Checks every setting against its range ([`SamplerField::check`]),
+    /// naming the first that is out of it.
+    pub fn validate(&self) -> Result<(), SamplerError> {
+        use SamplerField::*;
+        for (field, v) in [
+            (Temperature, self.temperature),
+            (TopP, self.top_p),
+            (MinP, self.min_p),
+            (RepeatPenalty, self.repeat_penalty),
+            (FrequencyPenalty, self.frequency_penalty),
+            (PresencePenalty, self.presence_penalty),
+        ] {
+            field.check(f64::from(v))?;
+        }
+        Ok(())
     }
 }
 
@@ -229,30 +261,45 @@ impl Sampler {
         }
     }
 
-    /// llama.cpp's repetition penalty over the last `repeat_last_n` tokens,
-    /// once per distinct token.
+    /// llama.cpp's penalties over the last `repeat_last_n` tokens: the
+    /// repetition penalty once per distinct token, then OpenAI's
+    /// `logit -= count * frequency_penalty + presence_penalty` for every
+    /// token that occurs `count > 0` times. Values out of range (see
+    /// [`SamplerConfig::validate`]) do nothing rather than poison logits.
     fn penalize(&self, cands: &mut [(u32, f32)], history: &[u32]) {
         let c = &self.config;
-        if c.repeat_penalty == 1.0
-            || c.repeat_last_n == 0
-            || !c.repeat_penalty.is_finite()
-            || c.repeat_penalty <= 0.0
-        {
+        let usable = |v: f32| v.is_finite() && v != 0.0;
+        let repeat = c.repeat_penalty != 1.0 && usable(c.repeat_penalty) && c.repeat_penalty > 0.0;
+        let frequency = if usable(c.frequency_penalty) {
+            c.frequency_penalty
+        } else {
+            0.0
+        };
+        let presence = if usable(c.presence_penalty) {
+            c.presence_penalty
+        } else {
+            0.0
+        };
+        if c.repeat_last_n == 0 || !(repeat || frequency != 0.0 || presence != 0.0) {
             return;
         }
         let recent = &history[history.len().saturating_sub(c.repeat_last_n)..];
-        let mut seen = std::collections::HashSet::with_capacity(recent.len());
+        let mut counts = std::collections::HashMap::with_capacity(recent.len());
         for &id in recent {
-            if !seen.insert(id) {
+            *counts.entry(id).or_insert(0u32) += 1;
+        }
+        for (id, n) in counts {
+            let Some(x) = cands.get_mut(id as usize) else {
                 continue;
-            }
-            if let Some(x) = cands.get_mut(id as usize) {
+            };
+            if repeat {
                 x.1 = if x.1 <= 0.0 {
                     x.1 * c.repeat_penalty
                 } else {
                     x.1 / c.repeat_penalty
                 };
             }
+            x.1 -= n as f32 * frequency + presence;
         }
     }
 

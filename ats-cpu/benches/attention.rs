@@ -1,12 +1,15 @@
 //! Decode attention benchmarks: one query row over an f16 KV cache of
 //! 512 and 2048 keys, at the Llama-3-8B (32 heads, 8 KV heads of 128) and
 //! SmolLM2-135M (9 heads, 3 KV heads of 64) shapes, on the rayon pool's
-//! threads. Throughput in bytes of the cache read (keys and values).
+//! threads. Throughput in bytes of the cache read (keys and values). The
+//! `paged` group reads the same keys through KV blocks of 16 to 256 rows laid
+//! out in reverse order (how a session's sequences hold the cache), against
+//! contiguous rows: the measurement behind `ats_sched::session::KV_BLOCK_TOKENS`.
 
 use std::hint::black_box;
 use std::time::Duration;
 
-use ats_cpu::ops::attention::{AttnShape, KeyRange, KvRows, flash_attention};
+use ats_cpu::ops::attention::{AttnShape, KeyRange, KvData, KvRows, RowMap, flash_attention};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use half::f16;
 
@@ -51,7 +54,7 @@ fn decode(c: &mut Criterion) {
                 b.iter(|| {
                     flash_attention(
                         black_box(&q),
-                        KvRows::F16 { k: &k, v: &v },
+                        KvRows::contiguous(KvData::F16 { k: &k, v: &v }),
                         KeyRange::Causal { offset: ctx - 1 },
                         &mut out,
                         shape,
@@ -63,5 +66,63 @@ fn decode(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, decode);
+fn paged(c: &mut Criterion) {
+    let mut g = c.benchmark_group("attention_paged");
+    g.measurement_time(Duration::from_secs(3));
+    let (heads, kv_heads, hd, ctx) = (32, 8, 128, 2048usize);
+    let q = values(heads * hd, 1);
+    let k: Vec<f16> = values(ctx * kv_heads * hd, 2)
+        .into_iter()
+        .map(f16::from_f32)
+        .collect();
+    let v: Vec<f16> = values(ctx * kv_heads * hd, 3)
+        .into_iter()
+        .map(f16::from_f32)
+        .collect();
+    let mut out = vec![0f32; heads * hd];
+    let shape = AttnShape {
+        n_heads: heads,
+        n_kv_heads: kv_heads,
+        head_dim: hd,
+        scale: 1.0 / (hd as f32).sqrt(),
+        n_queries: 1,
+        n_keys: ctx,
+        q_block: 0,
+    };
+    g.throughput(Throughput::Bytes((2 * k.len() * 2) as u64));
+    for bt in [0usize, 16, 32, 64, 256] {
+        let blocks: Vec<u32> = (0..(ctx / bt.max(1)) as u32).rev().collect();
+        let map = if bt == 0 {
+            RowMap::Contiguous
+        } else {
+            RowMap::Blocks {
+                blocks: &blocks,
+                block_tokens: bt,
+            }
+        };
+        let name = if bt == 0 {
+            "contiguous".to_string()
+        } else {
+            format!("blocks of {bt}")
+        };
+        g.bench_function(BenchmarkId::new("llama-8b-2048", name), |b| {
+            b.iter(|| {
+                let rows = KvRows {
+                    data: KvData::F16 { k: &k, v: &v },
+                    map,
+                };
+                flash_attention(
+                    black_box(&q),
+                    rows,
+                    KeyRange::Causal { offset: ctx - 1 },
+                    &mut out,
+                    shape,
+                )
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, decode, paged);
 criterion_main!(benches);

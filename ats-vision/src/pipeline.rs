@@ -14,18 +14,21 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ats_core::chat::{ChatMessage, ChatTemplate};
+use ats_core::files::read_bounded;
 use ats_core::ledger::Region;
 use ats_core::machine::{DeviceId, Machine};
 use ats_core::names::clip;
 use ats_core::round::{EmbedOverride, Positions};
 use ats_core::spec::ModelSpec;
-use ats_core::tokenizer::Tokenizer;
+use ats_core::tokenizer::{GuardedText, Tokenizer};
 use ats_sched::session::{GenEvent, GenParams, Generation, Session};
 
 use crate::VisionError;
 use crate::encoder::{EncoderConfig, ImageEmbedding, VisionEncoder};
 use crate::positions::{Span, mrope_positions};
-use crate::preprocess::{DecodeLimits, PixelValues, PreprocessConfig, preprocess_bytes};
+use crate::preprocess::{
+    DecodeLimits, PixelValues, PreprocessConfig, planned_tokens, preprocess_bytes,
+};
 use crate::spec::{ImageTokenIds, VisionSpec};
 
 /// A language model and the projector that feeds it.
@@ -128,6 +131,14 @@ impl Vlm {
         max_pixels: Option<u64>,
     ) -> Result<PreprocessConfig, VisionError> {
         let mut c = self.vision.preprocess_config();
+        // what the file says is the file's fault, not the flags'
+        c.validate().map_err(|source| VisionError::Image {
+            image: format!(
+                "{} (its preprocessing metadata)",
+                self.vision.path().display()
+            ),
+            source,
+        })?;
         if let Some(v) = min_pixels {
             c.min_pixels = v;
         }
@@ -148,13 +159,53 @@ impl Vlm {
         cfg: &PreprocessConfig,
         limits: &DecodeLimits,
     ) -> Result<PixelValues, VisionError> {
-        let bytes = std::fs::read(path).map_err(|e| {
-            VisionError::Input(format!("cannot read image {}: {e}", path.display()))
-        })?;
-        preprocess_bytes(&bytes, cfg, limits).map_err(|source| VisionError::Image {
+        let bytes = read_image(path, limits)?;
+        self.preprocess_image(path, &bytes, cfg, limits)
+    }
+
+    /// Preprocesses image bytes read from `path` (named in errors).
+    pub fn preprocess_image(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        cfg: &PreprocessConfig,
+        limits: &DecodeLimits,
+    ) -> Result<PixelValues, VisionError> {
+        preprocess_bytes(bytes, cfg, limits).map_err(|source| VisionError::Image {
             image: path.display().to_string(),
             source,
         })
+    }
+
+    /// The language tokens an image (bytes read from `path`) will take,
+    /// from its header alone ([`planned_tokens`]).
+    pub fn image_tokens(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        cfg: &PreprocessConfig,
+        limits: &DecodeLimits,
+    ) -> Result<usize, VisionError> {
+        planned_tokens(bytes, cfg, limits).map_err(|source| VisionError::Image {
+            image: path.display().to_string(),
+            source,
+        })
+    }
+
+    /// The prompt's length in tokens once images of `image_tokens` tokens
+    /// each fill its markers: known before any image is encoded.
+    pub fn prompt_len(
+        &self,
+        rendered: &GuardedText,
+        image_tokens: &[usize],
+    ) -> Result<usize, VisionError> {
+        let text: usize = self
+            .text_pieces(rendered, image_tokens.len())?
+            .iter()
+            .map(Vec::len)
+            .sum();
+        // each image is its tokens between <|vision_start|> and <|vision_end|>
+        Ok(text + image_tokens.iter().map(|n| n + 2).sum::<usize>())
     }
 
     /// The vision phase: encodes every image on `machine`, then drops the
@@ -196,13 +247,14 @@ impl Vlm {
     /// The prompt text for a user message with `n_images` images: the
     /// template rendered with one image marker per image before the text
     /// (unless the text places its own markers), ending where the assistant
-    /// replies.
+    /// replies. Message text stays plain text: turn markers in it are not
+    /// control tokens ([`ChatTemplate::render_guarded`]).
     pub fn render_prompt(
         &self,
         user: &str,
         n_images: usize,
         system: Option<&str>,
-    ) -> Result<String, VisionError> {
+    ) -> Result<GuardedText, VisionError> {
         let content = if user.contains(clip::MEDIA_MARKER) {
             user.to_string()
         } else {
@@ -214,8 +266,35 @@ impl Vlm {
         }
         msgs.push(ChatMessage::text("user", content));
         self.template
-            .render(&msgs, true)
+            .render_guarded(&msgs, true, &self.tokenizer)
             .map_err(|e| VisionError::Input(format!("chat template: {e}")))
+    }
+
+    /// The token ids of the text between image markers (one piece more
+    /// than there are images).
+    fn text_pieces(
+        &self,
+        rendered: &GuardedText,
+        n_images: usize,
+    ) -> Result<Vec<Vec<u32>>, VisionError> {
+        let pieces: Vec<&str> = rendered.text.split(clip::MEDIA_MARKER).collect();
+        if pieces.len() != n_images + 1 {
+            return Err(VisionError::Input(format!(
+                "the prompt has {} image markers ({}) for {} images",
+                pieces.len() - 1,
+                clip::MEDIA_MARKER,
+                n_images
+            )));
+        }
+        pieces
+            .iter()
+            .enumerate()
+            .map(|(i, piece)| {
+                self.tokenizer
+                    .encode_guarded(piece, rendered.guards, i == 0, usize::MAX)
+                    .map_err(|e| VisionError::Input(format!("tokenizer: {e}")))
+            })
+            .collect()
     }
 
     /// Tokenizes a rendered prompt, expands each image marker to
@@ -223,29 +302,17 @@ impl Vlm {
     /// `<|vision_end|>`, and computes the override rows and M-RoPE positions.
     pub fn input(
         &self,
-        rendered: &str,
+        rendered: &GuardedText,
         images: &[ImageEmbedding],
     ) -> Result<VlmInput, VisionError> {
-        let pieces: Vec<&str> = rendered.split(clip::MEDIA_MARKER).collect();
-        if pieces.len() != images.len() + 1 {
-            return Err(VisionError::Input(format!(
-                "the prompt has {} image markers ({}) for {} images",
-                pieces.len() - 1,
-                clip::MEDIA_MARKER,
-                images.len()
-            )));
-        }
+        let pieces = self.text_pieces(rendered, images.len())?;
         let n_embd = self.lm.hp.n_embd;
         let mut ids = Vec::new();
         let mut spans = Vec::new();
         let mut embeds = EmbedOverride::default();
         // text tokens since the last image (the end token of an image is text)
         let mut text_run = 0usize;
-        for (i, piece) in pieces.iter().enumerate() {
-            let text = self
-                .tokenizer
-                .encode(piece, i == 0, true)
-                .map_err(|e| VisionError::Input(format!("tokenizer: {e}")))?;
+        for (i, text) in pieces.into_iter().enumerate() {
             text_run += text.len();
             ids.extend(text);
             let Some(img) = images.get(i) else {
@@ -279,6 +346,13 @@ impl Vlm {
             next_pos,
         })
     }
+}
+
+/// Reads an image file, refusing devices and files larger than a full
+/// decode may take (`limits.max_alloc`: an encoded image is not bigger
+/// than its pixels).
+pub fn read_image(path: &Path, limits: &DecodeLimits) -> Result<Vec<u8>, VisionError> {
+    read_bounded(path, limits.max_alloc, "images").map_err(|e| VisionError::Input(e.to_string()))
 }
 
 /// Generates after a VLM prompt (the session must be empty).

@@ -41,6 +41,32 @@ impl Projector {
             Projector::Qwen25Vl => clip::PROJ_QWEN25VL,
         }
     }
+
+    /// The model family, for people.
+    pub fn family(self) -> &'static str {
+        match self {
+            Projector::Qwen2Vl => "Qwen2-VL",
+            Projector::Qwen25Vl => "Qwen2.5-VL",
+        }
+    }
+
+    /// The family a model's `general.name` says it is, when it says: the
+    /// text models of Qwen2-VL and Qwen2.5-VL share an architecture
+    /// (`qwen2vl`) and shapes, and only their names tell them apart.
+    pub fn named_in(name: &str) -> Option<Projector> {
+        let n: String = name
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .collect::<String>()
+            .to_ascii_lowercase();
+        if n.contains("qwen25vl") {
+            Some(Projector::Qwen25Vl)
+        } else if n.contains("qwen2vl") {
+            Some(Projector::Qwen2Vl)
+        } else {
+            None
+        }
+    }
 }
 
 /// The norm of the vision blocks and the merger.
@@ -359,6 +385,13 @@ impl VisionSpec {
         }
         let projection_dim = k.positive(clip::PROJECTION_DIM)?;
         let pixels = |key| k.opt_usize(key).map(|v| v.map(|x| x as u64));
+        let image_std = k.triple(clip::IMAGE_STD, PreprocessConfig::default().std)?;
+        if let Some(c) = image_std.iter().position(|&v| v == 0.0) {
+            return Err(k.bad(
+                clip::IMAGE_STD,
+                format!("channel {c} is 0, and pixels are divided by it"),
+            ));
+        }
         Ok(VisionHParams {
             n_embd,
             n_head,
@@ -376,7 +409,7 @@ impl VisionSpec {
             window_size,
             rope_theta: 10000.0,
             image_mean: k.triple(clip::IMAGE_MEAN, PreprocessConfig::default().mean)?,
-            image_std: k.triple(clip::IMAGE_STD, PreprocessConfig::default().std)?,
+            image_std,
             min_pixels: pixels(clip::IMAGE_MIN_PIXELS)?,
             max_pixels: pixels(clip::IMAGE_MAX_PIXELS)?,
         })
@@ -478,6 +511,17 @@ impl VisionSpec {
             return Err(mismatch(format!(
                 "it projects to {} values per image token, the model's embedding size is {}",
                 self.hp.projection_dim, lm.hp.n_embd
+            )));
+        }
+        let lm_name = lm.gguf.metadata.get_str(names::NAME).unwrap_or("");
+        if let Some(family) = Projector::named_in(lm_name)
+            && family != self.projector
+        {
+            return Err(mismatch(format!(
+                "the model is named {lm_name:?}, a {} model, and this projector is {} (a {} one)",
+                family.family(),
+                self.projector.name(),
+                self.projector.family()
             )));
         }
         if !lm.arch.uses_mrope() {

@@ -16,13 +16,15 @@ use ats_sched::session::Session;
 use ats_sched::sim::SimGpuConfig;
 use ats_tests::{engine_on, host_only, sim_gpu_with, try_engine_with_cost, with_gpu};
 
-/// A simulated GPU 10 times slower than one CPU thread, with slow copies,
-/// while the engine's cost model (no profile) takes it for a fast GPU.
+/// A simulated GPU 30 times slower than one CPU thread, with slow copies,
+/// while the engine's cost model (no profile) takes it for a fast GPU. The
+/// margin is wide because a loaded machine slows the CPU but not the
+/// simulated GPU's sleeps (at 10x, a busy machine flipped the outcome).
 fn slow_gpu(budget: u64) -> Arc<dyn Device> {
     sim_gpu_with(
         SimGpuConfig {
             memory: budget,
-            speed: 0.1,
+            speed: 1.0 / 30.0,
             copy_gbps: 0.5,
             launch_us: 0.0,
             sync_us: 0.0,

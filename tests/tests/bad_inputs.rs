@@ -550,3 +550,66 @@ fn vram_1k_names_the_minimum() {
     // the library names the minimum; the CLI adds the flag that gives it
     assert!(e.to_string().contains("the smallest plan needs"), "{e}");
 }
+
+/// The incomplete UTF-8 sequence at the end of `bytes`, in bytes (0 if
+/// none): the longest suffix (at most 3 bytes) that begins a character
+/// and ends before it does.
+fn unfinished_tail(bytes: &[u8]) -> usize {
+    (1..=3.min(bytes.len()))
+        .rev()
+        .find(|&k| {
+            matches!(std::str::from_utf8(&bytes[bytes.len() - k..]),
+                Err(e) if e.valid_up_to() == 0 && e.error_len().is_none())
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_max_tokens_cut_inside_a_character_returns_whole_characters() {
+    // a random-weight model sampled hot emits byte tokens, some of them the
+    // first bytes of multi-byte characters: find generations a limit cuts there
+    let mut e = ats_tests::cpu_engine(&fixtures().join("qwen2/qwen2-f32.gguf"), 64, KvType::F32);
+    let tok = e.tokenizer().unwrap().clone();
+    let mut cut = 0;
+    for seed in 0..300 {
+        let mut sampler = ats_core::SamplerConfig {
+            temperature: 1.5,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed,
+            ..Default::default()
+        };
+        sampler.repeat_last_n = 0;
+        let params = GenParams {
+            max_tokens: 1 + (seed as usize % 6),
+            sampler,
+            stop: vec![],
+            ignore_eos: true,
+        };
+        e.reset();
+        let g = e.generate(&[1, 2, 3], &params, &mut |_| true).unwrap();
+        let bytes: Vec<u8> = g
+            .tokens
+            .iter()
+            .flat_map(|&t| tok.token_to_piece(t).unwrap().to_vec())
+            .collect();
+        let tail = unfinished_tail(&bytes);
+        let whole = String::from_utf8_lossy(&bytes[..bytes.len() - tail]);
+        assert_eq!(g.text, whole, "seed {seed}: only whole characters");
+        assert_eq!(g.held_back_bytes, tail, "seed {seed}");
+        cut += usize::from(tail > 0);
+    }
+    assert!(cut > 0, "no generation was cut inside a character");
+}
+
+#[test]
+fn an_image_wider_than_png_allows_is_named_with_its_size() {
+    // PNG caps sides at 2^31 - 1: the decoder refuses before it reports a
+    // size, and the message used to say "0x0"
+    let e = decode_image(&png_claiming(1 << 31, 7))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("2147483648x7"), "{e}");
+    assert!(!e.contains("0x0"), "{e}");
+}

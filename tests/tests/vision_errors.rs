@@ -219,3 +219,43 @@ fn unsupported_projectors_and_bad_metadata_are_named() {
         assert_eq!(v.vision.hp.projection_dim, spec.hp.n_embd);
     }
 }
+
+#[test]
+fn an_mmproj_with_a_zero_std_is_blamed_on_its_key() {
+    // it used to load, then fail as "--min-pixels/--max-pixels: ... std[1]"
+    let dir = tempfile::tempdir().unwrap();
+    let p = mmproj_with(
+        clip::IMAGE_STD,
+        Value::Array(
+            ats_core::gguf::ValueType::F32,
+            vec![Value::F32(0.5), Value::F32(0.0), Value::F32(0.5)],
+        ),
+        dir.path(),
+    );
+    let err = VisionSpec::open(&p).unwrap_err();
+    let s = one_line(&err);
+    assert!(
+        s.contains(clip::IMAGE_STD) && !s.contains("--min-pixels"),
+        "{s}"
+    );
+}
+
+#[test]
+fn a_qwen2_vl_projector_with_a_qwen2_5_vl_model_is_refused() {
+    // the two fixtures' text models differ only by name; the name says which
+    for (text, mmproj) in [
+        (
+            "qwen2_5_vl/qwen2_5_vl-f32.gguf",
+            "qwen2_vl/mmproj-qwen2_vl-f32.gguf",
+        ),
+        (
+            "qwen2_vl/qwen2_vl-f32.gguf",
+            "qwen2_5_vl/mmproj-qwen2_5_vl-f32.gguf",
+        ),
+    ] {
+        let err = Vlm::open(&fixtures().join(text), &fixtures().join(mmproj)).unwrap_err();
+        let s = one_line(&err);
+        assert!(matches!(err, VisionError::Mismatch { .. }), "{text}: {s}");
+        assert!(s.contains("Qwen2"), "{s}");
+    }
+}

@@ -1,6 +1,6 @@
 //! `ats-cli bench`: prompt processing and generation speed with spread, like llama-bench.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Args;
 use rand::{Rng, SeedableRng};
 
@@ -58,7 +58,21 @@ pub fn run(a: BenchArgs) -> Result<()> {
             ats_core::round::MAX_CONTEXT
         );
     }
-    model.ctx = Some(model.ctx.unwrap_or(need));
+    // the context follows the test; past the model's own it is a choice
+    // the user makes with -c, not one made for them (a -c too small for the
+    // test is the engine's error, as it runs)
+    if model.ctx.is_none() {
+        let trained = ats_core::spec::ModelSpec::open(&model.model)
+            .with_context(|| format!("cannot load {}", model.model.display()))?
+            .hp
+            .n_ctx_train;
+        if need > trained {
+            usage_bail!(
+                "-d plus -p or -n is {need} tokens, more than the model's context of {trained}: give -c {need} to run past it"
+            );
+        }
+        model.ctx = Some(need);
+    }
     let mut loaded = load::load(&model, false)?;
     let session = &mut loaded.session;
     let vocab = session.spec().hp.n_vocab as u32;

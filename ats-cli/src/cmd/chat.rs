@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result};
 use ats_core::chat::{ChatMessage, ChatTemplate};
+use ats_core::tokenizer::TokenizerError;
 use ats_sched::session::{GenEvent, GenParams, StopReason};
 use clap::Args;
 use tracing::info;
@@ -136,8 +137,9 @@ pub fn run(a: ChatArgs) -> Result<()> {
             Input::Image(path) => {
                 // decoding first gives the better message for a bad file
                 let shown = if path.is_empty() { "(none)" } else { path };
-                match std::fs::read(path) {
-                    Err(e) => eprintln!("cannot read {shown}: {e}"),
+                let limit = ats_vision::preprocess::DecodeLimits::default().max_alloc;
+                match ats_core::files::read_bounded(std::path::Path::new(path), limit, "images") {
+                    Err(e) => eprintln!("cannot use {shown}: {e}"),
                     Ok(bytes) => match ats_vision::preprocess::decode_image(&bytes) {
                         Err(e) => eprintln!("cannot use {shown}: {e}"),
                         Ok(_) => eprintln!(
@@ -154,7 +156,24 @@ pub fn run(a: ChatArgs) -> Result<()> {
             Input::Message(t) => t.to_string(),
         };
         messages.push(ChatMessage::text("user", text));
-        let ids = tok.encode(&tpl.render(&messages, true)?, true, true)?;
+        // messages stay plain text: only the template's markup is control tokens
+        let prompt = tpl.render_guarded(&messages, true, &tok)?;
+        let ids = match tok.encode_guarded(
+            &prompt.text,
+            prompt.guards,
+            true,
+            n_ctx.saturating_sub(1),
+        ) {
+            Err(TokenizerError::TooManyTokens { at_least, .. }) => {
+                eprintln!(
+                    "(the conversation has at least {at_least} tokens and no longer fits the context of {n_ctx} (-c): /reset starts over)"
+                );
+                messages.pop();
+                continue;
+            }
+            r => r?,
+        };
+        tracing::debug!(n_tokens = ids.len(), ?ids, "prompt");
         // feed only what the cache lacks; anything else starts it afresh
         let reuse = session.history().len() < ids.len() && ids.starts_with(session.history());
         if !reuse {

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use ats_core::chat::ChatMessage;
+use ats_core::tokenizer::TokenizerError;
 use ats_sched::session::{GenEvent, GenParams};
 use clap::Args;
 use tracing::info;
@@ -22,7 +23,7 @@ pub struct RunArgs {
     /// The prompt.
     #[arg(short = 'p', long = "prompt", conflicts_with = "file")]
     prompt: Option<String>,
-    /// Read the prompt from a file (UTF-8).
+    /// Read the prompt from a file (UTF-8, at most 64 MiB).
     #[arg(short = 'f', long = "file", value_name = "FILE")]
     file: Option<PathBuf>,
     /// Tokens to generate.
@@ -45,12 +46,15 @@ pub struct RunArgs {
     timings_json: Option<PathBuf>,
 }
 
+/// Largest prompt or text file (`run -f`, `perplexity -f`).
+pub const MAX_TEXT_FILE: u64 = 64 << 20;
+
 /// Reads `-p` or `-f`.
 pub fn prompt_text(prompt: &Option<String>, file: &Option<PathBuf>) -> Result<String> {
     match (prompt, file) {
         (Some(p), _) => Ok(p.clone()),
         (None, Some(f)) => {
-            let bytes = std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?;
+            let bytes = ats_core::files::read_bounded(f, MAX_TEXT_FILE, "text files")?;
             String::from_utf8(bytes).map_err(|e| {
                 anyhow::anyhow!(
                     "{} is not UTF-8 text (invalid byte at offset {})",
@@ -71,7 +75,19 @@ pub fn run(a: RunArgs) -> Result<()> {
     let mut loaded = load::load(&a.model, false)?;
     let session = &mut loaded.session;
     let tok = session.tokenizer()?.clone();
-    let prompt = if a.chat {
+    // a prompt must leave room for one generated token
+    let room = session.n_ctx().saturating_sub(1);
+    let too_long = |at_least: usize| {
+        anyhow::anyhow!(
+            "the prompt has at least {at_least} tokens, more than the context of {} leaves room for (-c)",
+            room + 1
+        )
+    };
+    // by its length alone, before anything is copied or tokenized
+    if tok.min_tokens(text.len()) > room {
+        return Err(too_long(tok.min_tokens(text.len())));
+    }
+    let encoded = if a.chat {
         let tpl = session.chat_template()?;
         if tpl.is_fallback() {
             info!("the model has no chat template: using ChatML");
@@ -81,21 +97,20 @@ pub fn run(a: RunArgs) -> Result<()> {
             msgs.push(ChatMessage::text("system", s));
         }
         msgs.push(ChatMessage::text("user", &text));
-        tpl.render(&msgs, true)?
+        // the message stays plain text: only the template's markup is control tokens
+        let g = tpl.render_guarded(&msgs, true, &tok)?;
+        tok.encode_guarded(&g.text, g.guards, true, room)
     } else {
-        text
+        // a plain prompt is the user's own text: control tokens in it are meant
+        tok.encode_bounded(&text, true, true, room)
     };
-    let ids = tok.encode(&prompt, true, true)?;
-    tracing::debug!(n_tokens = ids.len(), ?ids, "prompt {prompt:?}");
+    let ids = match encoded {
+        Err(TokenizerError::TooManyTokens { at_least, .. }) => return Err(too_long(at_least)),
+        r => r?,
+    };
+    tracing::debug!(n_tokens = ids.len(), ?ids, "prompt");
     if ids.is_empty() {
         bail!("the prompt is empty after tokenization");
-    }
-    if ids.len() >= session.n_ctx() {
-        bail!(
-            "the prompt has {} tokens, more than the context of {} leaves room for (-c)",
-            ids.len(),
-            session.n_ctx()
-        );
     }
     let params = GenParams {
         max_tokens: a.n_predict,

@@ -11,11 +11,13 @@ use anyhow::{Context, Result, bail};
 use ats_core::machine::Machine;
 use ats_sched::session::{GenEvent, GenParams, Session};
 use ats_sched::size::fmt_bytes;
-use ats_vision::preprocess::{DecodeLimits, PixelValues};
+use ats_vision::pipeline::read_image;
+use ats_vision::preprocess::{DecodeLimits, PixelValues, PreprocessConfig};
 use ats_vision::{EncoderConfig, VisionPhase, Vlm, VlmInput, pipeline};
 use clap::Args;
 
 use crate::args::{ModelArgs, SampleArgs};
+use crate::usage::usage_bail;
 use crate::{load, report};
 
 /// The image options `vlm` and `eval` share.
@@ -31,7 +33,8 @@ pub struct ImageArgs {
     #[arg(long = "min-pixels", value_name = "N")]
     pub min_pixels: Option<u64>,
     /// Most pixels an image is resized to (default: the model's, else 1003520);
-    /// larger images are scaled down to fit.
+    /// larger images are scaled down to fit. At most what the context can
+    /// hold (-c x 784 pixels, one token per 28x28): more is lowered to that.
     #[arg(long = "max-pixels", value_name = "N")]
     pub max_pixels: Option<u64>,
 }
@@ -87,8 +90,9 @@ pub struct Prepared {
     pub input: VlmInput,
 }
 
-/// Opens both models, encodes every image on the devices, frees the
-/// encoder, then loads the language model and builds the prompt.
+/// Opens both models, checks from the images' headers that the prompt fits
+/// the context, encodes every image on the devices, frees the encoder, then
+/// loads the language model and builds the prompt.
 pub fn prepare(
     model: &ModelArgs,
     image: &ImageArgs,
@@ -101,14 +105,24 @@ pub fn prepare(
         .mmproj()?
         .context("vlm needs --mmproj FILE (the model's vision projector)")?;
     let vlm = Vlm::open(&model.model, mmproj)?;
+    let n_ctx = model.run_config(&vlm.lm, all_logits)?.n_ctx;
     let t0 = Instant::now();
-    let cfg = vlm.preprocess_config(image.min_pixels, image.max_pixels)?;
+    let rendered = vlm.render_prompt(prompt, image.images.len(), system)?;
+    let cfg = pixel_bounds(&vlm, image, &rendered, n_ctx)?;
     let limits = DecodeLimits::default();
+    let bytes: Vec<Vec<u8>> = image
+        .images
+        .iter()
+        .map(|p| read_image(p, &limits))
+        .collect::<Result<_, _>>()?;
+    check_fits(&vlm, image, &bytes, &cfg, &limits, &rendered, n_ctx)?;
     let pixels: Vec<PixelValues> = image
         .images
         .iter()
-        .map(|p| vlm.load_image(p, &cfg, &limits))
+        .zip(&bytes)
+        .map(|(p, b)| vlm.preprocess_image(p, b, &cfg, &limits))
         .collect::<Result<_, _>>()?;
+    drop(bytes);
     let preprocess_ms = t0.elapsed().as_secs_f64() * 1000.0;
     let built = load::machine(&model.devices)?;
     let vision = vlm.encode_images(&built.machine, EncoderConfig::default(), &pixels)?;
@@ -132,8 +146,8 @@ pub fn prepare(
     let t1 = Instant::now();
     let loaded = load::load_on(model, vlm.lm.clone(), built, all_logits)?;
     let load_ms = t1.elapsed().as_secs_f64() * 1000.0;
-    let rendered = vlm.render_prompt(prompt, pixels.len(), system)?;
     let input = vlm.input(&rendered, &vision.images)?;
+    tracing::debug!(n_tokens = input.ids.len(), ids = ?input.ids, "prompt");
     if input.ids.len() >= loaded.session.n_ctx() {
         bail!(
             "the prompt has {} tokens (images included), more than the context of {} leaves room for (-c)",
@@ -148,6 +162,70 @@ pub fn prepare(
         load_ms,
         input,
     })
+}
+
+/// The projector's pixel bounds with the flags applied, and the most
+/// pixels lowered (and said so) to what the context holds beside the
+/// prompt's text: an equal share of the room left for each image, one
+/// token per `factor` x `factor` pixels.
+fn pixel_bounds(
+    vlm: &Vlm,
+    image: &ImageArgs,
+    rendered: &ats_core::tokenizer::GuardedText,
+    n_ctx: usize,
+) -> Result<PreprocessConfig> {
+    let mut cfg = vlm.preprocess_config(image.min_pixels, image.max_pixels)?;
+    let n = image.images.len().max(1);
+    let text = vlm.prompt_len(rendered, &vec![0; image.images.len()])?;
+    let room = n_ctx.saturating_sub(1).saturating_sub(text) / n;
+    let most = (room as u64).saturating_mul(u64::from(cfg.factor()).pow(2));
+    if cfg.max_pixels > most {
+        let why = format!(
+            "a context of {n_ctx} tokens (-c) holds {room} tokens per image beside {text} of text"
+        );
+        match image.max_pixels {
+            Some(flag) => tracing::warn!("--max-pixels {flag} is more than {why}: using {most}"),
+            None => tracing::info!("images are resized to at most {most} pixels: {why}"),
+        }
+        cfg.max_pixels = most;
+    }
+    if cfg.min_pixels > cfg.max_pixels {
+        usage_bail!(
+            "{} pixels per image at least (--min-pixels) do not fit: the context of {n_ctx} tokens (-c) holds {} beside the text",
+            cfg.min_pixels,
+            cfg.max_pixels
+        );
+    }
+    Ok(cfg)
+}
+
+/// Refuses a prompt whose images (counted from their headers) and text do
+/// not fit the context, before any image is decoded or encoded.
+fn check_fits(
+    vlm: &Vlm,
+    image: &ImageArgs,
+    bytes: &[Vec<u8>],
+    cfg: &PreprocessConfig,
+    limits: &DecodeLimits,
+    rendered: &ats_core::tokenizer::GuardedText,
+    n_ctx: usize,
+) -> Result<()> {
+    let tokens: Vec<usize> = image
+        .images
+        .iter()
+        .zip(bytes)
+        .map(|(p, b)| vlm.image_tokens(p, b, cfg, limits))
+        .collect::<Result<_, _>>()?;
+    let total = vlm.prompt_len(rendered, &tokens)?;
+    if total >= n_ctx {
+        let each: Vec<String> = tokens.iter().map(usize::to_string).collect();
+        bail!(
+            "the prompt has {total} tokens (images {}), more than the context of {n_ctx} leaves room for (-c): raise -c or lower --max-pixels",
+            each.join(" + ")
+        );
+    }
+    tracing::debug!(total, ?tokens, "prompt tokens before encoding");
+    Ok(())
 }
 
 /// Peak bytes of the device that matters (the GPU when there is one) since

@@ -281,7 +281,7 @@ fn mutated_requests_never_panic_and_get_4xx_answers() {
     let completion = |b: &[u8]| -> Result<(), u16> {
         let (prompt, params, _) = check_completion(b, &d).map_err(refusal)?;
         assert!((1..=64).contains(&params.max_tokens));
-        let ids = p.completion(&prompt).map_err(refusal)?;
+        let ids = p.completion(prompt).map_err(refusal)?;
         assert!(!ids.is_empty() && ids.len() <= 256);
         Ok(())
     };

@@ -1,12 +1,16 @@
 //! `ats-cli serve`: the model behind OpenAI's HTTP API, so existing clients
 //! work unchanged. One engine on a worker thread serves requests one at a
-//! time, in order, from a bounded queue (`queue.rs`); axum handlers
-//! (`routes.rs`) check requests (`request.rs`), build prompts (`prompt.rs`, `params.rs`)
+//! time, in order, from a bounded queue (`queue.rs`); connections are
+//! accepted within time and count limits (`listen.rs`); axum handlers
+//! (`routes.rs`) read bodies within a deadline, check requests
+//! (`request.rs`), build prompts (`prompt.rs`, `params.rs`) a few at a time
 //! and stream the answers back (`wire.rs`, `errors.rs`).
 
 mod errors;
 #[cfg(test)]
 mod fuzz;
+mod listen;
+mod memory;
 mod params;
 mod prompt;
 mod queue;
@@ -17,6 +21,7 @@ mod wire;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use ats_core::chat::ChatTemplate;
@@ -33,6 +38,8 @@ const EXAMPLES: &str = "Examples:
     -d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}], \"stream\": true}'
 
 Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health.
+Request bodies must be JSON (Content-Type: application/json); web pages on other
+origins may call the server only when --allow-origin names them.
 Sampling flags set the defaults for requests that leave a field unset; without
 --seed, a request without a seed gets a random one.";
 
@@ -57,9 +64,25 @@ pub struct ServeArgs {
     /// Requests that may wait while one runs; more get 503.
     #[arg(long = "queue", value_name = "N", default_value_t = 16)]
     queue: usize,
-    /// Largest request body (images are base64 inside it).
+    /// Largest request body.
     #[arg(long = "max-body", value_name = "SIZE", default_value = "16MiB", value_parser = parse_vram)]
     max_body: u64,
+    /// Connections served at once; past it, a few more get /health and a
+    /// 503, the rest are closed. Request bodies in memory are at most this
+    /// times --max-body.
+    #[arg(long = "max-connections", value_name = "N", default_value_t = 32)]
+    max_connections: usize,
+    /// Seconds a connection has to send a request's headers, counted from
+    /// when it is ready for one: idle keep-alive connections close after it too.
+    #[arg(long = "header-timeout", value_name = "SECS", default_value_t = 10.0, value_parser = parse_secs)]
+    header_timeout: f64,
+    /// Seconds a request's body may take to arrive (408 after).
+    #[arg(long = "body-timeout", value_name = "SECS", default_value_t = 60.0, value_parser = parse_secs)]
+    body_timeout: f64,
+    /// Let web pages from this origin (https://example.com, or * for any)
+    /// call the server from a browser (CORS); repeat for several.
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    allow_origin: Vec<String>,
     /// Longest prompt in tokens (default: the context size minus one).
     #[arg(long = "max-prompt-tokens", value_name = "N")]
     max_prompt_tokens: Option<usize>,
@@ -67,6 +90,15 @@ pub struct ServeArgs {
     /// requests (default: the context size).
     #[arg(long = "max-tokens", value_name = "N")]
     max_tokens: Option<usize>,
+}
+
+fn parse_secs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 && x <= 86_400.0 => Ok(x),
+        _ => Err(format!(
+            "{s:?}: give seconds above 0, at most a day (86400)"
+        )),
+    }
 }
 
 /// Loads the model and serves until Ctrl-C or SIGTERM.
@@ -77,6 +109,16 @@ pub fn run(a: ServeArgs) -> Result<()> {
     if a.max_tokens == Some(0) {
         usage_bail!("--max-tokens must be at least 1");
     }
+    if a.max_connections == 0 {
+        usage_bail!("--max-connections must be at least 1");
+    }
+    listen::ensure_fd_limit(a.max_connections).map_err(crate::usage::UsageError)?;
+    if !memory::return_large_frees() {
+        tracing::debug!(
+            "the allocator's mmap threshold is its own: freed request memory may stay resident"
+        );
+    }
+    let cors = routes::cors(&a.allow_origin).map_err(crate::usage::UsageError)?;
     let addr: SocketAddr = format!("{}:{}", a.host, a.port)
         .parse()
         .or_else(|_| {
@@ -90,6 +132,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let loaded = load::load(&a.model, false)?;
     let engine = loaded.session;
     let n_ctx = engine.n_ctx();
+    check_limits(&a, n_ctx)?;
     let tokenizer = engine.tokenizer()?.clone();
     let template = ChatTemplate::from_gguf(&engine.spec().gguf.metadata).map_err(|e| e.to_string());
     match &template {
@@ -123,9 +166,16 @@ pub fn run(a: ServeArgs) -> Result<()> {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
         max_body: usize::try_from(a.max_body).unwrap_or(usize::MAX),
+        body_timeout: Duration::from_secs_f64(a.body_timeout),
+        max_connections: a.max_connections,
+        preparing: Arc::new(tokio::sync::Semaphore::new(routes::PREPARING)),
         next_id: AtomicU64::new(0),
         id_salt: rand::random(),
     });
+    let limits = listen::ConnLimits {
+        header_timeout: Duration::from_secs_f64(a.header_timeout),
+        max_connections: a.max_connections,
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("ats-http")
@@ -141,16 +191,38 @@ pub fn run(a: ServeArgs) -> Result<()> {
             warn!("listening on {local}: other machines can reach this server (it has no authentication)");
         }
         info!(
-            "model {model:?}: context {n_ctx}, prompts up to {max_prompt} tokens, max_tokens up to {max_tokens}, queue {}, body up to {} bytes",
-            a.queue, a.max_body
+            "model {model:?}: context {n_ctx}, prompts up to {max_prompt} tokens, max_tokens up to {max_tokens}, queue {}, body up to {} bytes, {} connections, header timeout {} s, body timeout {} s",
+            a.queue, a.max_body, a.max_connections, a.header_timeout, a.body_timeout
         );
         info!("listening on http://{local}");
-        axum::serve(listener, routes::router(app))
-            .with_graceful_shutdown(shutdown())
-            .await
-            .context("the server failed")
+        let full = routes::full_router(app.clone());
+        let router = routes::router(app, cors);
+        listen::serve(listener, router, full, limits, shutdown(), DRAIN).await;
+        anyhow::Ok(())
     })?;
     info!("stopped");
+    Ok(())
+}
+
+/// How long a shutdown waits for open connections to finish.
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// Limits the context cannot honour are usage errors at start, not 500s
+/// per request later.
+fn check_limits(a: &ServeArgs, n_ctx: usize) -> Result<()> {
+    let most = n_ctx.saturating_sub(1).max(1);
+    if let Some(n) = a.max_prompt_tokens
+        && n > most
+    {
+        usage_bail!(
+            "--max-prompt-tokens {n} leaves no room for an answer in the context of {n_ctx} tokens (-c): give at most {most}"
+        );
+    }
+    if let Some(n) = a.max_tokens
+        && n > n_ctx
+    {
+        usage_bail!("--max-tokens {n} is more than the context of {n_ctx} tokens (-c)");
+    }
     Ok(())
 }
 

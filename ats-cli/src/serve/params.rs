@@ -1,8 +1,10 @@
 //! Request fields to generation settings: the server's defaults where a
-//! field is unset, range checks and the `max_tokens` limit, and a clear 400
-//! for features this server does not offer.
+//! field is unset, range checks (the sampler's own, as for the command
+//! line's flags) and the `max_tokens` limit, and a clear 400 for features
+//! this server does not offer.
 
 use ats_core::SamplerConfig;
+use ats_core::sampling::SamplerField;
 use ats_sched::session::GenParams;
 
 use super::errors::ApiError;
@@ -41,31 +43,42 @@ pub fn gen_params(
             "logit_bias is not served",
         ));
     }
-    for (name, v) in [
-        ("presence_penalty", s.presence_penalty),
-        ("frequency_penalty", s.frequency_penalty),
-    ] {
-        if v.is_some_and(|v| v != 0.0) {
-            // Clients often send these; say once per request that they do nothing.
-            tracing::warn!("{name} is not applied (use repeat_penalty)");
-        }
-    }
     let mut sampler = d.sampler;
-    if let Some(t) = s.temperature {
-        sampler.temperature = check(t, "temperature", 0.0, f32::MAX, "0 or more")?;
-    }
-    if let Some(p) = s.top_p {
-        sampler.top_p = check(p, "top_p", 0.0, 1.0, "between 0 and 1")?;
-    }
-    if let Some(p) = s.min_p {
-        sampler.min_p = check(p, "min_p", 0.0, 1.0, "between 0 and 1")?;
-    }
-    if let Some(r) = s.repeat_penalty {
-        sampler.repeat_penalty =
-            check(r, "repeat_penalty", f32::MIN_POSITIVE, f32::MAX, "above 0")?;
+    for (field, value, slot) in [
+        (
+            SamplerField::Temperature,
+            s.temperature,
+            &mut sampler.temperature,
+        ),
+        (SamplerField::TopP, s.top_p, &mut sampler.top_p),
+        (SamplerField::MinP, s.min_p, &mut sampler.min_p),
+        (
+            SamplerField::RepeatPenalty,
+            s.repeat_penalty,
+            &mut sampler.repeat_penalty,
+        ),
+        (
+            SamplerField::FrequencyPenalty,
+            s.frequency_penalty,
+            &mut sampler.frequency_penalty,
+        ),
+        (
+            SamplerField::PresencePenalty,
+            s.presence_penalty,
+            &mut sampler.presence_penalty,
+        ),
+    ] {
+        if let Some(v) = value {
+            *slot = field.check(v).map_err(|e| {
+                ApiError::bad_param(field.api_name(), format!("{} {e}", field.api_name()))
+            })?;
+        }
     }
     if let Some(k) = s.top_k {
         sampler.top_k = usize::try_from(k).unwrap_or(usize::MAX);
+    }
+    if let Some(n) = s.repeat_last_n {
+        sampler.repeat_last_n = usize::try_from(n).unwrap_or(usize::MAX);
     }
     // any integer is a seed, as in OpenAI's API
     sampler.seed = match (s.seed, d.seed) {
@@ -115,14 +128,6 @@ pub fn gen_params(
         stop,
         ignore_eos: s.ignore_eos.unwrap_or(false),
     })
-}
-
-fn check(v: f32, name: &str, lo: f32, hi: f32, what: &str) -> Result<f32, ApiError> {
-    if v.is_finite() && (lo..=hi).contains(&v) {
-        Ok(v)
-    } else {
-        Err(ApiError::bad_param(name, format!("{name} must be {what}")))
-    }
 }
 
 #[cfg(test)]
@@ -181,6 +186,35 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(bad(top_p, None), "top_p");
+        let huge = Sampling {
+            temperature: Some(1e39),
+            ..Default::default()
+        };
+        let e = gen_params(&huge, None, 16, &defaults()).unwrap_err();
+        assert_eq!(
+            e.message,
+            "temperature must be a finite number of at least 0, not 1e39"
+        );
+        let penalty = Sampling {
+            frequency_penalty: Some(1e30),
+            ..Default::default()
+        };
+        assert_eq!(bad(penalty, None), "frequency_penalty");
+        let applied = Sampling {
+            frequency_penalty: Some(0.5),
+            presence_penalty: Some(-1.0),
+            repeat_last_n: Some(256),
+            ..Default::default()
+        };
+        let p = gen_params(&applied, None, 16, &defaults()).unwrap();
+        assert_eq!(
+            (
+                p.sampler.frequency_penalty,
+                p.sampler.presence_penalty,
+                p.sampler.repeat_last_n
+            ),
+            (0.5, -1.0, 256)
+        );
         let n = Sampling {
             n: Some(2),
             ..Default::default()

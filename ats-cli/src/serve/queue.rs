@@ -46,6 +46,8 @@ pub struct Finished {
     pub stop: StopReason,
     /// Tokens generated.
     pub completion_tokens: usize,
+    /// Bytes of an unfinished character a limit held back (not in `text`).
+    pub held_back_bytes: usize,
     /// Timings.
     pub timings: Timings,
 }
@@ -180,6 +182,7 @@ fn run_job(engine: &mut Session, job: &Job, events: &UnboundedSender<JobEvent>, 
             );
             JobEvent::Done(Finished {
                 completion_tokens: g.tokens.len(),
+                held_back_bytes: g.held_back_bytes,
                 text: g.text,
                 stop: g.stop,
                 timings: g.timings,

@@ -1,20 +1,26 @@
 //! The HTTP routes: OpenAI's chat and text completions (streamed as
-//! server-sent events or not), the model list and a health check.
+//! server-sent events or not), the model list and a health check. A body
+//! must be JSON and arrive within the body timeout; it is then checked and
+//! turned into a prompt on a blocking thread, [`PREPARING`] requests at a
+//! time.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{Method, StatusCode, Uri};
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures_util::Stream;
+use tokio::sync::Semaphore;
 use tokio::sync::mpsc::UnboundedReceiver;
+use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use super::errors::ApiError;
 use super::params::Defaults;
@@ -41,6 +47,12 @@ pub struct App {
     pub created: u64,
     /// Largest request body, in bytes.
     pub max_body: usize,
+    /// How long a body may take to arrive.
+    pub body_timeout: Duration,
+    /// Connections served at once (for the message past the limit).
+    pub max_connections: usize,
+    /// Permits to check a body and build its prompt ([`PREPARING`]).
+    pub preparing: Arc<Semaphore>,
     /// Request counter for ids.
     pub next_id: AtomicU64,
     /// Distinguishes ids of different server runs.
@@ -54,18 +66,79 @@ impl App {
     }
 }
 
-/// The router over `app`.
-pub fn router(app: Arc<App>) -> Router {
-    let limit = app.max_body;
-    Router::new()
+/// Requests checked and tokenized at once. The engine runs one job at a
+/// time, so more would only hold more bodies and prompts in memory.
+pub const PREPARING: usize = 2;
+
+/// The router over `app`, with `cors` when browsers may call it.
+pub fn router(app: Arc<App>, cors: Option<CorsLayer>) -> Router {
+    let r = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
         .route("/health", get(health))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(limit))
+        .with_state(app);
+    match cors {
+        Some(c) => r.layer(c),
+        None => r,
+    }
+}
+
+/// What a connection past `--max-connections` gets: `/health` as usual,
+/// a 503 for everything else.
+pub fn full_router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .fallback(too_many_connections)
         .with_state(app)
+}
+
+/// The CORS layer for `--allow-origin` values (`*` for any origin), or
+/// None without any: browsers then refuse pages on other origins, since
+/// every POST needs a JSON content type and so a preflight.
+pub fn cors(origins: &[String]) -> Result<Option<CorsLayer>, String> {
+    if origins.is_empty() {
+        return Ok(None);
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        let values = origins
+            .iter()
+            .map(|o| {
+                let ok = (o.starts_with("http://") || o.starts_with("https://"))
+                    && !o.ends_with('/');
+                match HeaderValue::from_str(o) {
+                    Ok(v) if ok => Ok(v),
+                    _ => Err(format!(
+                        "--allow-origin {o:?}: give an origin like https://example.com:8443 (scheme, host, optional port, no path) or *"
+                    )),
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        AllowOrigin::list(values)
+    };
+    Ok(Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([Method::GET, Method::POST])
+            .allow_headers([CONTENT_TYPE, AUTHORIZATION]),
+    ))
+}
+
+async fn too_many_connections(State(app): State<Arc<App>>) -> ApiError {
+    ApiError {
+        code: Some("too_many_connections"),
+        ..ApiError::status(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "the server has {} connections open (--max-connections): retry later",
+                app.max_connections
+            ),
+        )
+    }
 }
 
 async fn not_found(uri: Uri) -> ApiError {
@@ -97,15 +170,12 @@ async fn models(State(app): State<Arc<App>>) -> Json<ModelList> {
     })
 }
 
-async fn chat_completions(
-    State(app): State<Arc<App>>,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    respond(chat(app, body).await)
+async fn chat_completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+    respond(chat(app, headers, body).await)
 }
 
-async fn completions(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Response {
-    respond(completion(app, body).await)
+async fn completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+    respond(completion(app, headers, body).await)
 }
 
 fn respond(r: Result<Response, ApiError>) -> Response {
@@ -115,18 +185,37 @@ fn respond(r: Result<Response, ApiError>) -> Response {
     })
 }
 
-/// Tokenises a request's prompt off the async runtime (templates and
-/// images take time) and queues the job: its id, prompt length and events.
-async fn enqueue(
+/// Checks a body and builds its prompt with `prepare`, on a blocking
+/// thread (JSON, templates and tokenizing take CPU time), at most
+/// [`PREPARING`] at a time.
+async fn prepared<T: Send + 'static>(
+    app: &App,
+    body: Bytes,
+    prepare: impl FnOnce(&[u8], &Defaults, &Prompter) -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let permit = app
+        .preparing
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|_| ApiError::internal("the server is stopping"))?;
+    let prompter = app.prompter.clone();
+    let defaults = app.defaults.clone();
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        prepare(&body, &defaults, &prompter)
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("prompt preparation failed: {e}")))?
+}
+
+/// Queues a prepared job: its id, prompt length and events.
+fn submit(
     app: &App,
     kind: &str,
+    prompt: Vec<u32>,
     params: ats_sched::session::GenParams,
-    prepare: impl FnOnce(&Prompter) -> Result<Vec<u32>, ApiError> + Send + 'static,
 ) -> Result<(String, usize, UnboundedReceiver<JobEvent>), ApiError> {
-    let prompter = app.prompter.clone();
-    let prompt = tokio::task::spawn_blocking(move || prepare(&prompter))
-        .await
-        .map_err(|e| ApiError::internal(format!("prompt preparation failed: {e}")))??;
     let id = app.id(kind);
     let prompt_tokens = prompt.len();
     let rx = app.queue.submit(Job {
@@ -137,11 +226,14 @@ async fn enqueue(
     Ok((id, prompt_tokens, rx))
 }
 
-async fn chat(app: Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
-    let body = body_bytes(&app, body)?;
-    let (messages, params, sampling) = check_chat(&body, &app.defaults)?;
-    let (id, prompt_tokens, rx) =
-        enqueue(&app, "chatcmpl", params, move |p| p.chat(&messages)).await?;
+async fn chat(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let body = read_body(&app, &headers, body).await?;
+    let (prompt, params, sampling) = prepared(&app, body, |body, d, p| {
+        let (messages, params, sampling) = check_chat(body, d)?;
+        Ok((p.chat(&messages)?, params, sampling))
+    })
+    .await?;
+    let (id, prompt_tokens, rx) = submit(&app, "chatcmpl", prompt, params)?;
     let created = unix_now();
     let model = app.model.clone();
     if !sampling.stream.unwrap_or(false) {
@@ -161,7 +253,7 @@ async fn chat(app: Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
                 logprobs: None,
             }],
             usage: Usage::new(prompt_tokens, f.completion_tokens),
-            timings: TimingsOut::from(&f.timings),
+            timings: TimingsOut::new(&f.timings, f.held_back_bytes),
         })
         .into_response());
     }
@@ -179,7 +271,7 @@ async fn chat(app: Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
                 logprobs: None,
             }],
             usage: None,
-            timings: f.map(|f| TimingsOut::from(&f.timings)),
+            timings: f.map(|f| TimingsOut::new(&f.timings, f.held_back_bytes)),
         })
         .unwrap_or_default()
     };
@@ -217,14 +309,14 @@ async fn chat(app: Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Resp
     Ok(sse(rx, frames).into_response())
 }
 
-async fn completion(
-    app: Arc<App>,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let body = body_bytes(&app, body)?;
-    let (raw, params, sampling) = check_completion(&body, &app.defaults)?;
-    let (id, prompt_tokens, rx) =
-        enqueue(&app, "cmpl", params, move |p| p.completion(&raw)).await?;
+async fn completion(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let body = read_body(&app, &headers, body).await?;
+    let (prompt, params, sampling) = prepared(&app, body, |body, d, p| {
+        let (raw, params, sampling) = check_completion(body, d)?;
+        Ok((p.completion(raw)?, params, sampling))
+    })
+    .await?;
+    let (id, prompt_tokens, rx) = submit(&app, "cmpl", prompt, params)?;
     let created = unix_now();
     let model = app.model.clone();
     let body = move |text: String,
@@ -242,7 +334,7 @@ async fn completion(
             finish_reason: finish,
         }],
         usage,
-        timings: f.map(|f| TimingsOut::from(&f.timings)),
+        timings: f.map(|f| TimingsOut::new(&f.timings, f.held_back_bytes)),
     };
     if !sampling.stream.unwrap_or(false) {
         let f = finish(rx).await?;
@@ -272,20 +364,81 @@ async fn completion(
     Ok(sse(rx, frames).into_response())
 }
 
-/// The body's bytes; a body over the limit is a 413 naming the flag.
-fn body_bytes(app: &App, body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
-    body.map_err(|rej| {
-        if rej.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::status(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!(
-                    "the request body is larger than this server's limit of {} bytes (--max-body)",
-                    app.max_body
-                ),
-            )
-        } else {
-            ApiError::status(rej.status(), rej.body_text())
+/// The body of a JSON request, read within `--body-timeout` and
+/// `--max-body`: a 415 for another content type, a 413 for a body over the
+/// limit (from its Content-Length before reading, when it has one), a 408
+/// for one that does not arrive in time.
+async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
+    require_json(headers)?;
+    let too_large = || {
+        ApiError::status(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the request body is larger than this server's limit of {} bytes (--max-body)",
+                app.max_body
+            ),
+        )
+    };
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > app.max_body as u64) {
+        return Err(too_large());
+    }
+    match tokio::time::timeout(app.body_timeout, axum::body::to_bytes(body, app.max_body)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) if over_limit(&e) => Err(too_large()),
+        Ok(Err(e)) => Err(ApiError::bad_request(format!(
+            "cannot read the request body: {e}"
+        ))),
+        Err(_) => Err(ApiError::status(
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "the request body did not arrive within {} s (--body-timeout)",
+                app.body_timeout.as_secs_f64()
+            ),
+        )),
+    }
+}
+
+/// Whether reading a body failed on its length limit.
+fn over_limit(e: &axum::Error) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return true;
         }
+        cur = err.source();
+    }
+    false
+}
+
+/// Request bodies are JSON. Requiring the content type also keeps web
+/// pages from posting to the server: a cross-origin JSON POST needs a CORS
+/// preflight, which only `--allow-origin` answers.
+fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let ct = headers
+        .get(CONTENT_TYPE)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let mime = ct
+        .as_deref()
+        .and_then(|c| c.split(';').next())
+        .map(str::trim);
+    if mime.is_some_and(|m| m.eq_ignore_ascii_case("application/json")) {
+        return Ok(());
+    }
+    Err(ApiError {
+        code: Some("unsupported_media_type"),
+        ..ApiError::status(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            match ct {
+                Some(c) => {
+                    format!("the body must be JSON (Content-Type: application/json), not {c:?}")
+                }
+                None => "the body must be JSON: send Content-Type: application/json".into(),
+            },
+        )
     })
 }
 

@@ -34,8 +34,9 @@ pub struct ResponseFormat {
 }
 
 /// Sampling and stopping fields shared by both endpoints (`null` means unset,
-/// as in OpenAI's API). `top_k`, `min_p`, `repeat_penalty` and `ignore_eos`
-/// are llama.cpp's extensions.
+/// as in OpenAI's API). `top_k`, `min_p`, `repeat_penalty`, `repeat_last_n`
+/// and `ignore_eos` are llama.cpp's extensions. Numbers are read as f64 so
+/// that one too large for the sampler is named as sent.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct Sampling {
     /// Model name (any name is accepted: the server has one model).
@@ -47,15 +48,17 @@ pub struct Sampling {
     /// Most tokens to generate.
     pub max_tokens: Option<u64>,
     /// Temperature (0: greedy).
-    pub temperature: Option<f32>,
+    pub temperature: Option<f64>,
     /// Nucleus sampling.
-    pub top_p: Option<f32>,
+    pub top_p: Option<f64>,
     /// Top-k (0: off).
     pub top_k: Option<u64>,
     /// Min-p (0: off).
-    pub min_p: Option<f32>,
+    pub min_p: Option<f64>,
     /// Repetition penalty (1: off).
-    pub repeat_penalty: Option<f32>,
+    pub repeat_penalty: Option<f64>,
+    /// Tokens the penalties look back over (llama.cpp's extension).
+    pub repeat_last_n: Option<u64>,
     /// Random seed (random when unset).
     pub seed: Option<i64>,
     /// Stop strings.
@@ -64,10 +67,10 @@ pub struct Sampling {
     pub n: Option<u64>,
     /// End user id (logged, not used).
     pub user: Option<String>,
-    /// OpenAI's presence penalty (not applied; 0 is the only value served).
-    pub presence_penalty: Option<f32>,
-    /// OpenAI's frequency penalty (not applied; 0 is the only value served).
-    pub frequency_penalty: Option<f32>,
+    /// OpenAI's presence penalty, -2 to 2.
+    pub presence_penalty: Option<f64>,
+    /// OpenAI's frequency penalty, -2 to 2.
+    pub frequency_penalty: Option<f64>,
     /// Token biases (not served).
     pub logit_bias: Option<serde_json::Map<String, Value>>,
     /// Keep generating past end-of-generation tokens.
@@ -105,11 +108,97 @@ pub struct Message {
     pub name: Option<String>,
 }
 
+/// A completion's `prompt`: a string, a list of strings (only one is
+/// served) or a list of token ids, read without a JSON tree in between.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PromptInput {
+    /// Text.
+    Text(String),
+    /// Several texts (refused: one prompt per request).
+    Texts(usize),
+    /// Token ids (each checked against the vocabulary later).
+    Ids(Vec<u32>),
+}
+
+/// What `prompt` must be, for messages.
+const PROMPT_EXPECTED: &str = "a string, a list of one string, or a list of token ids";
+
+impl<'de> Deserialize<'de> for PromptInput {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = PromptInput;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(PROMPT_EXPECTED)
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<PromptInput, E> {
+                Ok(PromptInput::Text(v.to_string()))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<PromptInput, E> {
+                Ok(PromptInput::Text(v))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<PromptInput, A::Error> {
+                #[derive(Deserialize)]
+                #[serde(untagged)]
+                enum Item {
+                    Id(u32),
+                    Text(String),
+                }
+                let bad = || serde::de::Error::custom(format!("prompt must be {PROMPT_EXPECTED}"));
+                let mut ids = Vec::new();
+                let (mut text, mut n_texts) = (None, 0usize);
+                while let Some(item) = seq.next_element::<Item>().map_err(|_| bad())? {
+                    match item {
+                        Item::Id(id) if n_texts == 0 => ids.push(id),
+                        Item::Text(t) if ids.is_empty() => {
+                            text.get_or_insert(t);
+                            n_texts += 1;
+                        }
+                        _ => return Err(bad()),
+                    }
+                }
+                Ok(match (text, n_texts) {
+                    (Some(t), 1) => PromptInput::Text(t),
+                    (Some(_), n) => PromptInput::Texts(n),
+                    (None, _) => PromptInput::Ids(ids),
+                })
+            }
+            fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<PromptInput, E> {
+                Err(E::custom(format!("prompt must be {PROMPT_EXPECTED}")))
+            }
+            fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<PromptInput, E> {
+                Err(E::custom(format!("prompt must be {PROMPT_EXPECTED}")))
+            }
+            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<PromptInput, E> {
+                Err(E::custom(format!("prompt must be {PROMPT_EXPECTED}")))
+            }
+            fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<PromptInput, E> {
+                Err(E::custom(format!("prompt must be {PROMPT_EXPECTED}")))
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<PromptInput, E> {
+                Err(E::custom(format!("prompt must be {PROMPT_EXPECTED}")))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                _: A,
+            ) -> Result<PromptInput, A::Error> {
+                Err(serde::de::Error::custom(format!(
+                    "prompt must be {PROMPT_EXPECTED}"
+                )))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 /// `POST /v1/completions`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct CompletionRequest {
     /// A string, a list of one string, or a list of token ids.
-    pub prompt: Value,
+    pub prompt: PromptInput,
     /// Repeat the prompt in the answer (not served).
     pub echo: Option<bool>,
     /// Text after the completion (not served).
@@ -142,7 +231,8 @@ impl Usage {
     }
 }
 
-/// llama.cpp's `timings` object, which its clients show.
+/// llama.cpp's `timings` object, which its clients show, with how many
+/// bytes of an unfinished character a token limit held back.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct TimingsOut {
     /// Prompt tokens processed.
@@ -157,10 +247,14 @@ pub struct TimingsOut {
     pub predicted_ms: f64,
     /// Generation tokens per second.
     pub predicted_per_second: f64,
+    /// Bytes the last tokens began of a character they did not finish
+    /// (a limit cut it): not in the text, which has whole characters only.
+    pub held_back_bytes: usize,
 }
 
-impl From<&ats_sched::session::Timings> for TimingsOut {
-    fn from(t: &ats_sched::session::Timings) -> Self {
+impl TimingsOut {
+    /// The timings of a generation that held back `held_back_bytes`.
+    pub fn new(t: &ats_sched::session::Timings, held_back_bytes: usize) -> Self {
         TimingsOut {
             prompt_n: t.prompt_tokens,
             prompt_ms: t.prompt_ms,
@@ -168,6 +262,7 @@ impl From<&ats_sched::session::Timings> for TimingsOut {
             predicted_n: t.gen_tokens,
             predicted_ms: t.decode_ms,
             predicted_per_second: t.gen_tps(),
+            held_back_bytes,
         }
     }
 }

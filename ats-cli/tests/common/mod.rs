@@ -35,9 +35,15 @@ pub fn run(args: &[&str]) -> Output {
 
 /// Runs `ats-cli args...` with `input` on stdin.
 pub fn run_with_input(args: &[&str], input: &str) -> Output {
+    run_with_input_env(args, input, &[])
+}
+
+/// [`run_with_input`] with extra environment variables.
+pub fn run_with_input_env(args: &[&str], input: &str, env: &[(&str, &str)]) -> Output {
     use std::io::Write;
     let mut child = Command::new(BIN)
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

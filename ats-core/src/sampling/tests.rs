@@ -38,6 +38,8 @@ fn config(temperature: f32, top_k: usize, top_p: f32, min_p: f32) -> SamplerConf
         top_p,
         min_p,
         repeat_penalty: 1.0,
+        frequency_penalty: 0.0,
+        presence_penalty: 0.0,
         repeat_last_n: 0,
         seed: 42,
     }
@@ -176,6 +178,44 @@ fn repeat_penalty_over_the_window() {
     }
     // History ids outside the vocabulary are ignored.
     assert_eq!(s.distribution(&[0.0, 1.0], &[99, 7]).len(), 1);
+}
+
+#[test]
+fn frequency_and_presence_penalties_follow_openai() {
+    let mut c = config(1.0, 0, 1.0, 0.0);
+    c.frequency_penalty = 0.5;
+    c.presence_penalty = 0.25;
+    c.repeat_last_n = 4;
+    // token 0 three times, token 1 once in the window; token 2 outside it
+    let history = [2, 0, 0, 1, 0];
+    let logits = [2.0, 1.0, 1.0, 0.0];
+    let d = Sampler::new(c).distribution(&logits, &history);
+    let want = softmax_f64(&[2.0 - 1.5 - 0.25, 1.0 - 0.5 - 0.25, 1.0, 0.0], 1.0);
+    assert_eq!(d.len(), 4);
+    for (id, p) in d {
+        assert!(
+            (p - want[id as usize]).abs() < 1e-6,
+            "{id}: {p} vs {want:?}"
+        );
+    }
+    // negative values encourage repeats; with the repetition penalty the
+    // division comes first, as in llama.cpp
+    c.temperature = 0.0;
+    c.frequency_penalty = -2.0;
+    c.presence_penalty = 0.0;
+    assert_eq!(Sampler::new(c).sample(&[1.0, 2.0], &[0]), 0);
+    c.repeat_penalty = 2.0;
+    c.frequency_penalty = 0.0;
+    c.presence_penalty = 2.0;
+    // token 1: 3.0 / 2 - 2 = -0.5 < token 0's 0.0
+    assert_eq!(Sampler::new(c).sample(&[0.0, 3.0], &[1]), 0);
+    // out-of-range values are refused by validate and ignored by the sampler
+    c.presence_penalty = f32::NAN;
+    assert_eq!(Sampler::new(c).sample(&[0.0, 3.0], &[1]), 1);
+    let e = c.validate().unwrap_err();
+    assert_eq!(e.field, SamplerField::PresencePenalty);
+    assert!(SamplerConfig::default().validate().is_ok());
+    assert!(SamplerConfig::greedy().validate().is_ok());
 }
 
 #[test]

@@ -49,6 +49,30 @@ pub enum TokenizerError {
         /// The vocabulary size.
         vocab_size: usize,
     },
+    /// The text needs more tokens than the caller allows; tokenizing
+    /// stopped as soon as that was certain.
+    #[error("the text has more than {limit} tokens (at least {at_least})")]
+    TooManyTokens {
+        /// The most tokens allowed.
+        limit: usize,
+        /// A lower bound on the tokens the text takes.
+        at_least: usize,
+    },
+    /// The text holds every character guards could be made of, so its
+    /// plain-text parts cannot be marked (see [`super::Guards`]).
+    #[error(
+        "the text uses every private-use character, so none is left to mark its plain-text parts"
+    )]
+    NoGuards,
+    /// Guarded text whose guards do not pair up: something between
+    /// [`super::Tokenizer::guard`] and the encoder cut a guarded span.
+    #[error("guarded text is malformed at byte {at}: {problem}")]
+    BadGuards {
+        /// Byte offset of the stray guard.
+        at: usize,
+        /// What is wrong.
+        problem: &'static str,
+    },
 }
 
 impl TokenizerError {

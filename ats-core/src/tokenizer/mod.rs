@@ -16,6 +16,7 @@
 
 mod byte_level;
 mod error;
+mod guard;
 pub mod keys;
 mod model;
 mod pretok;
@@ -26,6 +27,7 @@ mod vocab;
 #[cfg(test)]
 mod tests;
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use tokenizers::models::bpe::BPE;
@@ -35,6 +37,7 @@ use tokenizers::tokenizer::{
 };
 
 pub use error::TokenizerError;
+pub use guard::{GuardedText, Guards};
 pub use pretok::PreTokenizerKind;
 pub use stream::TokenStream;
 pub use vocab::TokenType;
@@ -96,6 +99,8 @@ pub struct Tokenizer {
     /// Decoded bytes of every token, concatenated; `piece_ends[i]` ends token i.
     pieces: Vec<u8>,
     piece_ends: Vec<usize>,
+    /// The most input bytes one token can stand for (see [`Tokenizer::min_tokens`]).
+    max_token_bytes: usize,
     specials: Vec<u32>,
     bos: Option<u32>,
     eos: Option<u32>,
@@ -184,6 +189,7 @@ impl Tokenizer {
         }
 
         let (pieces, piece_ends) = decode_table(&vocab, model_kind)?;
+        let max_token_bytes = max_token_bytes(&piece_ends);
         let specials = special::special_ids(&vocab);
         Ok(Tokenizer {
             model_kind,
@@ -192,6 +198,7 @@ impl Tokenizer {
             pre,
             pieces,
             piece_ends,
+            max_token_bytes,
             specials,
             bos,
             eos,
@@ -216,28 +223,129 @@ impl Tokenizer {
         add_special: bool,
         parse_special: bool,
     ) -> Result<Vec<u32>, TokenizerError> {
-        let mut out = Vec::with_capacity(text.len() / 3 + 2);
+        self.encode_bounded(text, add_special, parse_special, usize::MAX)
+    }
+
+    /// [`Tokenizer::encode`] that gives up with
+    /// [`TokenizerError::TooManyTokens`] once the text is certain to need
+    /// more than `max_tokens`: at once when its length alone says so
+    /// ([`Tokenizer::min_tokens`]), else as soon as that many are made.
+    pub fn encode_bounded(
+        &self,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+        max_tokens: usize,
+    ) -> Result<Vec<u32>, TokenizerError> {
+        self.check_bytes(text.len(), max_tokens)?;
+        let frags = special::partition(text, &self.specials, &self.vocab, parse_special);
+        self.encode_pieces(frags.into_iter().map(Piece::from), add_special, max_tokens)
+    }
+
+    /// `text` with every control-token text in it wrapped in `guards`, so
+    /// that [`Tokenizer::encode_guarded`] reads it as plain text whatever
+    /// surrounds it. Chat message content goes through this before the
+    /// template renders it (see [`crate::chat::ChatTemplate::render_guarded`]).
+    pub fn guard(&self, text: &str, guards: Guards) -> String {
+        let mut out = String::with_capacity(text.len());
+        for frag in special::partition(text, &self.specials, &self.vocab, true) {
+            match frag {
+                Fragment::Text(s) => out.push_str(s),
+                Fragment::Token(id) => {
+                    let t = &self.vocab.tokens[id as usize];
+                    // user-defined tokens are matched in plain text too
+                    if self.vocab.types[id as usize] == TokenType::UserDefined {
+                        out.push_str(t);
+                    } else {
+                        out.push(guards.open());
+                        out.push_str(t);
+                        out.push(guards.close());
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Token ids of text made with [`Tokenizer::guard`]: control tokens are
+    /// parsed outside guarded spans only, the guards themselves vanish, and
+    /// text on both sides of a guarded span is one piece of text (so the
+    /// ids equal those of the unguarded text wherever no span was guarded).
+    /// Bounded like [`Tokenizer::encode_bounded`].
+    pub fn encode_guarded(
+        &self,
+        text: &str,
+        guards: Guards,
+        add_special: bool,
+        max_tokens: usize,
+    ) -> Result<Vec<u32>, TokenizerError> {
+        let spans = guards.split(text)?;
+        self.check_bytes(spans.iter().map(|s| s.0.len()).sum(), max_tokens)?;
+        let mut pieces: Vec<Piece<'_>> = Vec::new();
+        for (span, guarded) in spans {
+            for frag in special::partition(span, &self.specials, &self.vocab, !guarded) {
+                match (pieces.last_mut(), Piece::from(frag)) {
+                    (Some(Piece::Text(prev)), Piece::Text(next)) => prev.to_mut().push_str(&next),
+                    (_, p) => pieces.push(p),
+                }
+            }
+        }
+        self.encode_pieces(pieces, add_special, max_tokens)
+    }
+
+    /// The fewest tokens `bytes` bytes of text can take: no token stands
+    /// for more input bytes than the longest piece in the vocabulary (or 4,
+    /// one character under an unknown token).
+    pub fn min_tokens(&self, bytes: usize) -> usize {
+        bytes.div_ceil(self.max_token_bytes)
+    }
+
+    /// The most input bytes a token can stand for.
+    pub fn max_token_bytes(&self) -> usize {
+        self.max_token_bytes
+    }
+
+    fn check_bytes(&self, bytes: usize, max_tokens: usize) -> Result<(), TokenizerError> {
+        let at_least = self.min_tokens(bytes);
+        if at_least > max_tokens {
+            return Err(TokenizerError::TooManyTokens {
+                limit: max_tokens,
+                at_least,
+            });
+        }
+        Ok(())
+    }
+
+    fn encode_pieces<'s>(
+        &self,
+        pieces: impl IntoIterator<Item = Piece<'s>>,
+        add_special: bool,
+        max_tokens: usize,
+    ) -> Result<Vec<u32>, TokenizerError> {
+        let mut out = Vec::new();
         if add_special && self.add_bos {
             out.extend(self.bos);
         }
         // SentencePiece adds its leading space at the start and after each
         // special token, as llama.cpp does.
         let mut after_special = true;
-        for frag in special::partition(text, &self.specials, &self.vocab, parse_special) {
-            match frag {
-                Fragment::Token(id) => {
+        for piece in pieces {
+            match piece {
+                Piece::Token(id) => {
                     out.push(id);
                     after_special = true;
                 }
-                Fragment::Text(s) => {
-                    self.encode_text(s, after_special, &mut out)?;
+                Piece::Text(s) => {
+                    self.encode_text(&s, after_special, max_tokens, &mut out)?;
                     after_special = false;
                 }
             }
+            too_many(&out, max_tokens)?;
         }
         if add_special && self.add_eos {
             out.extend(self.eos);
         }
+        too_many(&out, max_tokens)?;
         Ok(out)
     }
 
@@ -245,6 +353,7 @@ impl Tokenizer {
         &self,
         s: &str,
         after_special: bool,
+        max_tokens: usize,
         out: &mut Vec<u32>,
     ) -> Result<(), TokenizerError> {
         let backend = |e: tokenizers::Error| TokenizerError::Backend(e.to_string());
@@ -256,6 +365,7 @@ impl Tokenizer {
                     self.encode_word(word, out, |w| {
                         String::from_utf8_lossy(&byte_level::decode_token(w)).into_owned()
                     })?;
+                    too_many(out, max_tokens)?;
                 }
             }
             None => {
@@ -514,6 +624,45 @@ fn decode_table(
         ends.push(pieces.len());
     }
     Ok((pieces, ends))
+}
+
+/// A piece of input to encode: text (owned where pieces were joined) or a
+/// special token.
+enum Piece<'a> {
+    Text(Cow<'a, str>),
+    Token(u32),
+}
+
+impl<'a> From<Fragment<'a>> for Piece<'a> {
+    fn from(f: Fragment<'a>) -> Self {
+        match f {
+            Fragment::Text(s) => Piece::Text(Cow::Borrowed(s)),
+            Fragment::Token(id) => Piece::Token(id),
+        }
+    }
+}
+
+/// [`TokenizerError::TooManyTokens`] once `out` holds more than `max` ids.
+fn too_many(out: &[u32], max: usize) -> Result<(), TokenizerError> {
+    if out.len() > max {
+        return Err(TokenizerError::TooManyTokens {
+            limit: max,
+            at_least: out.len(),
+        });
+    }
+    Ok(())
+}
+
+/// The longest decoded piece, at least 4 bytes (an unknown token stands
+/// for one character, up to 4 bytes, whatever its own text).
+fn max_token_bytes(piece_ends: &[usize]) -> usize {
+    let mut prev = 0;
+    let mut longest = 4;
+    for &end in piece_ends {
+        longest = longest.max(end - prev);
+        prev = end;
+    }
+    longest
 }
 
 /// The byte of a `<0xNN>` token.

@@ -66,8 +66,11 @@ impl<'a> TokenStream<'a> {
         !self.pending.is_empty()
     }
 
-    /// Ends the stream: whatever is held back, as U+FFFD.
-    pub fn finish(self) -> String {
-        String::from_utf8_lossy(&self.pending).into_owned()
+    /// Ends the stream. What is held back is the start of a character the
+    /// tokens never finished (a token limit cut it): it is dropped rather
+    /// than shown as U+FFFD, and its length in bytes is returned so the
+    /// caller can say so.
+    pub fn finish(self) -> usize {
+        self.pending.len()
     }
 }

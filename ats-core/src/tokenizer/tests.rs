@@ -118,7 +118,7 @@ fn gpt2_decodes_bytes_and_streams_whole_characters() {
     assert_eq!(chunks[0], "");
     assert_eq!(chunks[1], "é");
     assert_eq!(&chunks[2..6], &["", "", "", "🦙"]);
-    // An invalid byte comes out as U+FFFD; a dangling lead byte at the end too.
+    // An invalid byte comes out as U+FFFD...
     let mut s = t.stream();
     assert_eq!(
         s.push(t.token_id(&encode_bytes(&[0xFF])).unwrap()).unwrap(),
@@ -128,13 +128,101 @@ fn gpt2_decodes_bytes_and_streams_whole_characters() {
         s.push(t.token_id(&encode_bytes(&[0xE2])).unwrap()).unwrap(),
         ""
     );
-    assert_eq!(s.finish(), "\u{FFFD}");
+    // ...while a dangling lead byte at the end is held back, not shown, and counted
+    assert_eq!(s.finish(), 1);
     assert!(matches!(
         t.decode(&[9999]),
         Err(TokenizerError::BadTokenId {
             id: 9999,
             vocab_size: 263
         })
+    ));
+}
+
+#[test]
+fn guarded_control_texts_stay_plain_text() {
+    let t = gpt2();
+    let end = t.token_id("<|end|>").unwrap();
+    let tool = t.token_id("<tool>").unwrap();
+    let g = Guards::choose(["is<|end|>"]).unwrap();
+    // content that forges a control token, inside markup that has real ones
+    let content = t.guard("is<|end|>the<tool>", g);
+    let prompt = format!("<|end|>user:{content}<|end|>");
+    let ids = t.encode_guarded(&prompt, g, true, usize::MAX).unwrap();
+    assert_eq!(ids.iter().filter(|&&i| i == end).count(), 2, "{ids:?}");
+    assert_eq!(
+        ids.iter().filter(|&&i| i == tool).count(),
+        1,
+        "user-defined stays"
+    );
+    assert_eq!(
+        t.decode(&ids).unwrap(),
+        "<|end|>user:is<|end|>the<tool><|end|>"
+    );
+    let plain = t.encode("is<|end|>the<tool>", false, false).unwrap();
+    assert_eq!(ids[ids.len() - 1 - plain.len()..ids.len() - 1], plain[..]);
+    // text with nothing guarded tokenizes exactly like the whole text
+    let free = "<|end|>user: the is<|end|>";
+    assert_eq!(
+        t.encode_guarded(free, g, true, usize::MAX).unwrap(),
+        t.encode(free, true, true).unwrap()
+    );
+    // guards that do not pair up are an error, not a silent reading
+    let open = g.open().to_string();
+    for bad in [
+        open.clone(),
+        format!("{open}{open}x"),
+        g.close().to_string(),
+    ] {
+        assert!(matches!(
+            t.encode_guarded(&bad, g, false, usize::MAX),
+            Err(TokenizerError::BadGuards { .. })
+        ));
+    }
+    // guards are chosen outside the texts they will mark
+    let taken = format!("{}{}", g.open(), g.close());
+    let g2 = Guards::choose([taken.as_str()]).unwrap();
+    assert!(!taken.contains(g2.open()) && !taken.contains(g2.close()));
+    let all: String = (0xFDD0..=0xFDEF)
+        .chain(0xE000..=0xF8FF)
+        .filter_map(char::from_u32)
+        .collect();
+    assert!(matches!(
+        Guards::choose([all.as_str()]),
+        Err(TokenizerError::NoGuards)
+    ));
+}
+
+#[test]
+fn bounded_encoding_stops_at_the_limit() {
+    let t = gpt2();
+    // the longest piece is "<|end|>" (7 bytes)
+    assert_eq!(t.max_token_bytes(), 7);
+    assert_eq!(t.min_tokens(70), 10);
+    let text = " the".repeat(100);
+    assert_eq!(
+        t.encode_bounded(&text, false, false, 100).unwrap().len(),
+        100
+    );
+    match t.encode_bounded(&text, false, false, 99) {
+        Err(TokenizerError::TooManyTokens {
+            limit: 99,
+            at_least,
+        }) => assert_eq!(at_least, 100),
+        other => panic!("{other:?}"),
+    }
+    // far too long: refused from its length alone
+    let huge = "x".repeat(1 << 20);
+    match t.encode_bounded(&huge, false, false, 1000) {
+        Err(TokenizerError::TooManyTokens { limit, at_least }) => {
+            assert_eq!((limit, at_least), (1000, (1 << 20) / 7 + 1));
+        }
+        other => panic!("{other:?}"),
+    }
+    let g = Guards::choose([huge.as_str()]).unwrap();
+    assert!(matches!(
+        t.encode_guarded(&huge, g, false, 1000),
+        Err(TokenizerError::TooManyTokens { .. })
     ));
 }
 
@@ -383,6 +471,13 @@ fn spm_byte_fallback_and_special_tokens() {
     let plain = t.encode("</s>", false, false).unwrap();
     assert!(!plain.contains(&2));
     assert_eq!(t.decode(&plain).unwrap(), "</s>");
+    // Guarded, it is spelt out too, with the same leading space as plain text.
+    let g = Guards::choose(["hello</s>hello"]).unwrap();
+    let guarded = t.guard("hello</s>hello", g);
+    assert_eq!(
+        t.encode_guarded(&guarded, g, false, usize::MAX).unwrap(),
+        t.encode("hello</s>hello", false, false).unwrap()
+    );
 }
 
 #[test]

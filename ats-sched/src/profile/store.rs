@@ -36,13 +36,23 @@ pub fn default_profile_path(fingerprint: &str) -> Option<PathBuf> {
     Some(base.join("ats").join(format!("profile-{fingerprint}.json")))
 }
 
+/// Largest profile file read: a real one is tens of kilobytes.
+pub const MAX_PROFILE_BYTES: u64 = 16 << 20;
+
 /// Reads a profile; a missing file is `Ok(None)`, a corrupt or foreign one an error.
+/// Devices, FIFOs and files over [`MAX_PROFILE_BYTES`] are errors too.
 pub fn load_profile(path: &Path, fingerprint: Option<&str>) -> Result<Option<Profile>, String> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
+    let bytes = match ats_core::files::read_bounded(path, MAX_PROFILE_BYTES, "profiles") {
+        Ok(b) => b,
+        Err(ats_core::files::FileError::Io { error, .. })
+            if error.kind() == std::io::ErrorKind::NotFound =>
+        {
+            return Ok(None);
+        }
+        Err(e) => return Err(e.to_string()),
     };
+    let text = String::from_utf8(bytes)
+        .map_err(|e| format!("{}: not a profile: not UTF-8 text: {e}", path.display()))?;
     let p: Profile = serde_json::from_str(&text)
         .map_err(|e| format!("{}: not a profile: {e}", path.display()))?;
     if p.version != PROFILE_VERSION {

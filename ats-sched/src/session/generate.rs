@@ -66,6 +66,9 @@ pub struct Generation {
     pub text: String,
     /// Why it stopped.
     pub stop: StopReason,
+    /// Bytes of a character the last tokens began but never finished (a
+    /// limit cut it): not in `text`, which holds whole characters only.
+    pub held_back_bytes: usize,
     /// Timings.
     pub timings: Timings,
 }
@@ -163,9 +166,11 @@ impl Session {
             decode_ms += Session::ms_since(td);
             decode_rounds += 1;
         }
-        if stop != StopReason::Cancelled && !matches!(stop, StopReason::StopString(_)) {
-            text.push_str(&stream.finish());
-        }
+        // text after a stop string or a cancel is dropped anyway
+        let held_back_bytes = match stop {
+            StopReason::Cancelled | StopReason::StopString(_) => 0,
+            _ => stream.finish(),
+        };
         if text.len() > emitted && stop != StopReason::Cancelled {
             on_event(GenEvent::Text(&text[emitted..]));
         }
@@ -181,6 +186,7 @@ impl Session {
             tokens,
             text,
             stop,
+            held_back_bytes,
             timings,
         })
     }

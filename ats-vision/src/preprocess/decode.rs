@@ -87,6 +87,13 @@ fn open<'a>(
             detail: "only PNG, JPEG, WebP, GIF and BMP are built in".into(),
         });
     };
+    // a size no decoder takes (PNG and BMP can declare 2^31) is refused,
+    // and named, before a decoder refuses it without saying it
+    if let Some((width, height)) = declared_size(format, bytes)
+        && width.max(height) > limits.max_side
+    {
+        check_dimensions(name, width, height, limits)?;
+    }
     let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
     // Dimensions are checked below, with a clearer message than the decoder's.
     let mut img_limits = image::Limits::default();
@@ -113,6 +120,21 @@ fn open<'a>(
         },
         decoder,
     ))
+}
+
+/// The size a PNG (IHDR) or BMP (info header) declares, read from its bytes.
+fn declared_size(format: ImageFormat, bytes: &[u8]) -> Option<(u32, u32)> {
+    let be = |at: usize| Some(u32::from_be_bytes(bytes.get(at..at + 4)?.try_into().ok()?));
+    let le = |at: usize| {
+        let v = i32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?);
+        Some(v.unsigned_abs())
+    };
+    match format {
+        ImageFormat::Png if bytes.get(12..16)? == b"IHDR" => Some((be(16)?, be(20)?)),
+        // BITMAPINFOHEADER and later; the old 12-byte core header has u16 sides
+        ImageFormat::Bmp if le(14)? >= 40 => Some((le(18)?, le(22)?)),
+        _ => None,
+    }
 }
 
 /// Refuses zero-sized images and those above the side and pixel-count limits.

@@ -99,6 +99,22 @@ pub fn load_resized(
     })
 }
 
+/// The language tokens an image will take, from its header alone (no pixel
+/// is decoded): its resized size in patches, merged `merge_size` x
+/// `merge_size` into one token each. Lets a caller refuse an image the
+/// context cannot hold before spending time on it.
+pub fn planned_tokens(
+    bytes: &[u8],
+    cfg: &PreprocessConfig,
+    limits: &DecodeLimits,
+) -> Result<usize, PreprocessError> {
+    cfg.validate()?;
+    let header = decode::read_header(bytes, limits)?;
+    let (w, h) = target_size(header.width, header.height, cfg)?;
+    let merged = u64::from(cfg.factor());
+    Ok(((u64::from(w) / merged) * (u64::from(h) / merged)) as usize)
+}
+
 /// [`load_resized`] then [`patchify`]: image file bytes to pixel values.
 pub fn preprocess_bytes(
     bytes: &[u8],
