@@ -14,6 +14,7 @@ pub mod placement;
 pub mod planner;
 pub mod profile;
 pub mod rescheduler;
+pub mod scheduler;
 pub mod session;
 pub mod sim;
 pub mod size;

@@ -24,6 +24,17 @@ impl<'a> TokenStream<'a> {
         }
     }
 
+    /// A stream holding `pending`, the bytes [`TokenStream::into_pending`]
+    /// gave back: a stream kept between calls without borrowing its tokenizer.
+    pub fn resume(tokenizer: &'a Tokenizer, pending: Vec<u8>) -> Self {
+        TokenStream { tokenizer, pending }
+    }
+
+    /// The bytes of an unfinished character, to [`TokenStream::resume`] with.
+    pub fn into_pending(self) -> Vec<u8> {
+        self.pending
+    }
+
     /// Adds a token; returns the text completed by it (possibly empty).
     /// Bytes that can never become valid UTF-8 come out as U+FFFD.
     pub fn push(&mut self, id: u32) -> Result<String, TokenizerError> {

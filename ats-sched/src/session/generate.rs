@@ -4,10 +4,10 @@
 use std::time::Instant;
 
 use ats_core::round::{EmbedOverride, Positions};
-use ats_core::sampling::{Sampler, SamplerConfig};
-use ats_core::tokenizer::TokenStream;
+use ats_core::sampling::SamplerConfig;
 use serde::Serialize;
 
+use super::decoder::{Decoder, Next, Step};
 use super::{Session, SessionError, Timings};
 
 /// What to generate.
@@ -99,83 +99,41 @@ impl Session {
         let t0 = Instant::now();
         let mut logits = self.prefill_with(prompt, false, embeds)?;
         let prompt_ms = Session::ms_since(t0);
-        let mut sampler = Sampler::new(params.sampler);
-        let mut stream = TokenStream::new(&tok);
-        let mut tokens = Vec::new();
-        let mut text = String::new();
-        let mut emitted = 0usize;
-        let hold = params
-            .stop
-            .iter()
-            .map(|s| s.len())
-            .max()
-            .unwrap_or(1)
-            .saturating_sub(1);
+        let mut decoder = Decoder::new(params);
         let mut ttft_ms = 0.0;
         let (mut decode_rounds, mut decode_ms) = (0usize, 0.0f64);
+        let mut emit = |t: &str| on_event(GenEvent::Text(t));
         let mut stop = StopReason::MaxTokens;
-        while tokens.len() < params.max_tokens {
-            // The sampler reads NaN as -inf and would quietly pick token 0.
-            if logits.iter().any(|l| l.is_nan()) {
-                return Err(SessionError::NonFiniteLogits {
-                    position: self.past(),
-                });
-            }
-            let id = sampler.sample(&logits, self.history());
-            if tokens.is_empty() {
+        // no answer at all for a limit of 0
+        let mut more = params.max_tokens > 0;
+        while more {
+            let step = Step {
+                logits: &logits,
+                history: self.history(),
+                room: self.past() < self.n_ctx(),
+                position: self.past(),
+            };
+            let next = decoder.step(step, &tok, &mut emit)?;
+            if decode_rounds == 0 && ttft_ms == 0.0 {
                 ttft_ms = Session::ms_since(t0);
             }
-            if !params.ignore_eos && tok.is_eog(id) {
-                stop = StopReason::Eog;
-                break;
-            }
-            tokens.push(id);
-            text.push_str(&stream.push(id)?);
-            if let Some((at, s)) = params
-                .stop
-                .iter()
-                .filter_map(|s| text.find(s.as_str()).map(|at| (at, s)))
-                .min_by_key(|x| x.0)
-            {
-                text.truncate(at);
-                stop = StopReason::StopString(s.clone());
-                break;
-            }
-            // emit what can no longer become part of a stop string
-            let mut safe = text.len().saturating_sub(hold);
-            while !text.is_char_boundary(safe) {
-                safe -= 1;
-            }
-            if safe > emitted {
-                if !on_event(GenEvent::Text(&text[emitted..safe])) {
-                    stop = StopReason::Cancelled;
-                    emitted = safe;
-                    break;
+            match next {
+                Next::Feed(id) => {
+                    let td = Instant::now();
+                    logits = self.decode(id)?;
+                    decode_ms += Session::ms_since(td);
+                    decode_rounds += 1;
                 }
-                emitted = safe;
+                Next::Stop(reason) => {
+                    stop = reason;
+                    more = false;
+                }
             }
-            if tokens.len() >= params.max_tokens {
-                break;
-            }
-            if self.past() >= self.n_ctx() {
-                stop = StopReason::ContextFull;
-                break;
-            }
-            let td = Instant::now();
-            logits = self.decode(id)?;
-            decode_ms += Session::ms_since(td);
-            decode_rounds += 1;
         }
-        // text after a stop string or a cancel is dropped anyway
-        let held_back_bytes = match stop {
-            StopReason::Cancelled | StopReason::StopString(_) => 0,
-            _ => stream.finish(),
-        };
-        if text.len() > emitted && stop != StopReason::Cancelled {
-            on_event(GenEvent::Text(&text[emitted..]));
-        }
+        let (tokens, text, held_back_bytes) = decoder.finish(&stop, &mut emit);
         let timings = Timings {
             prompt_tokens: prompt.len(),
+            cached_tokens: 0,
             prompt_ms,
             gen_tokens: tokens.len(),
             decode_rounds,

@@ -265,3 +265,119 @@ impl KvPool {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sequence of `keys.len()` tokens written at once: reserved, committed
+    /// (positions are the token count).
+    fn written(pool: &mut KvPool, keys: &[u64]) -> SeqBlocks {
+        let mut s = SeqBlocks::default();
+        pool.reserve(&mut s, keys.len()).unwrap();
+        let pos: Vec<i64> = (1..=keys.len() as i64).collect();
+        pool.commit(&mut s, keys, &pos);
+        s
+    }
+
+    #[test]
+    fn blocks_are_handed_out_in_order_and_a_full_pool_says_so() {
+        let mut pool = KvPool::new(4 * 8, 8);
+        let mut a = SeqBlocks::default();
+        pool.reserve(&mut a, 9).unwrap();
+        assert_eq!(a.blocks(), &[0, 1]);
+        let mut b = SeqBlocks::default();
+        pool.reserve(&mut b, 16).unwrap();
+        assert_eq!(b.blocks(), &[2, 3]);
+        let e = pool.reserve(&mut a, 17).unwrap_err();
+        assert_eq!(
+            e,
+            PoolFull {
+                needed: 1,
+                available: 0,
+                block_tokens: 8
+            }
+        );
+        assert_eq!(a.blocks().len(), 2, "a refused reservation takes nothing");
+        // without an index entry a released block is simply free again
+        pool.release(b);
+        assert_eq!(pool.available(), 2);
+        pool.reserve(&mut a, 17).unwrap();
+        assert_eq!(a.blocks().len(), 3);
+    }
+
+    #[test]
+    fn a_common_prefix_is_stored_once_and_shared_in_whole_blocks() {
+        let mut pool = KvPool::new(16 * 4, 4);
+        let prompt: Vec<u64> = (100..111).collect(); // 11 tokens: 2 full blocks and 3
+        let a = written(&mut pool, &prompt);
+        assert_eq!(pool.stats().held, 3);
+        // the same prompt again: the two full blocks are shared, the rest computed
+        let (b, pos) = pool.start(&prompt, 1);
+        assert_eq!(b.blocks(), &a.blocks()[..2]);
+        assert_eq!((b.tokens(), pos), (8, Some(8)));
+        assert_eq!(
+            pool.stats().held,
+            3,
+            "nothing new is held for the shared part"
+        );
+        // at least `keep` tokens are left to compute: a prompt of exactly two
+        // blocks shares one
+        let (c, _) = pool.start(&prompt[..8], 1);
+        assert_eq!(c.tokens(), 4);
+        // another prompt shares nothing
+        let other: Vec<u64> = (200..211).collect();
+        assert_eq!(pool.start(&other, 1).0.tokens(), 0);
+        // a block shared by two stays held until both are done, then cached
+        pool.release(a);
+        assert_eq!(
+            pool.stats().held,
+            2,
+            "the shared blocks, not the partial one"
+        );
+        pool.release(b);
+        pool.release(c);
+        let st = pool.stats();
+        assert_eq!((st.held, st.cached), (0, 2));
+        assert_eq!(st.reused_tokens, 12);
+        // and a later sequence still finds them
+        let (d, _) = pool.start(&prompt, 1);
+        assert_eq!(d.tokens(), 8);
+    }
+
+    #[test]
+    fn cached_prefixes_give_way_to_new_blocks_oldest_first() {
+        let mut pool = KvPool::new(3 * 4, 4);
+        let first: Vec<u64> = (0..4).collect();
+        let second: Vec<u64> = (10..14).collect();
+        let a = written(&mut pool, &first);
+        let b = written(&mut pool, &second);
+        pool.release(a);
+        pool.release(b);
+        assert_eq!(pool.stats().cached, 2);
+        // two fresh blocks: the free one, then the oldest cached (the first prompt)
+        let mut c = SeqBlocks::default();
+        pool.reserve(&mut c, 8).unwrap();
+        assert_eq!(pool.stats().cached, 1);
+        let again = |pool: &mut KvPool, keys: &[u64]| {
+            let mut k = keys.to_vec();
+            k.push(99);
+            pool.start(&k, 1).0.tokens()
+        };
+        assert_eq!(again(&mut pool, &first), 0, "evicted");
+        assert_eq!(again(&mut pool, &second), 4, "still cached");
+    }
+
+    #[test]
+    fn a_prefix_after_an_image_restores_its_position() {
+        let mut pool = KvPool::new(8 * 4, 4);
+        let keys: Vec<u64> = (0..9).collect();
+        // M-RoPE: the text after an image is not at the token count
+        let pos: Vec<i64> = vec![1, 2, 3, 3, 3, 3, 4, 5, 6];
+        let mut s = SeqBlocks::default();
+        pool.reserve(&mut s, 9).unwrap();
+        pool.commit(&mut s, &keys, &pos);
+        let (t, p) = pool.start(&keys, 1);
+        assert_eq!((t.tokens(), p), (8, Some(5)));
+    }
+}

@@ -9,6 +9,7 @@
 //! applied to the executor and committed.
 
 mod breakdown;
+pub mod decoder;
 mod error;
 mod generate;
 pub mod kv_pool;
@@ -20,7 +21,7 @@ pub use breakdown::{BreakdownReport, DecodeBreakdown, DeviceShare, OpShare};
 pub use error::SessionError;
 pub use generate::{GenEvent, GenParams, Generation, StopReason};
 pub use kv_pool::{KV_BLOCK_TOKENS, KvPool, PoolFull, PoolStats};
-pub use sequences::{Logits, SeqEmbeds, SeqId, SeqInput};
+pub use sequences::{EmbedsPart, Logits, SeqEmbeds, SeqId, SeqInput, prompt_part};
 pub use timings::Timings;
 
 use std::collections::HashMap;
@@ -194,6 +195,14 @@ impl Session {
     /// The current plan set.
     pub fn plan_set(&self) -> &PlanSet {
         self.planner.plans()
+    }
+
+    /// The most new tokens one round may carry: the largest tier the
+    /// layout's compute buffers hold.
+    pub fn max_round_tokens(&self) -> usize {
+        let plans = self.planner.plans();
+        let top = plans.tiers.last().map_or(1, |t| t.tier);
+        top.min(plans.layout.max_tier.max(1)).max(1)
     }
 
     /// The KV pool's use.

@@ -140,6 +140,27 @@ impl Session {
         self.seqs.get(&id).map(|s| s.history.as_slice())
     }
 
+    /// KV blocks sequence `id` must add to take `n` more tokens.
+    pub fn blocks_to_add(&self, id: SeqId, n: usize) -> usize {
+        self.seqs.get(&id).map_or(0, |s| {
+            let have = s.blocks.blocks().len();
+            self.pool.blocks_for(s.tokens() + n).saturating_sub(have)
+        })
+    }
+
+    /// The most new tokens sequence `id` can take with `blocks` more blocks.
+    pub fn tokens_in_blocks(&self, id: SeqId, blocks: usize) -> usize {
+        self.seqs.get(&id).map_or(0, |s| {
+            let room = (s.blocks.blocks().len() + blocks) * self.pool.block_tokens();
+            room.saturating_sub(s.tokens())
+        })
+    }
+
+    /// KV blocks a sequence could still take.
+    pub fn free_blocks(&self) -> usize {
+        self.pool.available()
+    }
+
     /// The sequences alive.
     pub fn sequences(&self) -> usize {
         self.seqs.len()
@@ -374,4 +395,49 @@ fn check_embeds(
         ));
     }
     Ok(())
+}
+
+/// One chunk's share of a prompt's image rows and positions.
+pub struct EmbedsPart {
+    rows: EmbedOverride,
+    positions: Positions,
+    next_pos: Option<i64>,
+}
+
+impl EmbedsPart {
+    /// The part as a round input takes it.
+    pub fn view(&self) -> SeqEmbeds<'_> {
+        SeqEmbeds {
+            rows: &self.rows,
+            positions: &self.positions,
+            next_pos: self.next_pos,
+        }
+    }
+}
+
+/// The image rows and positions of prompt tokens `start..end`, renumbered
+/// from `start`; the last chunk carries the position after the prompt.
+pub fn prompt_part(
+    (ov, pos, after): (&EmbedOverride, &Positions, i64),
+    start: usize,
+    end: usize,
+    last: bool,
+) -> EmbedsPart {
+    let c = pos.components;
+    let mut rows = EmbedOverride::default();
+    let d = ov.data.len() / ov.rows.len().max(1);
+    for (k, &r) in ov.rows.iter().enumerate() {
+        if (start..end).contains(&r) {
+            rows.rows.push(r - start);
+            rows.data.extend_from_slice(&ov.data[k * d..(k + 1) * d]);
+        }
+    }
+    EmbedsPart {
+        rows,
+        positions: Positions {
+            components: c,
+            data: pos.data[start * c..end * c].to_vec(),
+        },
+        next_pos: last.then_some(after),
+    }
 }

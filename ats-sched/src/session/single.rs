@@ -3,7 +3,7 @@
 
 use ats_core::round::{EmbedOverride, Positions};
 
-use super::sequences::{Logits, SeqEmbeds, SeqInput, SeqState};
+use super::sequences::{EmbedsPart, Logits, SeqInput, SeqState, prompt_part};
 use super::{Session, SessionError};
 
 impl Session {
@@ -75,7 +75,7 @@ impl Session {
             let chunk = chunk.min(self.run.max_chunk.unwrap_or(usize::MAX)).max(1);
             let end = (start + chunk).min(tokens.len());
             let last = end == tokens.len();
-            let part = embeds.map(|e| embeds_part(e, start, end, last));
+            let part = embeds.map(|e| prompt_part(e, start, end, last));
             let input = SeqInput {
                 seq: self.default_seq,
                 tokens: &tokens[start..end],
@@ -106,49 +106,5 @@ impl Session {
     pub fn eval(&mut self, tokens: &[u32]) -> Result<Vec<f32>, SessionError> {
         self.reset();
         self.prefill(tokens, true)
-    }
-}
-
-/// One chunk's share of a prompt's image rows and positions.
-struct EmbedsPart {
-    rows: EmbedOverride,
-    positions: Positions,
-    next_pos: Option<i64>,
-}
-
-impl EmbedsPart {
-    fn view(&self) -> SeqEmbeds<'_> {
-        SeqEmbeds {
-            rows: &self.rows,
-            positions: &self.positions,
-            next_pos: self.next_pos,
-        }
-    }
-}
-
-/// The image rows and positions of prompt tokens `start..end`, renumbered
-/// from `start`; the last chunk carries the position after the prompt.
-fn embeds_part(
-    (ov, pos, after): (&EmbedOverride, &Positions, i64),
-    start: usize,
-    end: usize,
-    last: bool,
-) -> EmbedsPart {
-    let c = pos.components;
-    let mut rows = EmbedOverride::default();
-    let d = ov.data.len() / ov.rows.len().max(1);
-    for (k, &r) in ov.rows.iter().enumerate() {
-        if (start..end).contains(&r) {
-            rows.rows.push(r - start);
-            rows.data.extend_from_slice(&ov.data[k * d..(k + 1) * d]);
-        }
-    }
-    EmbedsPart {
-        rows,
-        positions: Positions {
-            components: c,
-            data: pos.data[start * c..end * c].to_vec(),
-        },
-        next_pos: last.then_some(after),
     }
 }

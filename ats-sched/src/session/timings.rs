@@ -7,6 +7,8 @@ use serde::Serialize;
 pub struct Timings {
     /// Prompt tokens processed.
     pub prompt_tokens: usize,
+    /// Prompt tokens taken from the KV cache (a prefix computed before).
+    pub cached_tokens: usize,
     /// Milliseconds of prompt processing.
     pub prompt_ms: f64,
     /// Tokens generated (sampled, not counting an end-of-generation token).

@@ -1,0 +1,421 @@
+//! The scheduler above the session: it admits requests as sequences (first
+//! come, first served, up to `max_seqs` at once, each starting from the
+//! longest prefix the KV pool still holds), and runs rounds that give every
+//! decoding sequence its next token and fill the rest of the round's token
+//! budget with prompt chunks, so running answers are never starved by a
+//! long prompt. Sampling, stop strings and limits are per request; events
+//! say what each request got.
+
+mod request;
+
+pub use request::{Event, Request, RequestId};
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use crate::session::decoder::{Decoder, Next, Step};
+use crate::session::{
+    Generation, Logits, SeqId, SeqInput, Session, SessionError, StopReason, Timings, prompt_part,
+};
+
+/// How the scheduler fills rounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SchedulerConfig {
+    /// Sequences that run at once (more wait in order).
+    pub max_seqs: usize,
+    /// New tokens per round, decode tokens first (`None`: the most the
+    /// session's plans hold, [`Session::max_round_tokens`]).
+    pub round_tokens: Option<usize>,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            max_seqs: 1,
+            round_tokens: None,
+        }
+    }
+}
+
+/// A request being answered.
+struct Running {
+    id: RequestId,
+    seq: SeqId,
+    req: Request,
+    /// Prompt tokens in the cache.
+    fed: usize,
+    /// The token to feed next (once the prompt is in).
+    next: Option<u32>,
+    decoder: Decoder,
+    submitted: Instant,
+    timings: Timings,
+}
+
+/// Admits requests and runs their rounds on a session.
+pub struct Scheduler {
+    cfg: SchedulerConfig,
+    waiting: VecDeque<(RequestId, Request, Instant)>,
+    running: Vec<Running>,
+    next_id: RequestId,
+}
+
+impl std::fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Scheduler({} running, {} waiting)",
+            self.running.len(),
+            self.waiting.len()
+        )
+    }
+}
+
+/// One sequence's part of the next round.
+struct Work {
+    /// Index in `running`.
+    at: usize,
+    /// Prompt tokens `fed..fed + n` (a chunk), or the next token when `None`.
+    chunk: Option<usize>,
+}
+
+impl Scheduler {
+    /// A scheduler filling rounds as `cfg` says.
+    pub fn new(cfg: SchedulerConfig) -> Scheduler {
+        Scheduler {
+            cfg,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            next_id: 0,
+        }
+    }
+
+    /// Queues a request; its events carry the returned id.
+    pub fn submit(&mut self, req: Request) -> RequestId {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.waiting.push_back((id, req, Instant::now()));
+        id
+    }
+
+    /// Drops a request, queued or running (its sequence ends); false if it
+    /// is not there.
+    pub fn cancel(&mut self, id: RequestId, session: &mut Session) -> bool {
+        if let Some(i) = self.waiting.iter().position(|w| w.0 == id) {
+            self.waiting.remove(i);
+            return true;
+        }
+        match self.running.iter().position(|r| r.id == id) {
+            Some(i) => {
+                let r = self.running.remove(i);
+                session.remove_sequence(r.seq);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether nothing is queued or running.
+    pub fn is_idle(&self) -> bool {
+        self.running.is_empty() && self.waiting.is_empty()
+    }
+
+    /// Requests running.
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Requests queued.
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Admits what fits, runs one round, and returns what happened.
+    pub fn step(&mut self, session: &mut Session) -> Vec<Event> {
+        let mut events = Vec::new();
+        self.admit(session, &mut events);
+        if self.running.is_empty() {
+            return events;
+        }
+        let budget = self
+            .cfg
+            .round_tokens
+            .unwrap_or_else(|| session.max_round_tokens())
+            .max(1);
+        let mut work = self.plan_round(session, budget);
+        if work.is_empty() {
+            // every running prompt waits for blocks no one will free
+            self.preempt_newest(
+                session,
+                "the KV pool is full: no block is free for any waiting prompt",
+                &mut events,
+            );
+            return events;
+        }
+        loop {
+            match self.run_round(session, &work) {
+                Ok(out) => {
+                    self.after_round(session, &work, out, &mut events);
+                    return events;
+                }
+                Err(SessionError::PoolFull(full)) => {
+                    // the decodes alone are over the pool: the newest request gives way
+                    self.preempt_newest(session, &full.to_string(), &mut events);
+                    work = self.plan_round(session, budget);
+                    if work.is_empty() {
+                        return events;
+                    }
+                }
+                Err(e) => {
+                    self.fail(session, &work, &e, &mut events);
+                    return events;
+                }
+            }
+        }
+    }
+
+    /// Starts waiting requests while there is room, each as a sequence
+    /// beginning with what the KV pool holds of its prompt.
+    fn admit(&mut self, session: &mut Session, events: &mut Vec<Event>) {
+        while self.running.len() < self.cfg.max_seqs.max(1) {
+            let Some((id, req, submitted)) = self.waiting.pop_front() else {
+                return;
+            };
+            if req.prompt.is_empty() || req.prompt.len() > session.n_ctx() {
+                events.push(Event::Failed {
+                    id,
+                    error: format!(
+                        "the prompt has {} tokens; it must have 1 to {} (the context)",
+                        req.prompt.len(),
+                        session.n_ctx()
+                    ),
+                });
+                continue;
+            }
+            let (seq, cached) = if req.embeds.is_some() {
+                (session.add_sequence(), 0)
+            } else {
+                session.add_sequence_for(&req.prompt)
+            };
+            let timings = Timings {
+                prompt_tokens: req.prompt.len(),
+                cached_tokens: cached,
+                ..Timings::default()
+            };
+            self.running.push(Running {
+                id,
+                seq,
+                fed: cached,
+                next: None,
+                decoder: Decoder::new(&req.params),
+                req,
+                submitted,
+                timings,
+            });
+        }
+    }
+
+    /// Every decoding sequence's next token, then prompt chunks in order of
+    /// arrival while the token budget and the KV pool's free blocks last
+    /// (a prompt that finds no block waits for one).
+    fn plan_round(&self, session: &Session, budget: usize) -> Vec<Work> {
+        let mut work: Vec<Work> = (0..self.running.len())
+            .filter(|&i| self.running[i].next.is_some())
+            .map(|at| Work { at, chunk: None })
+            .collect();
+        let mut left = budget.saturating_sub(work.len());
+        let mut blocks = session.free_blocks();
+        for w in &work {
+            blocks = blocks.saturating_sub(session.blocks_to_add(self.running[w.at].seq, 1));
+        }
+        for (at, r) in self.running.iter().enumerate() {
+            let rest = r.req.prompt.len() - r.fed;
+            if r.next.is_some() || rest == 0 || left == 0 {
+                continue;
+            }
+            // the longest chunk whose blocks are free
+            let n = rest.min(left).min(session.tokens_in_blocks(r.seq, blocks));
+            if n == 0 {
+                continue;
+            }
+            blocks -= session.blocks_to_add(r.seq, n);
+            left -= n;
+            work.push(Work { at, chunk: Some(n) });
+        }
+        work
+    }
+
+    /// Runs `work` as one round; returns each part's logits.
+    fn run_round(
+        &self,
+        session: &mut Session,
+        work: &[Work],
+    ) -> Result<Vec<Vec<f32>>, SessionError> {
+        let parts: Vec<_> = work
+            .iter()
+            .map(|w| {
+                let r = &self.running[w.at];
+                let n = w.chunk.unwrap_or(0);
+                let last = r.fed + n == r.req.prompt.len();
+                r.req
+                    .embeds
+                    .as_ref()
+                    .filter(|_| w.chunk.is_some())
+                    .map(|e| prompt_part((&e.0, &e.1, e.2), r.fed, r.fed + n, last))
+            })
+            .collect();
+        let inputs: Vec<SeqInput<'_>> = work
+            .iter()
+            .zip(&parts)
+            .map(|(w, part)| {
+                let r = &self.running[w.at];
+                match w.chunk {
+                    Some(n) => SeqInput {
+                        seq: r.seq,
+                        tokens: &r.req.prompt[r.fed..r.fed + n],
+                        embeds: part.as_ref().map(|p| p.view()),
+                        logits: if r.fed + n == r.req.prompt.len() {
+                            Logits::Last
+                        } else {
+                            Logits::None
+                        },
+                    },
+                    None => SeqInput {
+                        seq: r.seq,
+                        tokens: std::slice::from_ref(r.next.as_ref().expect("decoding")),
+                        embeds: None,
+                        logits: Logits::Last,
+                    },
+                }
+            })
+            .collect();
+        session.run_batch(&inputs)
+    }
+
+    /// Samples for every part that got logits, emits events, ends finished requests.
+    fn after_round(
+        &mut self,
+        session: &mut Session,
+        work: &[Work],
+        out: Vec<Vec<f32>>,
+        events: &mut Vec<Event>,
+    ) {
+        let round_ms = session.executor().last_stats().total_secs * 1e3;
+        let tok = match session.tokenizer() {
+            Ok(t) => t.clone(),
+            Err(e) => return self.fail(session, work, &e, events),
+        };
+        let mut done: Vec<(usize, Result<StopReason, String>)> = Vec::new();
+        for (w, logits) in work.iter().zip(out) {
+            let r = &mut self.running[w.at];
+            match w.chunk {
+                Some(n) => {
+                    r.fed += n;
+                    r.timings.prompt_ms += round_ms;
+                }
+                None => {
+                    r.timings.decode_rounds += 1;
+                    r.timings.decode_ms += round_ms;
+                }
+            }
+            if logits.is_empty() {
+                continue;
+            }
+            let (tokens, ctx) = (session.seq_tokens(r.seq).unwrap_or(0), session.n_ctx());
+            let step = Step {
+                logits: &logits,
+                history: session.seq_history(r.seq).unwrap_or(&[]),
+                room: tokens < ctx,
+                position: tokens,
+            };
+            let id = r.id;
+            let mut emit = |t: &str| {
+                events.push(Event::Text {
+                    id,
+                    text: t.to_string(),
+                });
+                true
+            };
+            let next = r.decoder.step(step, &tok, &mut emit);
+            if r.timings.ttft_ms == 0.0 {
+                r.timings.ttft_ms = r.submitted.elapsed().as_secs_f64() * 1e3;
+            }
+            match next {
+                Ok(Next::Feed(t)) => r.next = Some(t),
+                Ok(Next::Stop(reason)) => done.push((w.at, Ok(reason))),
+                Err(e) => done.push((w.at, Err(e.to_string()))),
+            }
+        }
+        // highest index first, so earlier indices stay valid
+        done.sort_by_key(|d| std::cmp::Reverse(d.0));
+        for (at, outcome) in done {
+            let r = self.running.remove(at);
+            session.remove_sequence(r.seq);
+            events.extend(finish(r, outcome));
+        }
+    }
+
+    /// Ends the newest running request with `why` (its blocks go back).
+    fn preempt_newest(&mut self, session: &mut Session, why: &str, events: &mut Vec<Event>) {
+        if let Some(r) = self.running.pop() {
+            session.remove_sequence(r.seq);
+            events.push(Event::Failed {
+                id: r.id,
+                error: why.to_string(),
+            });
+        }
+    }
+
+    /// Fails every request in `work` with `e` (their sequences end).
+    fn fail(
+        &mut self,
+        session: &mut Session,
+        work: &[Work],
+        e: &SessionError,
+        events: &mut Vec<Event>,
+    ) {
+        let mut at: Vec<usize> = work.iter().map(|w| w.at).collect();
+        at.sort_unstable_by(|a, b| b.cmp(a));
+        for i in at {
+            let r = self.running.remove(i);
+            session.remove_sequence(r.seq);
+            events.push(Event::Failed {
+                id: r.id,
+                error: e.to_string(),
+            });
+        }
+    }
+}
+
+/// The events a finished request ends with: the rest of its text, then
+/// the whole answer.
+fn finish(r: Running, outcome: Result<StopReason, String>) -> Vec<Event> {
+    let stop = match outcome {
+        Ok(s) => s,
+        Err(error) => return vec![Event::Failed { id: r.id, error }],
+    };
+    let mut tail = String::new();
+    let (tokens, text, held_back_bytes) = r.decoder.finish(&stop, &mut |t| {
+        tail.push_str(t);
+        true
+    });
+    let mut timings = r.timings;
+    timings.gen_tokens = tokens.len();
+    let mut out = Vec::new();
+    if !tail.is_empty() {
+        out.push(Event::Text {
+            id: r.id,
+            text: tail,
+        });
+    }
+    out.push(Event::Done {
+        id: r.id,
+        generation: Generation {
+            tokens,
+            text,
+            stop,
+            held_back_bytes,
+            timings,
+        },
+    });
+    out
+}

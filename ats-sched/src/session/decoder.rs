@@ -1,0 +1,159 @@
+//! One sequence's generation, token by token: sampling (with its own
+//! sampler state and seed), detokenizing with whole characters only, stop
+//! strings held back until they cannot match, and the limits. The
+//! one-sequence loop ([`super::Session::generate`]) and the scheduler of
+//! many sequences ([`crate::scheduler`]) both drive it.
+
+use ats_core::sampling::Sampler;
+use ats_core::tokenizer::{TokenStream, Tokenizer};
+
+use super::{GenParams, SessionError, StopReason};
+
+/// What a sequence does after a step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Feed this token (it is part of the answer).
+    Feed(u32),
+    /// The answer is over.
+    Stop(StopReason),
+}
+
+/// A sequence's answer so far.
+#[derive(Debug)]
+pub struct Decoder {
+    params: GenParams,
+    sampler: Sampler,
+    /// Bytes of a character begun but not finished.
+    pending: Vec<u8>,
+    tokens: Vec<u32>,
+    text: String,
+    emitted: usize,
+    /// Bytes of text held back while they could still start a stop string.
+    hold: usize,
+}
+
+impl Decoder {
+    /// A decoder for `params`.
+    pub fn new(params: &GenParams) -> Decoder {
+        let hold = params
+            .stop
+            .iter()
+            .map(|s| s.len())
+            .max()
+            .unwrap_or(1)
+            .saturating_sub(1);
+        Decoder {
+            sampler: Sampler::new(params.sampler),
+            params: params.clone(),
+            pending: Vec::new(),
+            tokens: Vec::new(),
+            text: String::new(),
+            emitted: 0,
+            hold,
+        }
+    }
+
+    /// Tokens of the answer so far.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// Samples the next token from `logits` (the sequence's last row;
+    /// `history`: its tokens so far, for penalties), passes text that is
+    /// final to `on_text` (false cancels), and says what comes next.
+    /// `room` is whether the context can take another token; `position`
+    /// names the context length in errors.
+    pub fn step(
+        &mut self,
+        step: Step<'_>,
+        tok: &Tokenizer,
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Next, SessionError> {
+        // The sampler reads NaN as -inf and would quietly pick token 0.
+        if step.logits.iter().any(|l| l.is_nan()) {
+            return Err(SessionError::NonFiniteLogits {
+                position: step.position,
+            });
+        }
+        let id = self.sampler.sample(step.logits, step.history);
+        if !self.params.ignore_eos && tok.is_eog(id) {
+            return Ok(Next::Stop(StopReason::Eog));
+        }
+        self.tokens.push(id);
+        let mut stream = TokenStream::resume(tok, std::mem::take(&mut self.pending));
+        self.text.push_str(&stream.push(id)?);
+        self.pending = stream.into_pending();
+        if let Some(s) = self.stop_string() {
+            return Ok(Next::Stop(StopReason::StopString(s)));
+        }
+        if !self.emit_safe(on_text) {
+            return Ok(Next::Stop(StopReason::Cancelled));
+        }
+        if self.tokens.len() >= self.params.max_tokens {
+            return Ok(Next::Stop(StopReason::MaxTokens));
+        }
+        if !step.room {
+            return Ok(Next::Stop(StopReason::ContextFull));
+        }
+        Ok(Next::Feed(id))
+    }
+
+    /// Cuts the text at the first stop string, if one appeared.
+    fn stop_string(&mut self) -> Option<String> {
+        let (at, s) = self
+            .params
+            .stop
+            .iter()
+            .filter_map(|s| self.text.find(s.as_str()).map(|at| (at, s.clone())))
+            .min_by_key(|x| x.0)?;
+        self.text.truncate(at);
+        Some(s)
+    }
+
+    /// Emits what can no longer become part of a stop string; false when
+    /// the receiver cancels.
+    fn emit_safe(&mut self, on_text: &mut dyn FnMut(&str) -> bool) -> bool {
+        let mut safe = self.text.len().saturating_sub(self.hold);
+        while !self.text.is_char_boundary(safe) {
+            safe -= 1;
+        }
+        if safe > self.emitted {
+            let go = on_text(&self.text[self.emitted..safe]);
+            self.emitted = safe;
+            return go;
+        }
+        true
+    }
+
+    /// Ends the answer (stopped for `stop`): emits the rest of its text
+    /// (none after a cancel) and returns the tokens, the text and the bytes
+    /// of an unfinished character held back.
+    pub fn finish(
+        self,
+        stop: &StopReason,
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> (Vec<u32>, String, usize) {
+        // text after a stop string or a cancel is dropped anyway
+        let held_back = match stop {
+            StopReason::Cancelled | StopReason::StopString(_) => 0,
+            _ => self.pending.len(),
+        };
+        if self.text.len() > self.emitted && *stop != StopReason::Cancelled {
+            on_text(&self.text[self.emitted..]);
+        }
+        (self.tokens, self.text, held_back)
+    }
+}
+
+/// What one step samples from.
+#[derive(Clone, Copy, Debug)]
+pub struct Step<'a> {
+    /// The sequence's last logits.
+    pub logits: &'a [f32],
+    /// Its tokens so far.
+    pub history: &'a [u32],
+    /// Whether its context can take another token.
+    pub room: bool,
+    /// Tokens in its context (for errors).
+    pub position: usize,
+}

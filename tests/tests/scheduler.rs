@@ -1,0 +1,237 @@
+//! The scheduler: requests answered together give each the answer it gets
+//! alone (greedy), decodes are not starved by a long prompt, a full KV pool
+//! is back-pressure or a clear error, never an over-full pool, and a
+//! cancelled request frees its blocks.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use ats_core::SamplerConfig;
+use ats_core::device::KvType;
+use ats_core::spec::ModelSpec;
+use ats_sched::config::Policy;
+use ats_sched::scheduler::{Event, Request, RequestId, Scheduler, SchedulerConfig};
+use ats_sched::session::{GenParams, Generation, Session, StopReason};
+use ats_tests::{cpu, engine_on, fixtures, host_only};
+
+fn session(n_ctx: usize) -> Session {
+    let spec = Arc::new(ModelSpec::open(fixtures().join("qwen2/qwen2-f32.gguf")).unwrap());
+    engine_on(
+        spec,
+        host_only(cpu(2)),
+        n_ctx,
+        KvType::F32,
+        Policy::Ats,
+        false,
+    )
+}
+
+fn greedy(max_tokens: usize) -> GenParams {
+    GenParams {
+        max_tokens,
+        sampler: SamplerConfig::greedy(),
+        ignore_eos: true,
+        ..GenParams::default()
+    }
+}
+
+/// Prompts of different lengths from the fixture's tokenizer.
+fn prompts(s: &Session) -> Vec<Vec<u32>> {
+    let tok = s.tokenizer().unwrap();
+    [
+        "Permission is hereby granted, free of charge, to any person",
+        "The GNU General Public License is a free, copyleft license",
+        "THE SOFTWARE IS PROVIDED \"AS IS\", WITHOUT WARRANTY OF ANY KIND",
+        "Everyone is permitted to copy and distribute verbatim copies of this license document, but changing it is not allowed.",
+        "Licensed under the Apache License",
+    ]
+    .iter()
+    .map(|p| tok.encode(p, true, true).unwrap())
+    .collect()
+}
+
+/// What draining a scheduler gave: each request's text from its events,
+/// its final generation (or error), and the most requests run at once.
+struct Drained {
+    text: HashMap<RequestId, String>,
+    done: HashMap<RequestId, Result<Generation, String>>,
+    most: usize,
+}
+
+/// Runs the scheduler until idle; returns each request's text (from its
+/// events) and final generation, and the most requests that ran at once.
+fn drain(sched: &mut Scheduler, s: &mut Session) -> Drained {
+    let (mut text, mut done) = (HashMap::new(), HashMap::new());
+    let mut most = 0;
+    let mut steps = 0;
+    while !sched.is_idle() {
+        steps += 1;
+        assert!(steps < 10_000, "the scheduler makes progress");
+        for ev in sched.step(s) {
+            match ev {
+                Event::Text { id, text: t } => {
+                    text.entry(id).or_insert_with(String::new).push_str(&t)
+                }
+                Event::Done { id, generation } => {
+                    done.insert(id, Ok(generation));
+                }
+                Event::Failed { id, error } => {
+                    done.insert(id, Err(error));
+                }
+            }
+        }
+        most = most.max(sched.running());
+    }
+    Drained { text, done, most }
+}
+
+#[test]
+fn requests_answered_together_match_their_answers_alone() {
+    let mut solo = session(512);
+    let ps = prompts(&solo);
+    let want: Vec<Generation> = ps
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            solo.reset();
+            solo.generate(p, &greedy(4 + 3 * i), &mut |_| true).unwrap()
+        })
+        .collect();
+    let mut s = session(512);
+    let mut sched = Scheduler::new(SchedulerConfig {
+        max_seqs: 3,
+        round_tokens: Some(16),
+    });
+    let ids: Vec<RequestId> = ps
+        .iter()
+        .enumerate()
+        .map(|(i, p)| sched.submit(Request::text(p.clone(), greedy(4 + 3 * i))))
+        .collect();
+    let Drained { text, done, most } = drain(&mut sched, &mut s);
+    assert_eq!(most, 3, "three at once, the rest waited");
+    for (i, id) in ids.iter().enumerate() {
+        let g = done[id].as_ref().unwrap();
+        assert_eq!(g.tokens, want[i].tokens, "request {i}");
+        assert_eq!(g.text, want[i].text, "request {i}");
+        assert_eq!(
+            text.get(id).cloned().unwrap_or_default(),
+            g.text,
+            "events carry the text"
+        );
+        assert_eq!(g.stop, StopReason::MaxTokens);
+        assert_eq!(g.timings.gen_tokens, 4 + 3 * i);
+        assert!(g.timings.ttft_ms > 0.0 && g.timings.prompt_ms > 0.0);
+    }
+    assert_eq!(
+        s.pool_stats().held,
+        0,
+        "every finished request gave its blocks back"
+    );
+}
+
+#[test]
+fn a_second_request_with_the_same_prompt_reads_the_cached_prefix() {
+    let mut s = session(512);
+    let p: Vec<u32> = prompts(&s).concat();
+    assert!(
+        p.len() > 2 * s.run_config().kv_block_tokens,
+        "premise: a prompt of several blocks"
+    );
+    let mut sched = Scheduler::new(SchedulerConfig::default());
+    let a = sched.submit(Request::text(p.clone(), greedy(3)));
+    let first = drain(&mut sched, &mut s).done;
+    let b = sched.submit(Request::text(p.clone(), greedy(3)));
+    let second = drain(&mut sched, &mut s).done;
+    let (ga, gb) = (first[&a].as_ref().unwrap(), second[&b].as_ref().unwrap());
+    assert_eq!(ga.timings.cached_tokens, 0);
+    let bt = s.run_config().kv_block_tokens;
+    assert_eq!(gb.timings.cached_tokens, (p.len() - 1) / bt * bt);
+    assert_eq!(
+        ga.tokens, gb.tokens,
+        "the same answer from the cached prefix"
+    );
+}
+
+#[test]
+fn decodes_go_on_while_a_long_prompt_is_fed_in_chunks() {
+    let mut s = session(512);
+    let ps = prompts(&s);
+    let mut sched = Scheduler::new(SchedulerConfig {
+        max_seqs: 2,
+        round_tokens: Some(4),
+    });
+    let short = sched.submit(Request::text(ps[4].clone(), greedy(12)));
+    // the short one is decoding before the long one arrives
+    while sched.running() == 0 || s.seq_tokens(1).is_none_or(|t| t < ps[4].len()) {
+        sched.step(&mut s);
+    }
+    let long = sched.submit(Request::text(ps[3].clone(), greedy(2)));
+    let mut short_tokens_during_long_prompt = 0;
+    let mut long_started = false;
+    let mut done = HashMap::new();
+    while !sched.is_idle() {
+        for ev in sched.step(&mut s) {
+            match ev {
+                Event::Text { id, .. } if id == short && long_started => {
+                    short_tokens_during_long_prompt += 1
+                }
+                Event::Done { id, generation } => {
+                    done.insert(id, generation);
+                }
+                Event::Failed { error, .. } => panic!("{error}"),
+                _ => {}
+            }
+        }
+        long_started |= sched.running() == 2;
+    }
+    assert!(
+        short_tokens_during_long_prompt >= 5,
+        "the short answer kept coming while the long prompt was fed 3 tokens a round ({short_tokens_during_long_prompt})"
+    );
+    assert_eq!(done[&long].tokens.len(), 2);
+}
+
+#[test]
+fn a_full_kv_pool_makes_requests_wait_or_fail_clearly() {
+    // 64 tokens of cache for two requests that need 40 each
+    let mut s = session(64);
+    let p: Vec<u32> = (0..36).map(|i| (i * 11 + 1) % 500).collect();
+    let mut sched = Scheduler::new(SchedulerConfig {
+        max_seqs: 2,
+        round_tokens: None,
+    });
+    let ids: Vec<RequestId> = (0..2)
+        .map(|_| sched.submit(Request::text(p.clone(), greedy(4))))
+        .collect();
+    let done = drain(&mut sched, &mut s).done;
+    let ok = ids.iter().filter(|id| done[*id].is_ok()).count();
+    assert!(ok >= 1, "one fits: {done:?}");
+    for id in &ids {
+        if let Err(e) = &done[id] {
+            assert!(e.contains("KV pool is full"), "{e}");
+        }
+    }
+    assert_eq!(s.pool_stats().held, 0);
+    assert!(s.pool_stats().blocks * s.run_config().kv_block_tokens >= 64);
+}
+
+#[test]
+fn a_cancelled_request_frees_its_sequence() {
+    let mut s = session(512);
+    let ps = prompts(&s);
+    let mut sched = Scheduler::new(SchedulerConfig {
+        max_seqs: 2,
+        round_tokens: None,
+    });
+    let a = sched.submit(Request::text(ps[0].clone(), greedy(50)));
+    let b = sched.submit(Request::text(ps[1].clone(), greedy(3)));
+    sched.step(&mut s);
+    sched.step(&mut s);
+    assert_eq!(s.sequences(), 3, "two requests and the default sequence");
+    assert!(sched.cancel(a, &mut s));
+    assert!(!sched.cancel(a, &mut s), "already gone");
+    assert_eq!(s.sequences(), 2);
+    let done = drain(&mut sched, &mut s).done;
+    assert!(done[&b].is_ok() && !done.contains_key(&a));
+    assert_eq!(s.pool_stats().held, 0);
+}
