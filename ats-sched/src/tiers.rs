@@ -13,7 +13,22 @@ use std::ops::Range;
 use serde::{Deserialize, Serialize};
 
 /// The token tiers: new tokens per iteration a plan is built for.
-pub const TIERS: [usize; 11] = [1, 4, 16, 32, 64, 512, 1024, 2048, 4096, 8192, 16384];
+pub const TIERS: [usize; 13] = [1, 2, 4, 8, 16, 32, 64, 512, 1024, 2048, 4096, 8192, 16384];
+
+/// Tiers planned only when several sequences run at once (a round of 8
+/// decode tokens gets a plan for 8; one sequence's prompt chunks are served
+/// as well by the tiers around them).
+pub const BATCH_TIERS: [usize; 2] = [2, 8];
+
+/// The tiers a run plans: those up to `max`, the batch tiers only up to
+/// `parallel` sequences.
+pub fn planned(max: usize, parallel: usize) -> Vec<usize> {
+    TIERS
+        .iter()
+        .copied()
+        .filter(|&t| t <= max.max(1) && (!BATCH_TIERS.contains(&t) || t <= parallel))
+        .collect()
+}
 
 /// Estimated seconds per iteration for each tier of [`TIERS`]; `None` where no
 /// plan exists (e.g. its compute buffers do not fit the budget).
@@ -158,12 +173,21 @@ mod tests {
     #[test]
     fn missing_tiers_are_skipped() {
         let t = table(&[(16384, 3.0)]);
+        let last = TIERS.len() - 1;
         let c = t.choose(1).unwrap();
-        assert_eq!((c.index, c.tier, c.iterations), (10, 16384, 1));
+        assert_eq!((c.index, c.tier, c.iterations), (last, 16384, 1));
         assert_eq!(t.choose(16385).unwrap().iterations, 2);
         assert_eq!(t.est_time(0), None);
-        assert_eq!(t.est_time(10), Some(3.0));
+        assert_eq!(t.est_time(last), Some(3.0));
         assert_eq!(t.est_time(99), None);
+    }
+
+    #[test]
+    fn batch_tiers_only_for_batches() {
+        assert_eq!(planned(64, 1), vec![1, 4, 16, 32, 64]);
+        assert_eq!(planned(64, 4), vec![1, 2, 4, 16, 32, 64]);
+        assert_eq!(planned(20, 8), vec![1, 2, 4, 8, 16]);
+        assert_eq!(planned(0, 8), vec![1]);
     }
 
     #[test]
@@ -179,7 +203,8 @@ mod tests {
     fn rejects_bad_input() {
         let mut est = [None; TIERS.len()];
         assert_eq!(TierTable::new(est), Err(TierError::NoPlan));
-        est[3] = Some(-1.0);
+        let at32 = TIERS.iter().position(|&t| t == 32).unwrap();
+        est[at32] = Some(-1.0);
         assert_eq!(
             TierTable::new(est),
             Err(TierError::InvalidEstimate {
@@ -187,7 +212,7 @@ mod tests {
                 value: -1.0
             })
         );
-        est[3] = Some(f64::NAN);
+        est[at32] = Some(f64::NAN);
         assert!(matches!(
             TierTable::new(est),
             Err(TierError::InvalidEstimate { tier: 32, .. })

@@ -80,11 +80,19 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// The round a tier's plan is estimated at: decode for tier 1, else a
-    /// fresh prompt of `tier` tokens.
+    /// The round a tier's plan is estimated at: decode for tier 1, a round
+    /// of one decode token per sequence for tiers up to the sequences that
+    /// run at once, else a fresh prompt of `tier` tokens.
     pub fn shape(&self, tier: usize) -> RoundShape {
         if tier == 1 {
             return self.decode_shape();
+        }
+        if tier <= self.run.parallel {
+            return RoundShape {
+                n_tokens: tier,
+                n_outputs: tier,
+                ..self.decode_shape()
+            };
         }
         RoundShape {
             n_tokens: tier,

@@ -222,7 +222,7 @@ impl Planner {
         run.validate()?;
         let gpu = machine.gpu().map(|g| GpuSide {
             budget: gpu_budget(g.as_ref(), run.vram),
-            scratch: scratch_per_tier(&graph, g.as_ref(), run.n_ctx),
+            scratch: scratch_per_tier(&graph, g.as_ref(), run),
         });
         let mut p = Planner {
             adapt: Adaptation::new(gpu.is_some(), run.resched.clone()),
@@ -348,10 +348,11 @@ fn placeholder_set() -> PlanSet {
     }
 }
 
-/// Per tier, the most kernel scratch `dev` takes for one node of a round
-/// of that many tokens at the end of an `n_ctx` context.
-fn scratch_per_tier(g: &Graph, dev: &dyn Device, n_ctx: usize) -> Vec<(usize, u64)> {
-    tiers_up_to(n_ctx.max(1))
+/// Per tier the run plans, the most kernel scratch `dev` takes for one
+/// node of a round of that many tokens at the end of the context.
+fn scratch_per_tier(g: &Graph, dev: &dyn Device, run: &RunConfig) -> Vec<(usize, u64)> {
+    let n_ctx = run.n_ctx;
+    crate::tiers::planned(n_ctx.max(1), run.parallel)
         .into_iter()
         .map(|t| {
             let round = ats_core::round::Round::text(vec![0; t], n_ctx.saturating_sub(t), false);
@@ -365,9 +366,9 @@ fn scratch_per_tier(g: &Graph, dev: &dyn Device, n_ctx: usize) -> Vec<(usize, u6
         .collect()
 }
 
-/// The tiers at or below `max`.
+/// The tiers at or below `max` a run of one sequence plans.
 pub fn tiers_up_to(max: usize) -> Vec<usize> {
-    TIERS.iter().copied().filter(|&t| t <= max.max(1)).collect()
+    crate::tiers::planned(max, 1)
 }
 
 /// A plan set of the given (tier, estimate) entries, each its own plan

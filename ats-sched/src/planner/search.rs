@@ -15,7 +15,7 @@ use super::layout::Layout;
 use super::policy::LayoutChoice;
 use super::residency::resident_for;
 use super::tier_plan::{TierPlan, tier_plan};
-use super::{ItemEstimate, PlanError, PlanKind, PlanSet, TierEntry, tiers_up_to};
+use super::{ItemEstimate, PlanError, PlanKind, PlanSet, TierEntry};
 use crate::exec::{ExecPlan, SlotPlan};
 use crate::size::fmt_bytes;
 
@@ -73,7 +73,7 @@ fn evaluate(
         Default::default()
     };
     let mut tiers = Vec::new();
-    for t in tiers_up_to(max_tier.min(ctx.run.n_ctx)) {
+    for t in crate::tiers::planned(max_tier.min(ctx.run.n_ctx), ctx.run.parallel) {
         tiers.push((t, tier_plan(ctx, t, &resident, streaming, None)?));
     }
     let exact = exact_compute(ctx, &resident, streaming, &tiers);
@@ -286,7 +286,7 @@ pub(super) fn plan_host_only(ctx: &Ctx<'_>) -> PlanSet {
         .unwrap_or(WORKLOAD_PROMPT)
         .min(ctx.run.n_ctx);
     let mut tiers = Vec::new();
-    for t in tiers_up_to(max) {
+    for t in crate::tiers::planned(max, ctx.run.parallel) {
         let secs: f64 = ctx.costs(ctx.shape(t)).iter().map(|c| c.cpu).sum();
         tiers.push(TierEntry {
             tier: t,
