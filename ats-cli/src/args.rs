@@ -64,6 +64,10 @@ pub struct ModelArgs {
     /// to keep the fastest by measurement (0: trust the estimates).
     #[arg(long = "audition-rounds", value_name = "N", default_value_t = 6, value_parser = parse_audition)]
     pub audition_rounds: usize,
+    /// Sequences that may run at once: set by the commands that run
+    /// several (`serve --parallel`, `bench --parallel`), not a flag of its own.
+    #[arg(skip = 1usize)]
+    pub parallel: usize,
 }
 
 impl ModelArgs {
@@ -93,6 +97,7 @@ impl ModelArgs {
         run.all_logits = all_logits;
         run.vram = self.devices.vram;
         run.resched = self.resched();
+        run.parallel = self.parallel;
         match run.validate() {
             Ok(()) => Ok(run),
             Err(ConfigError::Context(n)) => {

@@ -218,6 +218,90 @@ fn bench_json_reports_both_tests() {
 }
 
 #[test]
+fn bench_parallel_reports_each_batch_and_its_plan() {
+    let out = run(&[
+        "bench",
+        "-m",
+        &model(),
+        "-p",
+        "12",
+        "-n",
+        "3",
+        "-r",
+        "1",
+        "--parallel",
+        "1,3",
+        "--json",
+        "-t",
+        "1",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let tests = v["tests"].as_array().unwrap();
+    let batches: Vec<u64> = tests
+        .iter()
+        .map(|t| t["parallel"].as_u64().unwrap())
+        .collect();
+    assert_eq!(batches, [1, 3]);
+    for t in tests {
+        assert!(t["pp_ts"].as_f64().unwrap() > 0.0);
+        assert!(t["tg_ts"].as_f64().unwrap() > 0.0);
+        assert_eq!(t["tg_samples_ts"].as_array().unwrap().len(), 1);
+    }
+    // one decode token per sequence: a batch of 3 runs the plan of tier 4 (the smallest holding it)
+    assert_eq!(tests[0]["tg_tier"], 1);
+    assert_eq!(tests[1]["tg_tier"], 4);
+    // three sequences of 15 tokens, each in whole KV blocks
+    assert!(v["n_ctx"].as_u64().unwrap() >= 3 * 15);
+    let bad = run(&["bench", "-m", &model(), "--parallel", "0,2"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+}
+
+#[test]
+fn synth_takes_a_donors_tokenizer() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_path = dir.path().join("tiny-with-vocab.gguf");
+    let out = run(&[
+        "synth",
+        "--preset",
+        "tiny",
+        "--vocab-from",
+        &model(),
+        "-o",
+        out_path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let donor = ats_core::spec::ModelSpec::open(qwen2()).unwrap();
+    let synth = ats_core::spec::ModelSpec::open(&out_path).unwrap();
+    assert_eq!(synth.hp.n_vocab, donor.hp.n_vocab);
+    let text = "Permission is hereby granted";
+    let ids = |s: &ats_core::spec::ModelSpec| {
+        ats_core::tokenizer::Tokenizer::from_gguf(&s.gguf.metadata)
+            .unwrap()
+            .encode(text, true, true)
+            .unwrap()
+    };
+    assert_eq!(ids(&synth), ids(&donor));
+    // and it runs from text
+    let run_out = run(&[
+        "run",
+        "-m",
+        out_path.to_str().unwrap(),
+        "-p",
+        text,
+        "-n",
+        "2",
+        "--temp",
+        "0",
+        "-t",
+        "1",
+        "-c",
+        "64",
+    ]);
+    assert!(run_out.status.success(), "{}", stderr(&run_out));
+}
+
+#[test]
 fn inspect_describes_the_file() {
     let out = run(&["inspect", &model()]);
     assert!(out.status.success(), "{}", stderr(&out));

@@ -2,11 +2,14 @@
 //! random but numerically sane quantised weights, written block by block
 //! without a float intermediate, so an 8B model takes seconds. They exist for
 //! benchmarks and planner experiments (there is no model hub here); they carry
-//! no tokenizer, so they run from token ids.
+//! no tokenizer, so they run from token ids, unless one is copied from a
+//! real model ([`DonorVocab`]).
 
 mod mmproj;
+mod vocab;
 
 pub use mmproj::SynthMmproj;
+pub use vocab::{DonorVocab, VocabError};
 
 use std::io::{self, Write};
 use std::path::Path;
@@ -182,6 +185,32 @@ impl SynthSpec {
 
     /// The GGUF writer with metadata and tensor headers.
     pub fn writer(&self) -> io::Result<GgufWriter> {
+        self.writer_with(None)
+    }
+
+    /// This shape with `vocab`'s vocabulary size.
+    pub fn with_vocab(&self, vocab: &DonorVocab) -> SynthSpec {
+        SynthSpec {
+            n_vocab: vocab.n_vocab(),
+            ..self.clone()
+        }
+    }
+
+    /// [`SynthSpec::writer`], with the tokenizer metadata of `vocab` (whose
+    /// size must be this shape's: see [`SynthSpec::with_vocab`]).
+    pub fn writer_with(&self, vocab: Option<&DonorVocab>) -> io::Result<GgufWriter> {
+        if let Some(v) = vocab
+            && v.n_vocab() != self.n_vocab
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "a vocabulary of {} tokens for a model shaped for {}",
+                    v.n_vocab(),
+                    self.n_vocab
+                ),
+            ));
+        }
         let mut w = GgufWriter::new();
         let a = self.arch.as_str();
         let k = |s: &str| format!("{a}.{s}");
@@ -208,6 +237,9 @@ impl SynthSpec {
             );
             w.kv(k(hp::EXPERT_FF_LENGTH), Value::U32(self.n_ff_expert as u32));
         }
+        for (k, v) in vocab.map_or(&[][..], DonorVocab::entries) {
+            w.kv(k.clone(), v.clone());
+        }
         for ts in self.tensors() {
             w.tensor(ts.name, ts.ne, ts.dtype)?;
         }
@@ -216,7 +248,12 @@ impl SynthSpec {
 
     /// Writes the model to `path`.
     pub fn write(&self, path: &Path, seed: u64) -> io::Result<()> {
-        write_random(self.writer()?, path, seed, |ts, rng, w| {
+        self.write_with(path, seed, None)
+    }
+
+    /// Writes the model to `path`, with `vocab`'s tokenizer if given.
+    pub fn write_with(&self, path: &Path, seed: u64, vocab: Option<&DonorVocab>) -> io::Result<()> {
+        write_random(self.writer_with(vocab)?, path, seed, |ts, rng, w| {
             if ts.ne.len() == 1 {
                 // norm weights near one
                 return w.write_all(&random_f32(ts.ne[0], 1.0, 0.05, rng));

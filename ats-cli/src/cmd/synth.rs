@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use ats_core::synth::SynthSpec;
+use ats_core::gguf::GgufFile;
+use ats_core::synth::{DonorVocab, SynthSpec};
 use ats_sched::size::fmt_bytes;
 use clap::Args;
 
@@ -20,6 +21,10 @@ pub struct SynthArgs {
     /// Random seed.
     #[arg(long = "seed", default_value_t = 1)]
     seed: u64,
+    /// Copy the tokenizer (and vocabulary size) of this model, so the file
+    /// runs from text and llama.cpp can load it.
+    #[arg(long = "vocab-from", value_name = "DONOR.gguf")]
+    vocab_from: Option<PathBuf>,
 }
 
 pub fn run(a: SynthArgs) -> Result<()> {
@@ -30,8 +35,20 @@ pub fn run(a: SynthArgs) -> Result<()> {
             SynthSpec::PRESETS
         );
     };
+    let vocab = match &a.vocab_from {
+        Some(p) => {
+            let donor =
+                GgufFile::open(p).with_context(|| format!("cannot read {}", p.display()))?;
+            Some(DonorVocab::from_gguf(&donor)?)
+        }
+        None => None,
+    };
+    let spec = match &vocab {
+        Some(v) => spec.with_vocab(v),
+        None => spec,
+    };
     let t = std::time::Instant::now();
-    spec.write(&a.out, a.seed)
+    spec.write_with(&a.out, a.seed, vocab.as_ref())
         .with_context(|| format!("cannot write {}", a.out.display()))?;
     println!(
         "wrote {} ({} parameters, {}) in {:.1} s",

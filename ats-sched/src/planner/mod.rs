@@ -166,11 +166,16 @@ impl PlanSet {
     /// The plan of a round of `n` new tokens that runs whole (the tokens of
     /// several sequences): the smallest tier that holds them, or the largest.
     pub fn plan_for_round(&self, n: usize) -> usize {
+        self.tier_for_round(n).map_or(0, |t| t.plan)
+    }
+
+    /// The tier entry whose plan a whole round of `n` new tokens runs
+    /// ([`PlanSet::plan_for_round`]).
+    pub fn tier_for_round(&self, n: usize) -> Option<&TierEntry> {
         self.tiers
             .iter()
             .find(|t| t.tier >= n)
             .or(self.tiers.last())
-            .map_or(0, |t| t.plan)
     }
 
     /// The decode (tier-1) entry, if the set has one.

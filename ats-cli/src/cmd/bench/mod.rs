@@ -1,4 +1,8 @@
-//! `ats-cli bench`: prompt processing and generation speed with spread, like llama-bench.
+//! `ats-cli bench`: prompt processing and generation speed with spread, like
+//! llama-bench; with `--parallel`, of batches of sequences, like
+//! llama-batched-bench (`parallel.rs`).
+
+mod parallel;
 
 use anyhow::{Context, Result};
 use clap::Args;
@@ -29,6 +33,44 @@ pub struct BenchArgs {
     /// One JSON document on standard output.
     #[arg(long = "json")]
     json: bool,
+    /// Batches of this many sequences, each with a -p token prompt and -n
+    /// generated tokens (a list: 1,4,8,16), measured as llama-batched-bench
+    /// does: prompt and generation tokens/s aggregated over the batch.
+    #[arg(
+        long = "parallel",
+        short = 'P',
+        value_name = "N,...",
+        value_delimiter = ','
+    )]
+    parallel: Vec<usize>,
+}
+
+/// `model` with the context a test needs: `per_seq` tokens in one
+/// sequence (`what` names the flags that make them), `total` over all.
+/// Past the model's own context it is a choice the user makes with -c,
+/// not one made for them (a -c too small for the test is the engine's
+/// error, as it runs).
+fn with_context(model: &ModelArgs, per_seq: usize, total: usize, what: &str) -> Result<ModelArgs> {
+    let mut model = model.clone();
+    if total > ats_core::round::MAX_CONTEXT {
+        usage_bail!(
+            "{what} is {total} tokens in all, beyond the longest context ({})",
+            ats_core::round::MAX_CONTEXT
+        );
+    }
+    if model.ctx.is_none() {
+        let trained = ats_core::spec::ModelSpec::open(&model.model)
+            .with_context(|| format!("cannot load {}", model.model.display()))?
+            .hp
+            .n_ctx_train;
+        if per_seq > trained {
+            usage_bail!(
+                "{what} is {per_seq} tokens, more than the model's context of {trained}: give -c {per_seq} to run past it"
+            );
+        }
+        model.ctx = Some(total);
+    }
+    Ok(model)
 }
 
 /// Mean and sample standard deviation.
@@ -47,32 +89,14 @@ pub fn run(a: BenchArgs) -> Result<()> {
     if a.reps == 0 {
         usage_bail!("-r must be at least 1");
     }
+    if !a.parallel.is_empty() {
+        return parallel::run(&a);
+    }
     if a.n_prompt == 0 && a.n_gen == 0 {
         usage_bail!("nothing to measure: -p and -n are both 0");
     }
-    let mut model = a.model.clone();
     let need = a.n_depth.saturating_add(a.n_prompt.max(a.n_gen).max(1));
-    if need > ats_core::round::MAX_CONTEXT {
-        usage_bail!(
-            "-d plus -p or -n is {need} tokens, beyond the longest context ({})",
-            ats_core::round::MAX_CONTEXT
-        );
-    }
-    // the context follows the test; past the model's own it is a choice
-    // the user makes with -c, not one made for them (a -c too small for the
-    // test is the engine's error, as it runs)
-    if model.ctx.is_none() {
-        let trained = ats_core::spec::ModelSpec::open(&model.model)
-            .with_context(|| format!("cannot load {}", model.model.display()))?
-            .hp
-            .n_ctx_train;
-        if need > trained {
-            usage_bail!(
-                "-d plus -p or -n is {need} tokens, more than the model's context of {trained}: give -c {need} to run past it"
-            );
-        }
-        model.ctx = Some(need);
-    }
+    let model = with_context(&a.model, need, need, "-d plus -p or -n")?;
     let mut loaded = load::load(&model, false)?;
     let session = &mut loaded.session;
     let vocab = session.spec().hp.n_vocab as u32;
