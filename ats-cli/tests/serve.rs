@@ -176,7 +176,7 @@ fn ten_concurrent_requests_are_all_answered_correctly() {
 #[test]
 fn full_queue_is_503_and_a_disconnect_frees_the_engine() {
     // a long context so the first answer runs until it is cancelled
-    let server = Server::start(&qwen2(), &["--queue", "1", "-c", "16384"]);
+    let server = Server::start(&qwen2(), &["--parallel", "1", "--queue", "1", "-c", "16384"]);
     let long = json!({
         "messages": [{"role": "user", "content": "go on"}],
         "max_tokens": 16000, "ignore_eos": true, "temperature": 0, "stream": true,

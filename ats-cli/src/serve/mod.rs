@@ -1,6 +1,7 @@
 //! `ats-cli serve`: the model behind OpenAI's HTTP API, so existing clients
-//! work unchanged. One engine on a worker thread serves requests one at a
-//! time, in order, from a bounded queue (`queue.rs`); connections are
+//! work unchanged. One session on a worker thread runs up to `--parallel`
+//! requests at once (continuous batching), the rest waiting in order in a
+//! bounded queue (`queue.rs`); connections are
 //! accepted within time and count limits (`listen.rs`); axum handlers
 //! (`routes.rs`) read bodies within a deadline, check requests
 //! (`request.rs`), build prompts (`prompt.rs`, `params.rs`) a few at a time
@@ -61,7 +62,12 @@ pub struct ServeArgs {
     /// without .gguf).
     #[arg(long = "alias", value_name = "NAME")]
     alias: Option<String>,
-    /// Requests that may wait while one runs; more get 503.
+    /// Requests answered at once, each a sequence of the same session
+    /// (llama.cpp's -np): their decode tokens and prompt chunks share
+    /// rounds, and the context (-c) is shared among them.
+    #[arg(long = "parallel", short = 'P', value_name = "N", default_value_t = 4)]
+    parallel: usize,
+    /// Requests that may wait while --parallel run; more get 503 with Retry-After.
     #[arg(long = "queue", value_name = "N", default_value_t = 16)]
     queue: usize,
     /// Largest request body.
@@ -129,7 +135,12 @@ pub fn run(a: ServeArgs) -> Result<()> {
                 .ok_or(())
         })
         .map_err(|_| crate::usage::UsageError(format!("--host {:?} is not an address", a.host)))?;
-    let loaded = load::load(&a.model, false)?;
+    if a.parallel == 0 {
+        usage_bail!("--parallel must be at least 1");
+    }
+    let mut model_args = a.model.clone();
+    model_args.parallel = a.parallel;
+    let loaded = load::load(&model_args, false)?;
     let engine = loaded.session;
     let n_ctx = engine.n_ctx();
     check_limits(&a, n_ctx)?;
@@ -154,7 +165,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
             .unwrap_or_else(|| "model".into())
     });
     let app = Arc::new(routes::App {
-        queue: queue::Queue::start(engine, a.queue).context("cannot start the engine thread")?,
+        queue: queue::Queue::start(engine, a.parallel, a.queue)
+            .context("cannot start the engine thread")?,
         prompter: Arc::new(prompt::Prompter::new(tokenizer, template, max_prompt)),
         defaults: params::Defaults {
             sampler: a.sample.config(),
@@ -191,8 +203,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
             warn!("listening on {local}: other machines can reach this server (it has no authentication)");
         }
         info!(
-            "model {model:?}: context {n_ctx}, prompts up to {max_prompt} tokens, max_tokens up to {max_tokens}, queue {}, body up to {} bytes, {} connections, header timeout {} s, body timeout {} s",
-            a.queue, a.max_body, a.max_connections, a.header_timeout, a.body_timeout
+            "model {model:?}: context {n_ctx}, prompts up to {max_prompt} tokens, max_tokens up to {max_tokens}, {} at once, queue {}, body up to {} bytes, {} connections, header timeout {} s, body timeout {} s",
+            a.parallel, a.queue, a.max_body, a.max_connections, a.header_timeout, a.body_timeout
         );
         info!("listening on http://{local}");
         let full = routes::full_router(app.clone());

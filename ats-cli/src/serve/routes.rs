@@ -252,7 +252,7 @@ async fn chat(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Response,
                 finish_reason: finish_reason(&f.stop),
                 logprobs: None,
             }],
-            usage: Usage::new(prompt_tokens, f.completion_tokens),
+            usage: Usage::new(prompt_tokens, f.timings.cached_tokens, f.completion_tokens),
             timings: TimingsOut::new(&f.timings, f.held_back_bytes),
         })
         .into_response());
@@ -299,7 +299,11 @@ async fn chat(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Response,
                 out.push(last.clone());
                 // the usage chunk has no choices, as in OpenAI's stream
                 last["choices"] = serde_json::json!([]);
-                last["usage"] = serde_json::json!(Usage::new(prompt_tokens, f.completion_tokens));
+                last["usage"] = serde_json::json!(Usage::new(
+                    prompt_tokens,
+                    f.timings.cached_tokens,
+                    f.completion_tokens
+                ));
                 last.as_object_mut().map(|o| o.remove("timings"));
             }
             out.push(last);
@@ -338,7 +342,7 @@ async fn completion(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Res
     };
     if !sampling.stream.unwrap_or(false) {
         let f = finish(rx).await?;
-        let usage = Usage::new(prompt_tokens, f.completion_tokens);
+        let usage = Usage::new(prompt_tokens, f.timings.cached_tokens, f.completion_tokens);
         let reason = finish_reason(&f.stop);
         return Ok(Json(body(f.text.clone(), Some(reason), Some(usage), Some(&f))).into_response());
     }
@@ -355,7 +359,11 @@ async fn completion(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Res
                 let first = serde_json::to_value(&last).unwrap_or_default();
                 last.choices.clear();
                 last.timings = None;
-                last.usage = Some(Usage::new(prompt_tokens, f.completion_tokens));
+                last.usage = Some(Usage::new(
+                    prompt_tokens,
+                    f.timings.cached_tokens,
+                    f.completion_tokens,
+                ));
                 return vec![first, serde_json::to_value(last).unwrap_or_default()];
             }
         };

@@ -218,15 +218,27 @@ pub struct Usage {
     pub completion_tokens: usize,
     /// The sum.
     pub total_tokens: usize,
+    /// Of the prompt tokens, those taken from the KV cache.
+    pub prompt_tokens_details: PromptTokensDetails,
+}
+
+/// OpenAI's breakdown of the prompt tokens.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens reused from the cache instead of computed.
+    pub cached_tokens: usize,
 }
 
 impl Usage {
-    /// Counts for a prompt and an answer.
-    pub fn new(prompt: usize, completion: usize) -> Usage {
+    /// Counts for a prompt (`cached` of its tokens reused) and an answer.
+    pub fn new(prompt: usize, cached: usize, completion: usize) -> Usage {
         Usage {
             prompt_tokens: prompt,
             completion_tokens: completion,
             total_tokens: prompt + completion,
+            prompt_tokens_details: PromptTokensDetails {
+                cached_tokens: cached,
+            },
         }
     }
 }
@@ -235,6 +247,8 @@ impl Usage {
 /// bytes of an unfinished character a token limit held back.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct TimingsOut {
+    /// Prompt tokens taken from the cache.
+    pub cache_n: usize,
     /// Prompt tokens processed.
     pub prompt_n: usize,
     /// Milliseconds of prompt processing.
@@ -256,7 +270,8 @@ impl TimingsOut {
     /// The timings of a generation that held back `held_back_bytes`.
     pub fn new(t: &ats_sched::session::Timings, held_back_bytes: usize) -> Self {
         TimingsOut {
-            prompt_n: t.prompt_tokens,
+            cache_n: t.cached_tokens,
+            prompt_n: t.computed_prompt_tokens(),
             prompt_ms: t.prompt_ms,
             prompt_per_second: t.prompt_tps(),
             predicted_n: t.gen_tokens,

@@ -22,9 +22,14 @@ pub struct Timings {
 }
 
 impl Timings {
-    /// Prompt tokens per second.
+    /// Prompt tokens computed (not taken from the cache).
+    pub fn computed_prompt_tokens(&self) -> usize {
+        self.prompt_tokens.saturating_sub(self.cached_tokens)
+    }
+
+    /// Prompt tokens computed per second.
     pub fn prompt_tps(&self) -> f64 {
-        per_sec(self.prompt_tokens, self.prompt_ms)
+        per_sec(self.computed_prompt_tokens(), self.prompt_ms)
     }
 
     /// Generation tokens per second (decode rounds per second).
