@@ -10,6 +10,7 @@
 //! - [`Vlm`]: prompt, image-pad expansion, M-RoPE positions, encode, free,
 //!   then the language engine.
 
+pub mod cache;
 pub mod encoder;
 mod error;
 pub mod graph;
@@ -21,6 +22,7 @@ pub mod qwen2vl;
 pub mod spec;
 pub mod windows;
 
+pub use cache::{CacheStats, EmbeddingCache, ImageKey};
 pub use encoder::{
     EncodePlan, EncodeStats, EncoderConfig, EncoderDevice, ImageEmbedding, VisionEncoder,
 };

@@ -152,6 +152,53 @@ fn a_second_request_with_the_same_prompt_reads_the_cached_prefix() {
     );
 }
 
+/// A request of `prompt` whose rows `rows` are the image `image` (one row
+/// of the model's width per image token), at M-RoPE text positions.
+fn image_request(prompt: &[u32], rows: std::ops::Range<usize>, image: &[f32]) -> Request {
+    use ats_core::round::{EmbedOverride, Positions};
+    let embeds = EmbedOverride {
+        rows: rows.collect(),
+        data: image.to_vec(),
+    };
+    let positions = Positions::mrope_text(0, prompt.len());
+    Request {
+        prompt: prompt.to_vec(),
+        embeds: Some((embeds, positions, prompt.len() as i64)),
+        params: greedy(3),
+    }
+}
+
+#[test]
+fn an_image_prompt_reuses_the_rows_of_the_same_image_only() {
+    let spec = Arc::new(ModelSpec::open(fixtures().join("qwen2_vl/qwen2_vl-f32.gguf")).unwrap());
+    let n_embd = spec.hp.n_embd;
+    let mut s = engine_on(spec, host_only(cpu(2)), 512, KvType::F32, Policy::Ats, false);
+    let bt = s.run_config().kv_block_tokens;
+    let p: Vec<u32> = prompts(&s).concat();
+    // an image of 40 rows starting past the first block
+    let rows = bt + 3..bt + 43;
+    assert!(p.len() > rows.end + 2 * bt, "premise: blocks after the image");
+    let image = |seed: u32| -> Vec<f32> {
+        (0..rows.len() * n_embd)
+            .map(|i| ((i as u32).wrapping_mul(2654435761) ^ seed) as f32 / u32::MAX as f32 - 0.5)
+            .collect()
+    };
+    let (x, y) = (image(1), image(2));
+    let mut sched = Scheduler::new(SchedulerConfig::default());
+    let mut run = |req: Request| {
+        let id = sched.submit(req);
+        drain(&mut sched, &mut s).done.remove(&id).unwrap().unwrap()
+    };
+    let first = run(image_request(&p, rows.clone(), &x));
+    let again = run(image_request(&p, rows.clone(), &x));
+    let other = run(image_request(&p, rows.clone(), &y));
+    assert_eq!(first.timings.cached_tokens, 0);
+    assert_eq!(again.timings.cached_tokens, (p.len() - 1) / bt * bt);
+    assert_eq!(again.tokens, first.tokens, "the same answer from the cached rows");
+    // another image: only the blocks wholly before it are shared
+    assert_eq!(other.timings.cached_tokens, rows.start / bt * bt);
+}
+
 #[test]
 fn decodes_go_on_while_a_long_prompt_is_fed_in_chunks() {
     let mut s = session(512);

@@ -191,11 +191,8 @@ impl Scheduler {
                 });
                 continue;
             }
-            let (seq, cached) = if req.embeds.is_some() {
-                (session.add_sequence(), 0)
-            } else {
-                session.add_sequence_for(&req.prompt)
-            };
+            let (seq, cached) =
+                session.add_sequence_for_input(&req.prompt, req.embeds.as_ref().map(|e| &e.0));
             let timings = Timings {
                 prompt_tokens: req.prompt.len(),
                 cached_tokens: cached,

@@ -81,6 +81,27 @@ fn text_key(id: u32) -> u64 {
     u64::from(id)
 }
 
+/// The cache key of every token of a prompt: its id, or for an image row
+/// its embedding.
+fn prompt_keys(prompt: &[u32], images: Option<&EmbedOverride>) -> Vec<u64> {
+    let Some(ov) = images.filter(|ov| !ov.rows.is_empty()) else {
+        return prompt.iter().map(|&t| text_key(t)).collect();
+    };
+    let d = ov.data.len() / ov.rows.len();
+    let mut image = ov.rows.iter().enumerate().peekable();
+    prompt
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| match image.peek() {
+            Some(&(k, &row)) if row == i && ov.data.len() >= (k + 1) * d => {
+                image.next();
+                row_key(&ov.data[k * d..(k + 1) * d])
+            }
+            _ => text_key(t),
+        })
+        .collect()
+}
+
 /// The cache key of an image row: its embedding, hashed (another image,
 /// another key), marked apart from token ids.
 fn row_key(row: &[f32]) -> u64 {
@@ -106,7 +127,19 @@ impl Session {
     /// blocks, leaving at least the last token to run). Returns the sequence
     /// and how many prompt tokens it already has.
     pub fn add_sequence_for(&mut self, prompt: &[u32]) -> (SeqId, usize) {
-        let keys: Vec<u64> = prompt.iter().map(|&t| text_key(t)).collect();
+        self.add_sequence_for_input(prompt, None)
+    }
+
+    /// [`Session::add_sequence_for`] for a prompt some of whose rows are
+    /// image embeddings (`images`, rows numbered within the prompt): an image
+    /// row's cache key is its embedding, so a prompt with the same image at
+    /// the same place reuses its rows, and another image never does.
+    pub fn add_sequence_for_input(
+        &mut self,
+        prompt: &[u32],
+        images: Option<&EmbedOverride>,
+    ) -> (SeqId, usize) {
+        let keys = prompt_keys(prompt, images);
         let (blocks, next_pos) = self.pool.start(&keys, 1);
         let shared = blocks.tokens();
         let id = self.add_sequence();
@@ -114,7 +147,8 @@ impl Session {
         s.blocks = blocks;
         s.keys = keys[..shared].to_vec();
         s.history = prompt[..shared].to_vec();
-        // text positions inside the prefix; the last one as the pool recorded it
+        // the positions inside the prefix only matter at its end, which the
+        // pool recorded (M-RoPE positions after an image are not token counts)
         s.next_pos = (1..=shared as i64).collect();
         if let (Some(p), Some(last)) = (next_pos, s.next_pos.last_mut()) {
             *last = p;
