@@ -6,7 +6,9 @@
 //!   streams from DRAM as in a real decode step.
 //! - `prefill/*`: 512 tokens; throughput in elements = FLOPs (2 * rows * cols * tokens).
 //! - `model/*`: all matmuls of one decode step / one 512-token prefill of the
-//!   30-layer model, in order, with distinct weights.
+//!   30-layer model, in order, with distinct weights; `decode_batch4` /
+//!   `decode_batch8`: one decode step of 4 / 8 sequences (the head too for
+//!   every token), the rounds of `bench --parallel`.
 //! - `overhead/*`: fixed cost of a tiny call (8 x 32 Q4_1, 1 token).
 //! - `membw/*`: streaming read of 512 MiB, for the machine's bandwidth.
 
@@ -167,7 +169,7 @@ fn model(c: &mut Criterion) {
     g.sample_size(10)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(4));
-    for n in [1usize, 512] {
+    for n in [1usize, 4, 8, 512] {
         let x = activations(n * 1536);
         let mut y = vec![0f32; n * HEAD.0];
         if n == 1 {
@@ -178,13 +180,17 @@ fn model(c: &mut Criterion) {
         for threads in [1, 2] {
             let p = pool(threads);
             let mut scratch = MatmulScratch::new();
-            let id = if n == 1 { "decode_step" } else { "prefill_512" };
+            let id = match n {
+                1 => "decode_step".to_string(),
+                512 => "prefill_512".to_string(),
+                n => format!("decode_batch{n}"),
+            };
             g.bench_function(BenchmarkId::new(id, format!("{threads}t")), |b| {
                 p.install(|| {
                     b.iter(|| {
                         for (i, (dtype, r, c, data)) in mats.iter().enumerate() {
                             // llama-bench's pp512 computes the head for the last token only.
-                            let nt = if i == mats.len() - 1 { 1 } else { n };
+                            let nt = if i == mats.len() - 1 && n > 8 { 1 } else { n };
                             let w = WeightMatrix::new(*dtype, *r, *c, data).unwrap();
                             matmul_with(&w, &x[..nt * c], nt, &mut y[..nt * r], isa, &mut scratch)
                                 .unwrap();

@@ -372,7 +372,9 @@ mod avx2 {
     /// Dot products of `MR` weight rows with tokens `t0..t0 + 8` (lanes =
     /// tokens), from the token-interleaved activations and block sums: each
     /// 4 canonical values of a row are broadcast against the same 4 values
-    /// of 8 tokens; group scales apply through `madd`.
+    /// of 8 tokens; group scales apply through `madd`. It prefetches
+    /// `prefetch` bytes ahead in each row (0: none): a round of a few decode
+    /// tokens reads its weights once, from DRAM.
     ///
     /// # Safety
     /// The CPU must support AVX2/FMA/F16C; each `rows[i]` must point to
@@ -385,6 +387,7 @@ mod avx2 {
         rows: [*const u8; MR],
         acts: &QuantActs,
         t0: usize,
+        prefetch: usize,
         out: &mut [[f32; MR]; 8],
     ) {
         let (nb, tp) = (acts.blocks, acts.t_pad);
@@ -395,6 +398,15 @@ mod avx2 {
         let mut acc = [_mm256_setzero_ps(); MR];
         let mut canon: [Canon; MR] = std::array::from_fn(|_| Canon::default());
         for b in 0..nb {
+            if prefetch != 0 {
+                for r in rows {
+                    for line in (0..K::BYTES).step_by(64) {
+                        let at = r.wrapping_add(b * K::BYTES + prefetch + line);
+                        // A hint only: the address may lie past the matrix (never read).
+                        _mm_prefetch::<_MM_HINT_T0>(at as *const i8);
+                    }
+                }
+            }
             for i in 0..MR {
                 // SAFETY: super-block b of row i is inside the row (caller).
                 unsafe { K::unpack_avx2(rows[i].add(b * K::BYTES), &mut canon[i]) };

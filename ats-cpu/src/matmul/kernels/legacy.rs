@@ -234,6 +234,8 @@ mod avx2 {
     /// Dot products of `MR` weight rows with tokens `t0..t0 + 8` (lanes =
     /// tokens), from the token-interleaved activations: each 4-byte group
     /// of a weight block is broadcast against the same group of 8 tokens.
+    /// It prefetches `prefetch` bytes ahead in each row (0: none): a round
+    /// of a few decode tokens reads its weights once, from DRAM.
     ///
     /// # Safety
     /// The CPU must support AVX2/FMA/F16C; each `rows[i]` must point to
@@ -246,6 +248,7 @@ mod avx2 {
         rows: [*const u8; MR],
         acts: &QuantActs,
         t0: usize,
+        prefetch: usize,
         out: &mut [[f32; MR]; 8],
     ) {
         let (nb, tp) = (acts.blocks, acts.t_pad);
@@ -258,6 +261,12 @@ mod avx2 {
                 // SAFETY: block `b` of row `i` lies inside the row (caller).
                 unsafe { rows[i].add(b * B::BYTES) }
             });
+            if prefetch != 0 {
+                for p in blk {
+                    // A hint only: the address may lie past the matrix (never read).
+                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(prefetch) as *const i8);
+                }
+            }
             // SAFETY: whole blocks (caller); the CPU features are enabled here.
             // The unpacked weights go through memory, to be broadcast 4 bytes at
             // a time by the load unit. `black_box` keeps LLVM from turning the

@@ -130,6 +130,14 @@ fn run_float<E: FloatElem>(
     gemm::drive(shape, y, &dot, &dot, 2)
 }
 
+/// How far ahead the 8-token kernels prefetch for `n_tokens` tokens: only a
+/// single tile's worth of tokens (a round of a few sequences' decode tokens)
+/// reads every weight once from DRAM; larger products re-read weights from L2.
+#[cfg(target_arch = "x86_64")]
+fn tile_prefetch(n_tokens: usize) -> usize {
+    if n_tokens <= 8 { PREFETCH } else { 0 }
+}
+
 /// Rows per prefill tile of the block formats (x 8 tokens): the 8
 /// activation vectors of a block and 4 accumulators fill the registers.
 #[cfg(target_arch = "x86_64")]
@@ -160,11 +168,12 @@ fn run_legacy<B: LegacyBlock>(
     let row = |r: usize| &data[r * rb..(r + 1) * rb];
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2 {
+        let pf8 = tile_prefetch(acts.n_tokens);
         let tile = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]; 8]| {
             // SAFETY: `isa` is available; each row holds `acts.blocks` whole
             // blocks; the driver passes t0 multiple of 8 with t0 + 8 <= t_pad,
             // and `qs8` is built whenever wide tiles run.
-            unsafe { legacy::tokens8_avx2::<B, LMR>(r.map(|r| row(r).as_ptr()), acts, t0, o) }
+            unsafe { legacy::tokens8_avx2::<B, LMR>(r.map(|r| row(r).as_ptr()), acts, t0, pf8, o) }
         };
         let single = |r: &[usize; 4], t: usize, o: &mut [[f32; 4]; 1]| {
             let pf = PREFETCH;
@@ -202,12 +211,13 @@ fn run_kquant<K: SuperBlock>(
     let row = |r: usize| &data[r * rb..(r + 1) * rb];
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2 {
+        let pf8 = tile_prefetch(acts.n_tokens);
         let tile = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]; 8]| {
             // SAFETY: `isa` is available; each row holds `acts.blocks` whole
             // super-blocks; the driver passes t0 multiple of 8 with
             // t0 + 8 <= t_pad, and the interleaved activations are built
             // whenever wide tiles run.
-            unsafe { kquant::tokens8_avx2::<K, LMR>(r.map(|r| row(r).as_ptr()), acts, t0, o) }
+            unsafe { kquant::tokens8_avx2::<K, LMR>(r.map(|r| row(r).as_ptr()), acts, t0, pf8, o) }
         };
         // One row at a time: a linear stream through the weights.
         let single = |r: &[usize; 1], t: usize, o: &mut [[f32; 1]; 1]| {
