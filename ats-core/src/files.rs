@@ -1,7 +1,7 @@
 //! Reading the small files a user names (a prompt, an image, a profile):
 //! only regular files, and none larger than the limit stated for its kind,
 //! so that `/dev/zero`, a FIFO or an enormous file cannot grow memory
-//! without bound.
+//! without bound; and where ATS keeps what it caches on this machine.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -97,4 +97,11 @@ mod tests {
         let e = read_bounded(&dir.path().join("none"), 1, "images").unwrap_err();
         assert!(matches!(e, FileError::Io { .. }), "{e}");
     }
+}
+
+/// `<the user's cache directory>/ats` (on Linux `$XDG_CACHE_HOME/ats`,
+/// else `~/.cache/ats`), where machine profiles and compiled kernels are
+/// kept; `None` when the system names no cache directory.
+pub fn cache_dir() -> Option<std::path::PathBuf> {
+    dirs::cache_dir().map(|d| d.join("ats"))
 }

@@ -47,39 +47,6 @@ pub mod hp {
     pub const VOCAB_SIZE: &str = "vocab_size";
 }
 
-/// Tokenizer keys.
-pub mod tok {
-    /// Tokenizer model (`gpt2`, `llama`).
-    pub const MODEL: &str = "tokenizer.ggml.model";
-    /// BPE pre-tokenizer name.
-    pub const PRE: &str = "tokenizer.ggml.pre";
-    /// Token strings.
-    pub const TOKENS: &str = "tokenizer.ggml.tokens";
-    /// Token types.
-    pub const TOKEN_TYPE: &str = "tokenizer.ggml.token_type";
-    /// Token scores (SentencePiece).
-    pub const SCORES: &str = "tokenizer.ggml.scores";
-    /// BPE merges.
-    pub const MERGES: &str = "tokenizer.ggml.merges";
-    /// BOS id.
-    pub const BOS_ID: &str = "tokenizer.ggml.bos_token_id";
-    /// EOS id.
-    pub const EOS_ID: &str = "tokenizer.ggml.eos_token_id";
-    /// EOT id.
-    pub const EOT_ID: &str = "tokenizer.ggml.eot_token_id";
-    /// Unknown-token id.
-    pub const UNK_ID: &str = "tokenizer.ggml.unknown_token_id";
-    /// Padding id.
-    pub const PAD_ID: &str = "tokenizer.ggml.padding_token_id";
-    /// Whether to prepend BOS.
-    pub const ADD_BOS: &str = "tokenizer.ggml.add_bos_token";
-    /// Whether to append EOS.
-    pub const ADD_EOS: &str = "tokenizer.ggml.add_eos_token";
-    /// Whether SentencePiece adds a leading space.
-    pub const ADD_SPACE_PREFIX: &str = "tokenizer.ggml.add_space_prefix";
-    /// Jinja chat template.
-    pub const CHAT_TEMPLATE: &str = "tokenizer.chat_template";
-}
 
 /// Text-model tensor names.
 pub mod tensor {

@@ -109,12 +109,9 @@ impl Module {
 /// NVRTC options of every compilation (besides the architecture).
 const OPTIONS: [&str; 1] = ["--std=c++17"];
 
-/// `<cache dir>/ats/kernels` (`$XDG_CACHE_HOME`, else `~/.cache`).
+/// `<cache dir>/ats/kernels` ([`ats_core::files::cache_dir`]).
 pub fn default_cache_dir() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(base.join("ats").join("kernels"))
+    Some(ats_core::files::cache_dir()?.join("kernels"))
 }
 
 /// The cache file of `module`'s cubin for `arch` in `dir`: the name holds a

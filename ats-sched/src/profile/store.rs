@@ -30,10 +30,7 @@ pub fn hardware_fingerprint(device_names: &[String]) -> String {
 
 /// `<cache dir>/ats/profile-<fingerprint>.json`.
 pub fn default_profile_path(fingerprint: &str) -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(base.join("ats").join(format!("profile-{fingerprint}.json")))
+    Some(ats_core::files::cache_dir()?.join(format!("profile-{fingerprint}.json")))
 }
 
 /// Largest profile file read: a real one is tens of kilobytes.
