@@ -9,6 +9,7 @@ mod progress;
 mod report;
 mod serve;
 mod usage;
+mod vision;
 
 use clap::{Parser, Subcommand};
 

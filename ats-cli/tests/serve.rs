@@ -176,7 +176,10 @@ fn ten_concurrent_requests_are_all_answered_correctly() {
 #[test]
 fn full_queue_is_503_and_a_disconnect_frees_the_engine() {
     // a long context so the first answer runs until it is cancelled
-    let server = Server::start(&qwen2(), &["--parallel", "1", "--queue", "1", "-c", "16384"]);
+    let server = Server::start(
+        &qwen2(),
+        &["--parallel", "1", "--queue", "1", "-c", "16384"],
+    );
     let long = json!({
         "messages": [{"role": "user", "content": "go on"}],
         "max_tokens": 16000, "ignore_eos": true, "temperature": 0, "stream": true,
@@ -358,7 +361,7 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
 }
 
 #[test]
-fn image_request_on_the_vl_fixture() {
+fn image_request_without_a_projector_is_refused_by_name() {
     // Qwen2-VL's text model, served without its projector: the image is
     // refused with the reason.
     let server = Server::start(&common::fixture("qwen2_vl/qwen2_vl-f32.gguf"), &[]);
@@ -374,6 +377,109 @@ fn image_request_on_the_vl_fixture() {
         &chat_body("Describe the image.", 4, false),
     );
     assert_eq!(s, 200, "{v}");
+}
+
+/// What `ats-cli vlm` answers (greedy) for one image and a prompt on the
+/// Qwen2-VL fixture.
+fn vlm_answer(image: &str, prompt: &str, n: usize) -> String {
+    let out = common::run(&[
+        "vlm",
+        "-m",
+        common::fixture("qwen2_vl/qwen2_vl-f32.gguf")
+            .to_str()
+            .unwrap(),
+        "--mmproj",
+        common::fixture("qwen2_vl/mmproj-qwen2_vl-f32.gguf")
+            .to_str()
+            .unwrap(),
+        "--image",
+        common::fixture(image).to_str().unwrap(),
+        "-p",
+        prompt,
+        "-n",
+        &n.to_string(),
+        "--temp",
+        "0",
+        "--ignore-eos",
+        "-t",
+        "1",
+    ]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    common::stdout(&out).trim_end_matches('\n').to_string()
+}
+
+#[test]
+fn images_in_chat_answer_as_vlm_does_and_are_cached() {
+    let want = vlm_answer("vl_images/small.png", "Describe the image.", 8);
+    let server = Server::start(
+        &common::fixture("qwen2_vl/qwen2_vl-f32.gguf"),
+        &[
+            "--mmproj",
+            common::fixture("qwen2_vl/mmproj-qwen2_vl-f32.gguf")
+                .to_str()
+                .unwrap(),
+        ],
+    );
+    let body = json!({"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": png_data_url("vl_images/small.png")}},
+        {"type": "text", "text": "Describe the image."},
+    ]}], "max_tokens": 8, "temperature": 0, "ignore_eos": true});
+    let url = server.url("/v1/chat/completions");
+    let (s, first) = post(&url, &body.to_string());
+    assert_eq!(s, 200, "{first}");
+    assert_eq!(first["choices"][0]["message"]["content"], want.as_str());
+    let vision = &first["timings"]["vision"];
+    assert_eq!(
+        (vision["images"].as_u64(), vision["cached"].as_u64()),
+        (Some(1), Some(0)),
+        "{first}"
+    );
+    assert!(vision["image_tokens"].as_u64().unwrap() > 0);
+    // the same image again: neither encoded again nor computed again
+    let (s, again) = post(&url, &body.to_string());
+    assert_eq!(s, 200, "{again}");
+    assert_eq!(again["choices"][0]["message"]["content"], want.as_str());
+    assert_eq!(again["timings"]["vision"]["cached"], 1, "{again}");
+    let cached = again["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    let prompt = again["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(
+        cached > 0 && cached < prompt,
+        "{cached} of {prompt} prompt tokens cached"
+    );
+    // streamed: the same text
+    let stream_body = json!({"messages": body["messages"], "max_tokens": 8, "temperature": 0,
+        "ignore_eos": true, "stream": true});
+    let text: String = EventStream::open(&url, &stream_body.to_string())
+        .all()
+        .iter()
+        .filter(|d| *d != "[DONE]")
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|v| {
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(text, want);
+    // a URL the server would have to fetch, and a broken data URL: 400s naming the field
+    for (url_value, needle) in [
+        ("https://example.com/cat.png", "data URL"),
+        ("data:image/png;base64,@@@", "base64"),
+        ("data:image/png;base64,aGVsbG8=", "image 1"),
+    ] {
+        let bad = json!({"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": url_value}},
+            {"type": "text", "text": "Describe the image."},
+        ]}], "max_tokens": 2});
+        let (s, v) = post(&url, &bad.to_string());
+        assert_eq!(s, 400, "{url_value}: {v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(needle),
+            "{url_value}: {v}"
+        );
+    }
 }
 
 #[test]

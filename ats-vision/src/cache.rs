@@ -23,7 +23,13 @@ impl ImageKey {
         // every process, and crafted collisions are not cheap
         let mut h = std::collections::hash_map::DefaultHasher::new();
         bytes.hash(&mut h);
-        (cfg.min_pixels, cfg.max_pixels, cfg.patch_size, cfg.merge_size).hash(&mut h);
+        (
+            cfg.min_pixels,
+            cfg.max_pixels,
+            cfg.patch_size,
+            cfg.merge_size,
+        )
+            .hash(&mut h);
         for v in cfg.mean.iter().chain(&cfg.std) {
             v.to_bits().hash(&mut h);
         }

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ats_core::chat::{ChatMessage, ChatTemplate};
+use ats_core::chat::{ChatMessage, ChatTemplate, ContentPart};
 use ats_core::files::read_bounded;
 use ats_core::ledger::Region;
 use ats_core::machine::{DeviceId, Machine};
@@ -267,6 +267,27 @@ impl Vlm {
         msgs.push(ChatMessage::text("user", content));
         self.template
             .render_guarded(&msgs, true, &self.tokenizer)
+            .map_err(|e| VisionError::Input(format!("chat template: {e}")))
+    }
+
+    /// The prompt text for a conversation whose messages may hold images
+    /// (`chat`, `serve`): each image part becomes one image marker where it
+    /// stands, the template renders the rest as text (guarded, as
+    /// [`Vlm::render_prompt`]) and ends where the assistant replies. A user
+    /// message of one image then text renders as `vlm` renders its prompt.
+    pub fn render_messages(&self, messages: &[ChatMessage]) -> Result<GuardedText, VisionError> {
+        let marked: Vec<ChatMessage> = messages
+            .iter()
+            .map(|m| {
+                let parts = m.content.iter().map(|p| match p {
+                    ContentPart::Image => ContentPart::Text(clip::MEDIA_MARKER.into()),
+                    text => text.clone(),
+                });
+                ChatMessage::new(m.role.clone(), parts.collect())
+            })
+            .collect();
+        self.template
+            .render_guarded(&marked, true, &self.tokenizer)
             .map_err(|e| VisionError::Input(format!("chat template: {e}")))
     }
 

@@ -96,6 +96,21 @@ pub struct ServeArgs {
     /// requests (default: the context size).
     #[arg(long = "max-tokens", value_name = "N")]
     max_tokens: Option<usize>,
+    /// The model's vision projector (mmproj GGUF): chat messages may then
+    /// carry images (image_url parts with base64 data URLs).
+    #[arg(long = "mmproj", value_name = "FILE")]
+    mmproj: Option<std::path::PathBuf>,
+    /// Fewest pixels an image is resized to (default: the projector's).
+    #[arg(long = "min-pixels", value_name = "N")]
+    min_pixels: Option<u64>,
+    /// Most pixels an image is resized to (default: the projector's, at
+    /// most what a prompt can hold); `detail: "low"` images get at most 448x448.
+    #[arg(long = "max-pixels", value_name = "N")]
+    max_pixels: Option<u64>,
+    /// Memory for image embeddings kept by their bytes, so an image sent
+    /// again (each turn of a conversation) is not encoded again.
+    #[arg(long = "image-cache", value_name = "SIZE", default_value = "256MiB", value_parser = parse_vram)]
+    image_cache: u64,
 }
 
 fn parse_secs(s: &str) -> Result<f64, String> {
@@ -145,6 +160,26 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let n_ctx = engine.n_ctx();
     check_limits(&a, n_ctx)?;
     let tokenizer = engine.tokenizer()?.clone();
+    let max_prompt = a
+        .max_prompt_tokens
+        .unwrap_or(n_ctx.saturating_sub(1).max(1));
+    let vision = match &a.mmproj {
+        Some(p) => Some(Arc::new(
+            crate::vision::VisionFront::open(
+                engine.spec().clone(),
+                p,
+                a.min_pixels,
+                a.max_pixels,
+                max_prompt,
+                usize::try_from(a.image_cache).unwrap_or(usize::MAX),
+            )
+            .with_context(|| format!("cannot use the projector {}", p.display()))?,
+        )),
+        None if a.min_pixels.is_some() || a.max_pixels.is_some() => {
+            usage_bail!("--min-pixels and --max-pixels need --mmproj FILE (a vision projector)")
+        }
+        None => None,
+    };
     let template = ChatTemplate::from_gguf(&engine.spec().gguf.metadata).map_err(|e| e.to_string());
     match &template {
         Ok(t) if t.is_fallback() => warn!("the model has no chat template: using ChatML"),
@@ -153,9 +188,6 @@ pub fn run(a: ServeArgs) -> Result<()> {
             warn!("the model's chat template is unusable ({e}): /v1/chat/completions will fail")
         }
     }
-    let max_prompt = a
-        .max_prompt_tokens
-        .unwrap_or(n_ctx.saturating_sub(1).max(1));
     let max_tokens = a.max_tokens.unwrap_or(n_ctx);
     let model = a.alias.clone().unwrap_or_else(|| {
         a.model
@@ -165,9 +197,11 @@ pub fn run(a: ServeArgs) -> Result<()> {
             .unwrap_or_else(|| "model".into())
     });
     let app = Arc::new(routes::App {
-        queue: queue::Queue::start(engine, a.parallel, a.queue)
+        queue: queue::Queue::start(engine, vision.clone(), a.parallel, a.queue)
             .context("cannot start the engine thread")?,
-        prompter: Arc::new(prompt::Prompter::new(tokenizer, template, max_prompt)),
+        prompter: Arc::new(prompt::Prompter::new(
+            tokenizer, template, max_prompt, vision,
+        )),
         defaults: params::Defaults {
             sampler: a.sample.config(),
             seed: a.sample.seed,

@@ -19,14 +19,16 @@ use serde::Serialize;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::errors::ApiError;
+use super::prompt::Prompt;
+use crate::vision::{VisionFront, VisionUse};
 
 /// What a job asks for.
 #[derive(Debug)]
 pub struct Job {
     /// Request id, for logs.
     pub id: String,
-    /// Prompt token ids (the rendered chat, or a completion prompt).
-    pub prompt: Vec<u32>,
+    /// The prompt (the rendered chat, or a completion prompt).
+    pub prompt: Prompt,
     /// Sampling and stopping.
     pub params: GenParams,
 }
@@ -55,16 +57,19 @@ pub struct Finished {
     pub held_back_bytes: usize,
     /// Timings (with the prompt tokens taken from the cache).
     pub timings: Timings,
+    /// What the prompt's images took, if it had any.
+    pub vision: Option<VisionUse>,
 }
 
 impl Finished {
-    fn of(g: Generation) -> Finished {
+    fn of(g: Generation, vision: Option<VisionUse>) -> Finished {
         Finished {
             completion_tokens: g.tokens.len(),
             held_back_bytes: g.held_back_bytes,
             text: g.text,
             stop: g.stop,
             timings: g.timings,
+            vision,
         }
     }
 }
@@ -124,8 +129,14 @@ pub struct Queue {
 
 impl Queue {
     /// Moves `session` to a worker thread running up to `parallel` jobs at
-    /// once, with room for `capacity` waiting jobs.
-    pub fn start(session: Session, parallel: usize, capacity: usize) -> std::io::Result<Queue> {
+    /// once, with room for `capacity` waiting jobs; `vision` encodes the
+    /// images of prompts that have them.
+    pub fn start(
+        session: Session,
+        vision: Option<Arc<VisionFront>>,
+        parallel: usize,
+        capacity: usize,
+    ) -> std::io::Result<Queue> {
         let (tx, rx) = channel();
         let stats = Arc::new(Stats::default());
         let s = stats.clone();
@@ -135,7 +146,7 @@ impl Queue {
         };
         std::thread::Builder::new()
             .name("ats-engine".into())
-            .spawn(move || Worker::new(session, cfg, s).run(&rx))?;
+            .spawn(move || Worker::new(session, vision, cfg, s).run(&rx))?;
         Ok(Queue {
             tx,
             stats,
@@ -189,15 +200,18 @@ impl Queue {
     }
 }
 
-/// A job the scheduler has: its id for logs and where its events go.
+/// A job the scheduler has: its id for logs, where its events go, what its
+/// images took.
 struct Live {
     name: String,
     events: UnboundedSender<JobEvent>,
+    vision: Option<VisionUse>,
 }
 
 /// The engine thread: the session, the scheduler and the live jobs.
 struct Worker {
     session: Session,
+    vision: Option<Arc<VisionFront>>,
     sched: Scheduler,
     cfg: SchedulerConfig,
     live: HashMap<RequestId, Live>,
@@ -205,9 +219,15 @@ struct Worker {
 }
 
 impl Worker {
-    fn new(session: Session, cfg: SchedulerConfig, stats: Arc<Stats>) -> Worker {
+    fn new(
+        session: Session,
+        vision: Option<Arc<VisionFront>>,
+        cfg: SchedulerConfig,
+        stats: Arc<Stats>,
+    ) -> Worker {
         Worker {
             session,
+            vision,
             sched: Scheduler::new(cfg),
             cfg,
             live: HashMap::new(),
@@ -233,20 +253,59 @@ impl Worker {
         }
     }
 
-    /// Hands a job to the scheduler (unless its client already left).
+    /// Hands a job to the scheduler (unless its client already left),
+    /// encoding its images first (between rounds, in what the session's
+    /// layout leaves free on the devices).
     fn accept(&mut self, (job, events): Submission) {
         if events.is_closed() {
             self.end(&job.id, Outcome::Cancelled);
             return;
         }
-        let id = self.sched.submit(Request::text(job.prompt, job.params));
+        let (request, vision) = match self.request(job.prompt, job.params) {
+            Ok(r) => r,
+            Err(e) => {
+                self.end(&job.id, Outcome::Failed(&e));
+                let _ = events.send(JobEvent::Failed(e));
+                return;
+            }
+        };
+        let id = self.sched.submit(request);
         self.live.insert(
             id,
             Live {
                 name: job.id,
                 events,
+                vision,
             },
         );
+    }
+
+    /// The scheduler's request for a prompt, with its images encoded.
+    fn request(
+        &mut self,
+        prompt: Prompt,
+        params: GenParams,
+    ) -> Result<(Request, Option<VisionUse>), String> {
+        match prompt {
+            Prompt::Text(ids) => Ok((Request::text(ids, params), None)),
+            Prompt::Vision(p) => {
+                let front = self
+                    .vision
+                    .as_ref()
+                    .ok_or("the server has no vision projector")?;
+                let machine = self.session.machine().clone();
+                let encoded =
+                    std::panic::catch_unwind(AssertUnwindSafe(|| front.input(&machine, p)))
+                        .map_err(|_| "the vision encoder panicked".to_string())?
+                        .map_err(|e| e.to_string())?;
+                let request = Request {
+                    prompt: encoded.ids,
+                    embeds: Some(encoded.embeds),
+                    params,
+                };
+                Ok((request, Some(encoded.used)))
+            }
+        }
     }
 
     /// Cancels the jobs whose clients went away.
@@ -297,7 +356,9 @@ impl Worker {
                 let l = self.live.remove(&id).expect("looked up above");
                 let outcome = Outcome::Finished(&generation);
                 self.end(&l.name, outcome);
-                let _ = l.events.send(JobEvent::Done(Finished::of(generation)));
+                let _ = l
+                    .events
+                    .send(JobEvent::Done(Finished::of(generation, l.vision)));
             }
             Event::Failed { error, .. } => {
                 let l = self.live.remove(&id).expect("looked up above");

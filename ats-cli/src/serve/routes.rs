@@ -24,7 +24,7 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use super::errors::ApiError;
 use super::params::Defaults;
-use super::prompt::Prompter;
+use super::prompt::{Prompt, Prompter};
 use super::queue::{Finished, Job, JobEvent, Queue};
 use super::request::{check_chat, check_completion};
 use super::wire::{
@@ -213,11 +213,11 @@ async fn prepared<T: Send + 'static>(
 fn submit(
     app: &App,
     kind: &str,
-    prompt: Vec<u32>,
+    prompt: Prompt,
     params: ats_sched::session::GenParams,
 ) -> Result<(String, usize, UnboundedReceiver<JobEvent>), ApiError> {
     let id = app.id(kind);
-    let prompt_tokens = prompt.len();
+    let prompt_tokens = prompt.n_tokens();
     let rx = app.queue.submit(Job {
         id: id.clone(),
         prompt,
@@ -247,13 +247,13 @@ async fn chat(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Response,
                 index: 0,
                 message: AssistantMessage {
                     role: "assistant",
-                    content: f.text,
+                    content: f.text.clone(),
                 },
                 finish_reason: finish_reason(&f.stop),
                 logprobs: None,
             }],
             usage: Usage::new(prompt_tokens, f.timings.cached_tokens, f.completion_tokens),
-            timings: TimingsOut::new(&f.timings, f.held_back_bytes),
+            timings: TimingsOut::of(&f),
         })
         .into_response());
     }
@@ -271,7 +271,7 @@ async fn chat(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Response,
                 logprobs: None,
             }],
             usage: None,
-            timings: f.map(|f| TimingsOut::new(&f.timings, f.held_back_bytes)),
+            timings: f.map(TimingsOut::of),
         })
         .unwrap_or_default()
     };
@@ -317,7 +317,7 @@ async fn completion(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Res
     let body = read_body(&app, &headers, body).await?;
     let (prompt, params, sampling) = prepared(&app, body, |body, d, p| {
         let (raw, params, sampling) = check_completion(body, d)?;
-        Ok((p.completion(raw)?, params, sampling))
+        Ok((Prompt::Text(p.completion(raw)?), params, sampling))
     })
     .await?;
     let (id, prompt_tokens, rx) = submit(&app, "cmpl", prompt, params)?;
@@ -338,7 +338,7 @@ async fn completion(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Res
             finish_reason: finish,
         }],
         usage,
-        timings: f.map(|f| TimingsOut::new(&f.timings, f.held_back_bytes)),
+        timings: f.map(TimingsOut::of),
     };
     if !sampling.stream.unwrap_or(false) {
         let f = finish(rx).await?;

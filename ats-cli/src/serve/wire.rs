@@ -244,8 +244,9 @@ impl Usage {
 }
 
 /// llama.cpp's `timings` object, which its clients show, with how many
-/// bytes of an unfinished character a token limit held back.
-#[derive(Debug, Clone, Copy, Serialize)]
+/// bytes of an unfinished character a token limit held back and what the
+/// prompt's images took.
+#[derive(Debug, Clone, Serialize)]
 pub struct TimingsOut {
     /// Prompt tokens taken from the cache.
     pub cache_n: usize,
@@ -264,9 +265,21 @@ pub struct TimingsOut {
     /// Bytes the last tokens began of a character they did not finish
     /// (a limit cut it): not in the text, which has whole characters only.
     pub held_back_bytes: usize,
+    /// The images: how many, how many from the cache, their tokens, encode
+    /// time, where the encoder ran and what it planned to hold.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vision: Option<crate::vision::VisionUse>,
 }
 
 impl TimingsOut {
+    /// The timings of a finished generation.
+    pub fn of(f: &super::queue::Finished) -> Self {
+        TimingsOut {
+            vision: f.vision.clone(),
+            ..TimingsOut::new(&f.timings, f.held_back_bytes)
+        }
+    }
+
     /// The timings of a generation that held back `held_back_bytes`.
     pub fn new(t: &ats_sched::session::Timings, held_back_bytes: usize) -> Self {
         TimingsOut {
@@ -278,6 +291,7 @@ impl TimingsOut {
             predicted_ms: t.decode_ms,
             predicted_per_second: t.gen_tps(),
             held_back_bytes,
+            vision: None,
         }
     }
 }
