@@ -48,8 +48,9 @@ pub fn print_turn(t: &Timings) {
         return;
     }
     eprintln!(
-        "[prompt {} tokens, {:.1} t/s | answer {} tokens, {:.1} t/s | first token {:.0} ms]",
+        "[prompt {} tokens ({} cached), {:.1} t/s | answer {} tokens, {:.1} t/s | first token {:.0} ms]",
         t.prompt_tokens,
+        t.cached_tokens,
         t.prompt_tps(),
         t.gen_tokens,
         t.gen_tps(),

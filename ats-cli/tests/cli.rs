@@ -480,6 +480,50 @@ fn smollm2_knows_the_capital_of_france() {
 }
 
 #[test]
+fn chat_takes_images_and_reads_the_last_turn_from_the_cache() {
+    let m = common::fixture("qwen2_vl/qwen2_vl-f32.gguf");
+    let mmproj = common::fixture("qwen2_vl/mmproj-qwen2_vl-f32.gguf");
+    let image = common::fixture("vl_images/small.png");
+    let (m, mmproj, image) = (
+        m.to_str().unwrap(),
+        mmproj.to_str().unwrap(),
+        image.to_str().unwrap(),
+    );
+    let common_args = ["-n", "6", "--temp", "0", "--ignore-eos", "-t", "1"];
+    let mut vlm_args = vec!["-q", "vlm", "-m", m, "--mmproj", mmproj, "--image", image];
+    vlm_args.extend(["-p", "Describe the image."]);
+    vlm_args.extend(common_args);
+    let reference = run(&vlm_args);
+    assert!(reference.status.success(), "{}", stderr(&reference));
+    let want = stdout(&reference);
+    let mut chat_args = vec!["chat", "-m", m, "--mmproj", mmproj];
+    chat_args.extend(common_args);
+    let out = run_with_input(
+        &chat_args,
+        &format!("/image {image}\nDescribe the image.\nAnd the colours?\n/exit\n"),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let s = stdout(&out);
+    assert!(s.starts_with(&want), "{s:?} vs vlm's {want:?}");
+    let err = stderr(&out);
+    assert!(err.contains("attached to the next message"), "{err}");
+    // the second turn finds the first (image included) in the KV pool
+    let cached: Vec<usize> = err
+        .lines()
+        .filter_map(|l| {
+            l.split_once(" tokens (")?
+                .1
+                .split_once(" cached")?
+                .0
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert_eq!(cached.len(), 2, "{err}");
+    assert!(cached[0] == 0 && cached[1] > 0, "{cached:?}: {err}");
+}
+
+#[test]
 fn ctrl_c_in_chat_stops_the_answer_not_the_program() {
     use std::io::{BufRead, BufReader, Read, Write};
     use std::process::{Command, Stdio};

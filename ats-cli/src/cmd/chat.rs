@@ -1,25 +1,34 @@
 //! `ats-cli chat`: an interactive chat in the terminal with the model's
-//! chat template. Each turn re-renders the conversation and feeds only what
-//! the KV cache does not hold yet. Ctrl-C stops the current answer, not the
-//! program: a signal handler sets a flag the generation callback reads.
+//! chat template, images too with `--mmproj`. Each turn re-renders the
+//! conversation and runs it as one request of the session's scheduler: the
+//! KV pool finds the previous turns cached (images included, keyed by their
+//! embeddings), so only the new part is computed. Ctrl-C stops the current
+//! answer, not the program: a signal handler sets a flag the loop reads
+//! between rounds.
 
 use std::io::{BufRead, IsTerminal, Write};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result};
-use ats_core::chat::{ChatMessage, ChatTemplate};
-use ats_core::tokenizer::TokenizerError;
-use ats_sched::session::{GenEvent, GenParams, StopReason};
+use ats_core::chat::{ChatMessage, ChatTemplate, ContentPart};
+use ats_core::tokenizer::{Tokenizer, TokenizerError};
+use ats_sched::scheduler::{Event, Request, Scheduler, SchedulerConfig};
+use ats_sched::session::{GenParams, Generation, Session, StopReason};
+use ats_vision::preprocess::DecodeLimits;
 use clap::Args;
 use tracing::info;
 
+use super::vlm::ImageArgs;
 use crate::args::{ModelArgs, SampleArgs};
 use crate::usage::usage_bail;
+use crate::vision::{ImageError, ImageInput, VisionFront};
 use crate::{load, logging, report};
 
 const EXAMPLES: &str = "Examples:
   ats-cli chat -m SmolLM2-135M-Instruct.Q4_1.gguf
   ats-cli chat -m model.gguf --vram 2G --system \"You are terse.\" --temp 0.7
+  ats-cli chat -m qwen2-vl.gguf --mmproj mmproj.gguf --image scene.png
 
 In the chat: /reset forgets the conversation, /exit (or Ctrl-D) quits,
 /image PATH attaches an image to the next message (vision models).
@@ -33,6 +42,8 @@ pub struct ChatArgs {
     model: ModelArgs,
     #[command(flatten)]
     sample: SampleArgs,
+    #[command(flatten)]
+    image: ImageArgs,
     /// A system message that starts the conversation.
     #[arg(long = "system")]
     system: Option<String>,
@@ -89,6 +100,8 @@ pub fn run(a: ChatArgs) -> Result<()> {
     }
     let mut loaded = load::load(&a.model, false)?;
     let session = &mut loaded.session;
+    let n_ctx = session.n_ctx();
+    let vision = open_vision(&a.image, session, n_ctx)?;
     let tok = session.tokenizer()?.clone();
     let tpl = ChatTemplate::from_gguf(&session.spec().gguf.metadata)
         .context("the model has no usable chat template")?;
@@ -108,13 +121,12 @@ pub fn run(a: ChatArgs) -> Result<()> {
     info!(
         "chat: /image PATH attaches an image, /reset forgets, /exit quits; Ctrl-C stops an answer"
     );
-    let mut messages: Vec<ChatMessage> = Vec::new();
-    if let Some(s) = &a.system {
-        messages.push(ChatMessage::text("system", s));
+    let mut convo = Conversation::new(a.system.as_deref());
+    for path in &a.image.images {
+        convo.attach(vision.as_ref(), &path.display().to_string());
     }
-    let n_ctx = session.n_ctx();
+    let mut sched = Scheduler::new(SchedulerConfig::default());
     let mut stdin = std::io::stdin().lock();
-    let stdout = std::io::stdout();
     let mut line = String::new();
     loop {
         if interactive {
@@ -129,24 +141,12 @@ pub fn run(a: ChatArgs) -> Result<()> {
             Input::Empty => continue,
             Input::Exit => break,
             Input::Reset => {
-                messages.truncate(usize::from(a.system.is_some()));
-                session.reset();
+                convo.reset();
                 eprintln!("(conversation forgotten)");
                 continue;
             }
             Input::Image(path) => {
-                // decoding first gives the better message for a bad file
-                let shown = if path.is_empty() { "(none)" } else { path };
-                let limit = ats_vision::preprocess::DecodeLimits::default().max_alloc;
-                match ats_core::files::read_bounded(std::path::Path::new(path), limit, "images") {
-                    Err(e) => eprintln!("cannot use {shown}: {e}"),
-                    Ok(bytes) => match ats_vision::preprocess::decode_image(&bytes) {
-                        Err(e) => eprintln!("cannot use {shown}: {e}"),
-                        Ok(_) => eprintln!(
-                            "cannot attach {shown}: chat was started without --mmproj (a vision projector)"
-                        ),
-                    },
-                }
+                convo.attach(vision.as_ref(), path);
                 continue;
             }
             Input::Unknown(cmd) => {
@@ -155,74 +155,32 @@ pub fn run(a: ChatArgs) -> Result<()> {
             }
             Input::Message(t) => t.to_string(),
         };
-        messages.push(ChatMessage::text("user", text));
-        // messages stay plain text: only the template's markup is control tokens
-        let prompt = tpl.render_guarded(&messages, true, &tok)?;
-        let ids = match tok.encode_guarded(
-            &prompt.text,
-            prompt.guards,
-            true,
-            n_ctx.saturating_sub(1),
-        ) {
-            Err(TokenizerError::TooManyTokens { at_least, .. }) => {
-                eprintln!(
-                    "(the conversation has at least {at_least} tokens and no longer fits the context of {n_ctx} (-c): /reset starts over)"
-                );
-                messages.pop();
+        convo.say(text);
+        let request = match convo.request(session, vision.as_ref(), &tpl, &tok, &params(&a)) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("({e})");
+                convo.unsay();
                 continue;
             }
-            r => r?,
         };
-        tracing::debug!(n_tokens = ids.len(), ?ids, "prompt");
-        // feed only what the cache lacks; anything else starts it afresh
-        let reuse = session.history().len() < ids.len() && ids.starts_with(session.history());
-        if !reuse {
-            session.reset();
-        }
-        let feed = ids[session.history().len()..].to_vec();
-        if ids.len() >= n_ctx {
-            eprintln!(
-                "(the conversation has {} tokens and no longer fits the context of {n_ctx} (-c): /reset starts over)",
-                ids.len()
-            );
-            messages.pop();
-            continue;
-        }
-        let params = GenParams {
-            max_tokens: a.n_predict.unwrap_or(usize::MAX),
-            sampler: a.sample.config(),
-            stop: Vec::new(),
-            ignore_eos: a.ignore_eos,
-        };
-        STOP.store(false, Ordering::SeqCst);
-        GENERATING.store(true, Ordering::SeqCst);
-        let mut out = stdout.lock();
-        let result = session.generate(&feed, &params, &mut |ev| match ev {
-            GenEvent::Text(t) => {
-                let _ = out.write_all(t.as_bytes()).and_then(|_| out.flush());
-                !STOP.load(Ordering::SeqCst)
-            }
-        });
-        GENERATING.store(false, Ordering::SeqCst);
-        let _ = writeln!(out);
-        drop(out);
-        match result {
-            Ok(g) => {
+        match answer(&mut sched, session, request) {
+            Ok((text, g)) => {
                 if g.stop == StopReason::Cancelled {
                     eprintln!("(stopped)");
                 } else if g.stop == StopReason::ContextFull {
                     eprintln!("(the context is full: /reset starts over)");
                 }
-                // keep what was said, even when stopped, so the cache stays the conversation
-                messages.push(ChatMessage::text("assistant", g.text));
                 if !logging::quiet() {
                     report::print_turn(&g.timings);
                 }
+                // keep what was said, even when stopped, so the next turn
+                // starts with what the cache holds
+                convo.reply(text);
             }
             Err(e) => {
                 eprintln!("error: {e}");
-                messages.pop();
-                session.reset();
+                convo.unsay();
             }
         }
     }
@@ -230,6 +188,198 @@ pub fn run(a: ChatArgs) -> Result<()> {
         report::print_memory(session);
     }
     Ok(())
+}
+
+/// The generation settings of every answer.
+fn params(a: &ChatArgs) -> GenParams {
+    GenParams {
+        max_tokens: a.n_predict.unwrap_or(usize::MAX),
+        sampler: a.sample.config(),
+        stop: Vec::new(),
+        ignore_eos: a.ignore_eos,
+    }
+}
+
+/// The projector, with `--mmproj`.
+fn open_vision(image: &ImageArgs, session: &Session, n_ctx: usize) -> Result<Option<VisionFront>> {
+    let Some(mmproj) = image.mmproj()? else {
+        return Ok(None);
+    };
+    let front = VisionFront::open(
+        session.spec().clone(),
+        mmproj,
+        image.min_pixels,
+        image.max_pixels,
+        n_ctx.saturating_sub(1).max(1),
+        IMAGE_CACHE_BYTES,
+    )
+    .with_context(|| format!("cannot use the projector {}", mmproj.display()))?;
+    Ok(Some(front))
+}
+
+/// Image embeddings a chat keeps (the conversation's images are encoded once).
+const IMAGE_CACHE_BYTES: usize = 256 << 20;
+
+/// Runs `request` to its end, printing its text as it comes; Ctrl-C
+/// stops it. Returns the text shown and the generation.
+fn answer(
+    sched: &mut Scheduler,
+    session: &mut Session,
+    request: Request,
+) -> Result<(String, Generation)> {
+    STOP.store(false, Ordering::SeqCst);
+    GENERATING.store(true, Ordering::SeqCst);
+    let id = sched.submit(request);
+    let stdout = std::io::stdout();
+    let mut text = String::new();
+    let mut outcome = None;
+    while outcome.is_none() {
+        let events = if STOP.load(Ordering::SeqCst) {
+            sched.stop(id, session)
+        } else {
+            sched.step(session)
+        };
+        for ev in events {
+            match ev {
+                Event::Text { text: t, .. } => {
+                    let mut out = stdout.lock();
+                    let _ = out.write_all(t.as_bytes()).and_then(|_| out.flush());
+                    text.push_str(&t);
+                }
+                Event::Done { generation, .. } => outcome = Some(Ok(generation)),
+                Event::Failed { error, .. } => outcome = Some(Err(error)),
+            }
+        }
+    }
+    GENERATING.store(false, Ordering::SeqCst);
+    println!();
+    match outcome {
+        // stopped: the text shown so far is what was said
+        Some(Ok(g)) if g.stop == StopReason::Cancelled => Ok((text, g)),
+        Some(Ok(g)) => Ok((g.text.clone(), g)),
+        Some(Err(e)) => anyhow::bail!(e),
+        None => anyhow::bail!("the request ended without an answer"),
+    }
+}
+
+/// The messages so far and the images they hold (in order), and images
+/// attached for the next message.
+struct Conversation {
+    messages: Vec<ChatMessage>,
+    images: Vec<ImageInput>,
+    pending: Vec<ImageInput>,
+    /// Messages a reset keeps (the system message).
+    keep: usize,
+}
+
+impl Conversation {
+    fn new(system: Option<&str>) -> Conversation {
+        let messages: Vec<ChatMessage> = system
+            .map(|s| ChatMessage::text("system", s))
+            .into_iter()
+            .collect();
+        Conversation {
+            keep: messages.len(),
+            messages,
+            images: Vec::new(),
+            pending: Vec::new(),
+        }
+    }
+
+    fn reset(&mut self) {
+        self.messages.truncate(self.keep);
+        self.images.clear();
+        self.pending.clear();
+    }
+
+    /// Attaches the image at `path` to the next message (a line on stderr
+    /// says why not, when it cannot be).
+    fn attach(&mut self, vision: Option<&VisionFront>, path: &str) {
+        let shown = if path.is_empty() { "(none)" } else { path };
+        let limit = DecodeLimits::default().max_alloc;
+        match (
+            ats_core::files::read_bounded(Path::new(path), limit, "images"),
+            vision,
+        ) {
+            (Err(e), _) => eprintln!("cannot use {shown}: {e}"),
+            (Ok(bytes), None) => match ats_vision::preprocess::decode_image(&bytes) {
+                Err(e) => eprintln!("cannot use {shown}: {e}"),
+                Ok(_) => eprintln!(
+                    "cannot attach {shown}: chat was started without --mmproj (a vision projector)"
+                ),
+            },
+            (Ok(bytes), Some(_)) => {
+                self.pending.push(ImageInput {
+                    bytes,
+                    low_detail: false,
+                });
+                eprintln!("(image {shown} attached to the next message)");
+            }
+        }
+    }
+
+    /// The user says `text` (after the images attached to it).
+    fn say(&mut self, text: String) {
+        let mut parts: Vec<ContentPart> = self.pending.iter().map(|_| ContentPart::Image).collect();
+        parts.push(ContentPart::Text(text));
+        self.images.append(&mut self.pending);
+        self.messages.push(ChatMessage::new("user", parts));
+    }
+
+    /// Takes back the last user message (it could not be answered).
+    fn unsay(&mut self) {
+        if let Some(m) = self.messages.pop() {
+            let n = m
+                .content
+                .iter()
+                .filter(|p| matches!(p, ContentPart::Image))
+                .count();
+            let kept = self.images.len() - n;
+            self.pending = self.images.split_off(kept);
+        }
+    }
+
+    fn reply(&mut self, text: String) {
+        self.messages.push(ChatMessage::text("assistant", text));
+    }
+
+    /// The request for an answer to the conversation: its prompt (images
+    /// encoded), which the KV pool finds mostly cached from the last turn.
+    fn request(
+        &self,
+        session: &Session,
+        vision: Option<&VisionFront>,
+        tpl: &ChatTemplate,
+        tok: &Tokenizer,
+        params: &GenParams,
+    ) -> Result<Request> {
+        let n_ctx = session.n_ctx();
+        let too_long = |n: usize| {
+            anyhow::anyhow!(
+                "the conversation has at least {n} tokens and no longer fits the context of {n_ctx} (-c): /reset starts over"
+            )
+        };
+        if let Some(v) = vision.filter(|_| !self.images.is_empty()) {
+            let prompt = match v.prompt(&self.messages, &self.images, n_ctx - 1) {
+                Err(ImageError::TooLong { tokens, .. }) => return Err(too_long(tokens)),
+                r => r?,
+            };
+            let input = v.input(session.machine(), prompt)?;
+            return Ok(Request {
+                prompt: input.ids,
+                embeds: Some(input.embeds),
+                params: params.clone(),
+            });
+        }
+        // messages stay plain text: only the template's markup is control tokens
+        let prompt = tpl.render_guarded(&self.messages, true, tok)?;
+        let ids = match tok.encode_guarded(&prompt.text, prompt.guards, true, n_ctx - 1) {
+            Err(TokenizerError::TooManyTokens { at_least, .. }) => return Err(too_long(at_least)),
+            r => r?,
+        };
+        tracing::debug!(n_tokens = ids.len(), ?ids, "prompt");
+        Ok(Request::text(ids, params.clone()))
+    }
 }
 
 #[cfg(test)]

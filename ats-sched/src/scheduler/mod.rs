@@ -114,6 +114,24 @@ impl Scheduler {
         }
     }
 
+    /// Ends request `id` now, as a caller's stop: a running one finishes
+    /// with [`StopReason::Cancelled`], its tokens and timings so far (its
+    /// sequence ends); a queued one is dropped. Returns its events.
+    pub fn stop(&mut self, id: RequestId, session: &mut Session) -> Vec<Event> {
+        if let Some(i) = self.waiting.iter().position(|w| w.0 == id) {
+            self.waiting.remove(i);
+            return Vec::new();
+        }
+        match self.running.iter().position(|r| r.id == id) {
+            Some(i) => {
+                let r = self.running.remove(i);
+                session.remove_sequence(r.seq);
+                finish(r, Ok(StopReason::Cancelled))
+            }
+            None => Vec::new(),
+        }
+    }
+
     /// Whether nothing is queued or running.
     pub fn is_idle(&self) -> bool {
         self.running.is_empty() && self.waiting.is_empty()
