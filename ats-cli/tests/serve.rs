@@ -483,6 +483,44 @@ fn images_in_chat_answer_as_vlm_does_and_are_cached() {
 }
 
 #[test]
+fn the_engine_state_says_where_the_model_sits_and_what_the_rounds_did() {
+    let server = Server::start(&qwen2(), &["--sim-gpu", "--vram", "3M", "--parallel", "2"]);
+    let (s, v) = post(
+        &server.url("/v1/chat/completions"),
+        &chat_body("copyright", 3, false),
+    );
+    assert_eq!(s, 200, "{v}");
+    let (s, st) = get(&server.url("/v1/ats/state"));
+    assert_eq!(s, 200, "{st}");
+    assert_eq!(st["model"]["arch"], "qwen2");
+    assert_eq!(st["model"]["parallel"], 2);
+    let tensors = st["plan"]["tensors"].as_array().unwrap();
+    assert!(!tensors.is_empty());
+    let placements: std::collections::HashSet<&str> = tensors
+        .iter()
+        .map(|t| t["placement"].as_str().unwrap())
+        .collect();
+    assert!(
+        placements.contains("gpu") || placements.contains("cpu"),
+        "{placements:?}"
+    );
+    let gpu = st["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["role"] == "gpu")
+        .expect("the simulated GPU");
+    assert_eq!(gpu["budget_bytes"], 3_000_000);
+    assert!(gpu["used_bytes"].as_u64().unwrap() <= 3_000_000);
+    let rounds = st["rounds"].as_array().unwrap();
+    // the prompt, then a decode round per token after the first
+    assert!(rounds.len() >= 3, "{rounds:?}");
+    assert!(rounds.iter().all(|r| r["tier"].as_u64().unwrap() >= 1));
+    assert_eq!(rounds.last().unwrap()["decode_tokens"], 1);
+    assert_eq!(st["requests"]["served"], 1);
+}
+
+#[test]
 fn smollm2_answers_a_question() {
     let Some(model) = ats_tests::smollm2() else {
         return;

@@ -17,6 +17,7 @@ mod prompt;
 mod queue;
 mod request;
 mod routes;
+mod state;
 mod wire;
 
 use std::net::SocketAddr;

@@ -20,6 +20,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::errors::ApiError;
 use super::prompt::Prompt;
+use super::state::SharedState;
 use crate::vision::{VisionFront, VisionUse};
 
 /// What a job asks for.
@@ -123,6 +124,7 @@ type Submission = (Job, UnboundedSender<JobEvent>);
 pub struct Queue {
     tx: Sender<Submission>,
     stats: Arc<Stats>,
+    state: SharedState,
     capacity: usize,
     parallel: usize,
 }
@@ -139,17 +141,21 @@ impl Queue {
     ) -> std::io::Result<Queue> {
         let (tx, rx) = channel();
         let stats = Arc::new(Stats::default());
+        let state = SharedState::default();
+        state.publish(&session, None);
         let s = stats.clone();
+        let published = state.clone();
         let cfg = SchedulerConfig {
             max_seqs: parallel.max(1),
             round_tokens: None,
         };
         std::thread::Builder::new()
             .name("ats-engine".into())
-            .spawn(move || Worker::new(session, vision, cfg, s).run(&rx))?;
+            .spawn(move || Worker::new(session, vision, cfg, s, published).run(&rx))?;
         Ok(Queue {
             tx,
             stats,
+            state,
             capacity,
             parallel: parallel.max(1),
         })
@@ -177,6 +183,11 @@ impl Queue {
             return Err(ApiError::internal("the engine thread has stopped"));
         }
         Ok(erx)
+    }
+
+    /// The engine's state as last published (between rounds).
+    pub fn state(&self) -> super::state::EngineState {
+        self.state.get()
     }
 
     /// The counters now.
@@ -216,6 +227,7 @@ struct Worker {
     cfg: SchedulerConfig,
     live: HashMap<RequestId, Live>,
     stats: Arc<Stats>,
+    state: SharedState,
 }
 
 impl Worker {
@@ -224,6 +236,7 @@ impl Worker {
         vision: Option<Arc<VisionFront>>,
         cfg: SchedulerConfig,
         stats: Arc<Stats>,
+        state: SharedState,
     ) -> Worker {
         Worker {
             session,
@@ -232,6 +245,7 @@ impl Worker {
             cfg,
             live: HashMap::new(),
             stats,
+            state,
         }
     }
 
@@ -327,10 +341,13 @@ impl Worker {
     /// One round of the scheduler; its events to their jobs.
     fn step(&mut self) {
         let (sched, session) = (&mut self.sched, &mut self.session);
+        let before = sched.last_round();
         let events = std::panic::catch_unwind(AssertUnwindSafe(|| sched.step(session)));
         self.stats
             .running
             .store(self.sched.running(), Ordering::SeqCst);
+        let round = self.sched.last_round().filter(|r| Some(*r) != before);
+        self.state.publish(&self.session, round);
         match events {
             Ok(events) => {
                 for e in events {

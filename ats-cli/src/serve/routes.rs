@@ -77,6 +77,7 @@ pub fn router(app: Arc<App>, cors: Option<CorsLayer>) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
         .route("/health", get(health))
+        .route("/v1/ats/state", get(engine_state))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(app);
@@ -155,6 +156,13 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
 async fn health(State(app): State<Arc<App>>) -> Response {
     let mut v = serde_json::to_value(app.queue.stats()).unwrap_or_default();
     v["status"] = "ok".into();
+    Json(v).into_response()
+}
+
+/// Where the model sits and what the engine did lately (the web page's view).
+async fn engine_state(State(app): State<Arc<App>>) -> Response {
+    let mut v = serde_json::to_value(app.queue.state()).unwrap_or_default();
+    v["requests"] = serde_json::to_value(app.queue.stats()).unwrap_or_default();
     Json(v).into_response()
 }
 

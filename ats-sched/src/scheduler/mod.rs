@@ -37,6 +37,26 @@ impl Default for SchedulerConfig {
     }
 }
 
+/// What the last round carried.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct RoundRecord {
+    /// Sequences in the round.
+    pub sequences: usize,
+    /// Prompt tokens fed.
+    pub prompt_tokens: usize,
+    /// Decode tokens (one per decoding sequence).
+    pub decode_tokens: usize,
+    /// Seconds the round took.
+    pub secs: f64,
+}
+
+impl RoundRecord {
+    /// New tokens in the round.
+    pub fn tokens(&self) -> usize {
+        self.prompt_tokens + self.decode_tokens
+    }
+}
+
 /// A request being answered.
 struct Running {
     id: RequestId,
@@ -57,6 +77,7 @@ pub struct Scheduler {
     waiting: VecDeque<(RequestId, Request, Instant)>,
     running: Vec<Running>,
     next_id: RequestId,
+    last_round: Option<RoundRecord>,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -86,7 +107,13 @@ impl Scheduler {
             waiting: VecDeque::new(),
             running: Vec::new(),
             next_id: 0,
+            last_round: None,
         }
+    }
+
+    /// What the last round that ran carried (`None` before the first).
+    pub fn last_round(&self) -> Option<RoundRecord> {
+        self.last_round
     }
 
     /// Queues a request; its events carry the returned id.
@@ -172,6 +199,12 @@ impl Scheduler {
         loop {
             match self.run_round(session, &work) {
                 Ok(out) => {
+                    self.last_round = Some(RoundRecord {
+                        sequences: work.len(),
+                        prompt_tokens: work.iter().filter_map(|w| w.chunk).sum(),
+                        decode_tokens: work.iter().filter(|w| w.chunk.is_none()).count(),
+                        secs: session.executor().last_stats().total_secs,
+                    });
                     self.after_round(session, &work, out, &mut events);
                     return events;
                 }
