@@ -152,6 +152,38 @@ fn a_second_request_with_the_same_prompt_reads_the_cached_prefix() {
     );
 }
 
+#[test]
+fn requests_with_a_common_prefix_compute_it_once() {
+    let mut s = session(1024);
+    let bt = s.run_config().kv_block_tokens;
+    let ps = prompts(&s);
+    // a shared "system prompt" of several blocks, then different questions
+    let system: Vec<u32> = ps.concat();
+    let ask = |tail: &[u32]| [system.as_slice(), tail].concat();
+    let mut sched = Scheduler::new(SchedulerConfig {
+        max_seqs: 4,
+        round_tokens: Some(64),
+    });
+    let a = sched.submit(Request::text(ask(&ps[0]), greedy(3)));
+    let b = sched.submit(Request::text(ask(&ps[1]), greedy(3)));
+    let c = sched.submit(Request::text(ask(&ps[0]), greedy(3)));
+    let done = drain(&mut sched, &mut s).done;
+    let g = |id| done[&id].as_ref().unwrap().clone();
+    let (ga, gb, gc) = (g(a), g(b), g(c));
+    assert_eq!(ga.timings.cached_tokens, 0);
+    // b and c waited for a's prefix instead of computing it again
+    assert_eq!(gb.timings.cached_tokens, system.len() / bt * bt);
+    assert_eq!(gc.timings.cached_tokens, (ask(&ps[0]).len() - 1) / bt * bt);
+    assert_eq!(gc.tokens, ga.tokens, "the same prompt, the same answer");
+    // and each answer is the one it gets alone
+    let mut solo = session(1024);
+    for (req, got) in [(ask(&ps[1]), &gb), (ask(&ps[0]), &gc)] {
+        solo.reset();
+        let want = solo.generate(&req, &greedy(3), &mut |_| true).unwrap();
+        assert_eq!(got.tokens, want.tokens);
+    }
+}
+
 /// A request of `prompt` whose rows `rows` are the image `image` (one row
 /// of the model's width per image token), at M-RoPE text positions.
 fn image_request(prompt: &[u32], rows: std::ops::Range<usize>, image: &[f32]) -> Request {
@@ -172,12 +204,22 @@ fn image_request(prompt: &[u32], rows: std::ops::Range<usize>, image: &[f32]) ->
 fn an_image_prompt_reuses_the_rows_of_the_same_image_only() {
     let spec = Arc::new(ModelSpec::open(fixtures().join("qwen2_vl/qwen2_vl-f32.gguf")).unwrap());
     let n_embd = spec.hp.n_embd;
-    let mut s = engine_on(spec, host_only(cpu(2)), 512, KvType::F32, Policy::Ats, false);
+    let mut s = engine_on(
+        spec,
+        host_only(cpu(2)),
+        512,
+        KvType::F32,
+        Policy::Ats,
+        false,
+    );
     let bt = s.run_config().kv_block_tokens;
     let p: Vec<u32> = prompts(&s).concat();
     // an image of 40 rows starting past the first block
     let rows = bt + 3..bt + 43;
-    assert!(p.len() > rows.end + 2 * bt, "premise: blocks after the image");
+    assert!(
+        p.len() > rows.end + 2 * bt,
+        "premise: blocks after the image"
+    );
     let image = |seed: u32| -> Vec<f32> {
         (0..rows.len() * n_embd)
             .map(|i| ((i as u32).wrapping_mul(2654435761) ^ seed) as f32 / u32::MAX as f32 - 0.5)
@@ -194,7 +236,10 @@ fn an_image_prompt_reuses_the_rows_of_the_same_image_only() {
     let other = run(image_request(&p, rows.clone(), &y));
     assert_eq!(first.timings.cached_tokens, 0);
     assert_eq!(again.timings.cached_tokens, (p.len() - 1) / bt * bt);
-    assert_eq!(again.tokens, first.tokens, "the same answer from the cached rows");
+    assert_eq!(
+        again.tokens, first.tokens,
+        "the same answer from the cached rows"
+    );
     // another image: only the blocks wholly before it are shared
     assert_eq!(other.timings.cached_tokens, rows.start / bt * bt);
 }

@@ -1,6 +1,8 @@
 //! The scheduler above the session: it admits requests as sequences (first
 //! come, first served, up to `max_seqs` at once, each starting from the
-//! longest prefix the KV pool still holds), and runs rounds that give every
+//! longest prefix the KV pool still holds; a prompt whose prefix a running
+//! request is computing right now waits until it is cached, so identical
+//! system prompts and `n > 1` siblings are computed once), and runs rounds that give every
 //! decoding sequence its next token and fill the rest of the round's token
 //! budget with prompt chunks, so running answers are never starved by a
 //! long prompt. Sampling, stop strings and limits are per request; events
@@ -228,6 +230,13 @@ impl Scheduler {
     /// beginning with what the KV pool holds of its prompt.
     fn admit(&mut self, session: &mut Session, events: &mut Vec<Event>) {
         while self.running.len() < self.cfg.max_seqs.max(1) {
+            if self
+                .waiting
+                .front()
+                .is_some_and(|w| self.prefix_in_flight(session, &w.1))
+            {
+                return;
+            }
             let Some((id, req, submitted)) = self.waiting.pop_front() else {
                 return;
             };
@@ -260,6 +269,31 @@ impl Scheduler {
                 timings,
             });
         }
+    }
+
+    /// Whether a running request is computing blocks of `req`'s prompt
+    /// that the pool does not hold yet: admitted now, `req` would compute
+    /// them a second time. (Text prompts only: image rows are keyed by their
+    /// embeddings, which token ids do not show.)
+    fn prefix_in_flight(&self, session: &Session, req: &Request) -> bool {
+        if req.embeds.is_some() {
+            return false;
+        }
+        let bt = session.run_config().kv_block_tokens.max(1);
+        // the last token always runs, as in the pool's lookup
+        let usable = req.prompt.len().saturating_sub(1) / bt * bt;
+        let cached = session.cached_prefix(&req.prompt, None);
+        self.running.iter().any(|r| {
+            let common = r
+                .req
+                .prompt
+                .iter()
+                .zip(&req.prompt)
+                .take_while(|(a, b)| a == b)
+                .count();
+            let shared = (common / bt * bt).min(usable);
+            r.req.embeds.is_none() && shared > cached && r.fed < shared
+        })
     }
 
     /// Every decoding sequence's next token, then prompt chunks in order of

@@ -177,6 +177,24 @@ impl KvPool {
         (seq, next_pos)
     }
 
+    /// Tokens [`KvPool::start`] would take from the cache for `keys`, with
+    /// nothing taken.
+    pub fn cached_tokens(&self, keys: &[u64], keep: usize) -> usize {
+        let bt = self.block_tokens;
+        let limit = keys.len().saturating_sub(keep) / bt;
+        let mut prev = 0u64;
+        let mut n = 0;
+        for b in 0..limit {
+            let h = chain_hash(prev, &keys[b * bt..(b + 1) * bt]);
+            if !self.index.contains_key(&h) {
+                break;
+            }
+            n += bt;
+            prev = h;
+        }
+        n
+    }
+
     /// Gives `seq` blocks for `tokens` tokens in all (evicting the oldest
     /// cached prefixes when no block is free).
     pub fn reserve(&mut self, seq: &mut SeqBlocks, tokens: usize) -> Result<(), PoolFull> {

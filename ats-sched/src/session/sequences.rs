@@ -156,6 +156,12 @@ impl Session {
         (id, shared)
     }
 
+    /// Prompt tokens [`Session::add_sequence_for_input`] would find cached
+    /// now for `prompt` (nothing is taken).
+    pub fn cached_prefix(&self, prompt: &[u32], images: Option<&EmbedOverride>) -> usize {
+        self.pool.cached_tokens(&prompt_keys(prompt, images), 1)
+    }
+
     /// Ends a sequence; its blocks go back to the pool (full ones stay
     /// cached for later prompts that start alike).
     pub fn remove_sequence(&mut self, id: SeqId) {
