@@ -521,6 +521,76 @@ fn the_engine_state_says_where_the_model_sits_and_what_the_rounds_did() {
 }
 
 #[test]
+fn embeddings_are_the_sessions_pooled_states_as_floats_or_base64() {
+    let server = Server::start(&qwen2(), &["--pooling", "last"]);
+    let url = server.url("/v1/embeddings");
+    let texts = [
+        "Permission is hereby granted",
+        "the software is provided as is",
+    ];
+    let (s, v) = post(&url, &json!({"input": texts, "model": "x"}).to_string());
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["object"], "list");
+    let data = v["data"].as_array().unwrap();
+    assert_eq!(data.len(), 2);
+    // what the library gives for the same tokens
+    let mut engine = ats_tests::cpu_engine(&qwen2(), 256, ats_core::device::KvType::F16);
+    for (i, text) in texts.iter().enumerate() {
+        assert_eq!(data[i]["index"], i);
+        let got: Vec<f32> = data[i]["embedding"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect();
+        let ids = engine
+            .tokenizer()
+            .unwrap()
+            .encode(text, true, true)
+            .unwrap();
+        let want = engine
+            .embed(&ids, ats_sched::session::Pooling::Last)
+            .unwrap();
+        assert_eq!(got.len(), want.len());
+        assert!(ats_tests::max_abs_diff(&got, &want) < 1e-3, "input {i}");
+    }
+    assert!(v["usage"]["prompt_tokens"].as_u64().unwrap() > 4);
+    // base64: the same values as little-endian f32
+    let (s, b) = post(
+        &url,
+        &json!({"input": texts[0], "encoding_format": "base64"}).to_string(),
+    );
+    assert_eq!(s, 200, "{b}");
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b["data"][0]["embedding"].as_str().unwrap())
+        .unwrap();
+    let floats: Vec<f32> = bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    // JSON text parses back to within an ulp of the f32 written
+    let plain: Vec<f32> = data[0]["embedding"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect();
+    assert!(ats_tests::max_abs_diff(&floats, &plain) < 1e-7);
+    for (bad, param) in [
+        (json!({"input": []}), "input"),
+        (json!({"input": "x", "dimensions": 8}), "dimensions"),
+        (
+            json!({"input": "x", "encoding_format": "int8"}),
+            "encoding_format",
+        ),
+    ] {
+        let (s, e) = post(&url, &bad.to_string());
+        assert_eq!(s, 400, "{bad}: {e}");
+        assert_eq!(e["error"]["param"], param, "{e}");
+    }
+}
+
+#[test]
 fn smollm2_answers_a_question() {
     let Some(model) = ats_tests::smollm2() else {
         return;

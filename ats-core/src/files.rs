@@ -68,6 +68,13 @@ pub fn read_bounded(path: &Path, limit: u64, what: &'static str) -> Result<Vec<u
     Ok(bytes)
 }
 
+/// `<the user's cache directory>/ats` (on Linux `$XDG_CACHE_HOME/ats`,
+/// else `~/.cache/ats`), where machine profiles and compiled kernels are
+/// kept; `None` when the system names no cache directory.
+pub fn cache_dir() -> Option<std::path::PathBuf> {
+    dirs::cache_dir().map(|d| d.join("ats"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,11 +104,4 @@ mod tests {
         let e = read_bounded(&dir.path().join("none"), 1, "images").unwrap_err();
         assert!(matches!(e, FileError::Io { .. }), "{e}");
     }
-}
-
-/// `<the user's cache directory>/ats` (on Linux `$XDG_CACHE_HOME/ats`,
-/// else `~/.cache/ats`), where machine profiles and compiled kernels are
-/// kept; `None` when the system names no cache directory.
-pub fn cache_dir() -> Option<std::path::PathBuf> {
-    dirs::cache_dir().map(|d| d.join("ats"))
 }

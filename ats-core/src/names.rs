@@ -47,7 +47,6 @@ pub mod hp {
     pub const VOCAB_SIZE: &str = "vocab_size";
 }
 
-
 /// Text-model tensor names.
 pub mod tensor {
     /// Token embedding table.

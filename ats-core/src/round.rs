@@ -151,6 +151,12 @@ pub struct Round {
     /// budget (the vision encoder) choose it: scratch grows with it, and so
     /// does the reuse of each key/value block.
     pub attn_q_block: usize,
+    /// Read back the final hidden states (the first input of the graph's
+    /// last node, one row per output row: [`Graph::hidden_value`]) instead
+    /// of the output, and skip that node (text embeddings).
+    ///
+    /// [`Graph::hidden_value`]: crate::graph::Graph::hidden_value
+    pub hidden: bool,
 }
 
 impl Round {

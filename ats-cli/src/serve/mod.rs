@@ -7,6 +7,7 @@
 //! (`request.rs`), build prompts (`prompt.rs`, `params.rs`) a few at a time
 //! and stream the answers back (`wire.rs`, `errors.rs`).
 
+mod embeddings;
 mod errors;
 #[cfg(test)]
 mod fuzz;
@@ -39,7 +40,8 @@ const EXAMPLES: &str = "Examples:
   curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' \\
     -d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}], \"stream\": true}'
 
-Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health.
+Endpoints: POST /v1/chat/completions, POST /v1/completions, POST /v1/embeddings,
+GET /v1/models, GET /v1/ats/state, GET /health.
 Request bodies must be JSON (Content-Type: application/json); web pages on other
 origins may call the server only when --allow-origin names them.
 Sampling flags set the defaults for requests that leave a field unset; without
@@ -112,6 +114,10 @@ pub struct ServeArgs {
     /// again (each turn of a conversation) is not encoded again.
     #[arg(long = "image-cache", value_name = "SIZE", default_value = "256MiB", value_parser = parse_vram)]
     image_cache: u64,
+    /// How /v1/embeddings pools a prompt's final hidden states: mean, last
+    /// (decoder embedding models such as Qwen3-Embedding) or cls.
+    #[arg(long = "pooling", value_name = "mean|last|cls", default_value = "mean", value_parser = ats_sched::session::Pooling::parse)]
+    pooling: ats_sched::session::Pooling,
 }
 
 fn parse_secs(s: &str) -> Result<f64, String> {
@@ -218,6 +224,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         preparing: Arc::new(tokio::sync::Semaphore::new(routes::PREPARING)),
         next_id: AtomicU64::new(0),
         id_salt: rand::random(),
+        pooling: a.pooling,
     });
     let limits = listen::ConnLimits {
         header_timeout: Duration::from_secs_f64(a.header_timeout),

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 
 use ats_sched::scheduler::{Event, Request, RequestId, Scheduler, SchedulerConfig};
-use ats_sched::session::{GenParams, Generation, Session, StopReason, Timings};
+use ats_sched::session::{GenParams, Generation, Pooling, Session, StopReason, Timings};
 use serde::Serialize;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
@@ -116,8 +116,27 @@ pub struct StatsSnapshot {
     pub generated_tokens: u64,
 }
 
-/// A job on its way to the worker.
-type Submission = (Job, UnboundedSender<JobEvent>);
+/// An embeddings request: the token ids of each input.
+#[derive(Debug)]
+pub struct EmbedJob {
+    /// Request id, for logs.
+    pub id: String,
+    /// Each input's token ids.
+    pub inputs: Vec<Vec<u32>>,
+    /// How hidden states become one vector.
+    pub pooling: Pooling,
+}
+
+/// Each input's embedding, or why there is none.
+pub type Embeddings = Result<Vec<Vec<f32>>, String>;
+
+/// Work on its way to the engine thread.
+enum Submission {
+    /// A generation; its events go back on the channel.
+    Generate(Job, UnboundedSender<JobEvent>),
+    /// Embeddings, run between rounds.
+    Embed(EmbedJob, tokio::sync::oneshot::Sender<Embeddings>),
+}
 
 /// The handle handlers submit jobs through.
 #[derive(Clone)]
@@ -164,6 +183,26 @@ impl Queue {
     /// Queues `job`; its events arrive on the returned receiver (drop it to
     /// cancel). A full queue is a 503.
     pub fn submit(&self, job: Job) -> Result<UnboundedReceiver<JobEvent>, ApiError> {
+        self.admit()?;
+        let (etx, erx) = unbounded_channel();
+        self.send(Submission::Generate(job, etx))?;
+        Ok(erx)
+    }
+
+    /// Queues embeddings; they run between rounds. A full queue is a 503.
+    pub fn embed(
+        &self,
+        job: EmbedJob,
+    ) -> Result<tokio::sync::oneshot::Receiver<Embeddings>, ApiError> {
+        self.admit()?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.send(Submission::Embed(job, tx))?;
+        Ok(rx)
+    }
+
+    /// Counts a new job in, or refuses it when `--parallel` run and
+    /// `--queue` wait.
+    fn admit(&self) -> Result<(), ApiError> {
         let limit = self.parallel + self.capacity;
         let admitted = self
             .stats
@@ -171,18 +210,19 @@ impl Queue {
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
                 (n < limit).then_some(n + 1)
             });
-        if admitted.is_err() {
-            return Err(ApiError::overloaded(format!(
+        admitted.map(drop).map_err(|_| {
+            ApiError::overloaded(format!(
                 "the server is busy: {} requests run and {} are already waiting (--parallel, --queue); retry later",
                 self.parallel, self.capacity
-            )));
-        }
-        let (etx, erx) = unbounded_channel();
-        if self.tx.send((job, etx)).is_err() {
+            ))
+        })
+    }
+
+    fn send(&self, work: Submission) -> Result<(), ApiError> {
+        self.tx.send(work).map_err(|_| {
             self.stats.in_flight.fetch_sub(1, Ordering::SeqCst);
-            return Err(ApiError::internal("the engine thread has stopped"));
-        }
-        Ok(erx)
+            ApiError::internal("the engine thread has stopped")
+        })
     }
 
     /// The engine's state as last published (between rounds).
@@ -267,10 +307,19 @@ impl Worker {
         }
     }
 
+    /// Takes a submission: a generation goes to the scheduler, embeddings
+    /// run now (between rounds).
+    fn accept(&mut self, work: Submission) {
+        match work {
+            Submission::Generate(job, events) => self.accept_generation(job, events),
+            Submission::Embed(job, reply) => self.run_embeddings(job, reply),
+        }
+    }
+
     /// Hands a job to the scheduler (unless its client already left),
     /// encoding its images first (between rounds, in what the session's
     /// layout leaves free on the devices).
-    fn accept(&mut self, (job, events): Submission) {
+    fn accept_generation(&mut self, job: Job, events: UnboundedSender<JobEvent>) {
         if events.is_closed() {
             self.end(&job.id, Outcome::Cancelled);
             return;
@@ -292,6 +341,34 @@ impl Worker {
                 vision,
             },
         );
+    }
+
+    /// Embeds every input of `job` and replies.
+    fn run_embeddings(&mut self, job: EmbedJob, reply: tokio::sync::oneshot::Sender<Embeddings>) {
+        let session = &mut self.session;
+        let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            job.inputs
+                .iter()
+                .map(|ids| session.embed(ids, job.pooling))
+                .collect::<Result<Vec<_>, _>>()
+        }));
+        let result = match result {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err("internal error in the engine".to_string()),
+        };
+        match &result {
+            Ok(v) => {
+                let tokens: usize = job.inputs.iter().map(Vec::len).sum();
+                self.stats
+                    .prompt_tokens
+                    .fetch_add(tokens as u64, Ordering::SeqCst);
+                self.stats.in_flight.fetch_sub(1, Ordering::SeqCst);
+                self.stats.served.fetch_add(1, Ordering::SeqCst);
+                tracing::info!("{}: {} embeddings of {tokens} tokens", job.id, v.len());
+            }
+            Err(e) => self.end(&job.id, Outcome::Failed(e)),
+        }
+        let _ = reply.send(result);
     }
 
     /// The scheduler's request for a prompt, with its images encoded.

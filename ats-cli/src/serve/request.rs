@@ -83,6 +83,12 @@ pub fn check_completion(
 /// The body as the endpoint's fields `T` and the shared [`Sampling`];
 /// every failure is an OpenAI-style 400 naming the field at fault.
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<(T, Sampling), ApiError> {
+    Ok((parse_object(body)?, typed(body)?))
+}
+
+/// The body, a JSON object, as `T`; every failure is an OpenAI-style 400
+/// naming the field at fault.
+pub fn parse_object<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     if !body.trim_ascii_start().starts_with(b"{") {
         // a syntax error says so; valid JSON that is not an object is refused as such
         serde_json::from_slice::<serde::de::IgnoredAny>(body).map_err(malformed)?;
@@ -90,7 +96,7 @@ fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<(T, Sampling), ApiError> {
             "invalid request: the body must be a JSON object",
         ));
     }
-    Ok((typed(body)?, typed(body)?))
+    typed(body)
 }
 
 fn malformed(e: serde_json::Error) -> ApiError {

@@ -57,10 +57,13 @@ pub struct App {
     pub next_id: AtomicU64,
     /// Distinguishes ids of different server runs.
     pub id_salt: u32,
+    /// How embeddings pool hidden states.
+    pub pooling: ats_sched::session::Pooling,
 }
 
 impl App {
-    fn id(&self, prefix: &str) -> String {
+    /// A new request id.
+    pub fn id(&self, prefix: &str) -> String {
         let n = self.next_id.fetch_add(1, Ordering::Relaxed);
         format!("{prefix}-{:08x}{n:08x}", self.id_salt)
     }
@@ -75,6 +78,7 @@ pub fn router(app: Arc<App>, cors: Option<CorsLayer>) -> Router {
     let r = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
+        .route("/v1/embeddings", post(super::embeddings::embeddings))
         .route("/v1/models", get(models))
         .route("/health", get(health))
         .route("/v1/ats/state", get(engine_state))
@@ -186,7 +190,8 @@ async fn completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Body
     respond(completion(app, headers, body).await)
 }
 
-fn respond(r: Result<Response, ApiError>) -> Response {
+/// The answer, or the error as OpenAI's JSON with its status (logged).
+pub fn respond(r: Result<Response, ApiError>) -> Response {
     r.unwrap_or_else(|e| {
         tracing::info!("request refused ({}): {}", e.status.as_u16(), e.message);
         e.into_response()
@@ -196,7 +201,7 @@ fn respond(r: Result<Response, ApiError>) -> Response {
 /// Checks a body and builds its prompt with `prepare`, on a blocking
 /// thread (JSON, templates and tokenizing take CPU time), at most
 /// [`PREPARING`] at a time.
-async fn prepared<T: Send + 'static>(
+pub async fn prepared<T: Send + 'static>(
     app: &App,
     body: Bytes,
     prepare: impl FnOnce(&[u8], &Defaults, &Prompter) -> Result<T, ApiError> + Send + 'static,
@@ -384,7 +389,7 @@ async fn completion(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Res
 /// `--max-body`: a 415 for another content type, a 413 for a body over the
 /// limit (from its Content-Length before reading, when it has one), a 408
 /// for one that does not arrive in time.
-async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
+pub async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
     require_json(headers)?;
     let too_large = || {
         ApiError::status(

@@ -190,6 +190,16 @@ pub struct Graph {
 }
 
 impl Graph {
+    /// The graph's last node and the value it reads first: for a language
+    /// model, the output projection and the final (normed) hidden states of
+    /// the output rows, which text embeddings are pooled from. `None` for a
+    /// graph without nodes.
+    pub fn hidden_value(&self) -> Option<(NodeId, ValueId)> {
+        let last = self.nodes.len().checked_sub(1)?;
+        let first_input = *self.nodes[last].inputs.first()?;
+        Some((last, first_input))
+    }
+
     /// The node that produces each value (`None` for the graph input).
     pub fn producers(&self) -> Vec<Option<NodeId>> {
         let mut p = vec![None; self.values.len()];

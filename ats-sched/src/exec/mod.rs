@@ -111,7 +111,7 @@ pub struct Executor {
     streams: Vec<Arc<StreamPlan>>,
     kv: Vec<KvPair>,
     act: PerDevice<Vec<Buffer>>,
-    schedules: HashMap<(usize, usize, usize), Arc<Schedule>>,
+    schedules: HashMap<(usize, usize, usize, bool), Arc<Schedule>>,
     last_stats: RoundStats,
     /// Synchronise after every node and time it on the host (profiling:
     /// costs a wait per node, so only micro-benchmarks turn it on).
@@ -280,15 +280,28 @@ impl Executor {
 
     /// The schedule of plan `p` for a round shape (cached).
     pub fn schedule(&mut self, p: usize, n_tokens: usize, n_outputs: usize) -> Arc<Schedule> {
-        let key = (p, n_tokens, n_outputs);
+        self.schedule_reading(p, n_tokens, n_outputs, false)
+    }
+
+    /// [`Executor::schedule`], reading back the hidden states when `hidden`
+    /// ([`Schedule::build_reading`]).
+    pub fn schedule_reading(
+        &mut self,
+        p: usize,
+        n_tokens: usize,
+        n_outputs: usize,
+        hidden: bool,
+    ) -> Arc<Schedule> {
+        let key = (p, n_tokens, n_outputs, hidden);
         if let Some(s) = self.schedules.get(&key) {
             return s.clone();
         }
-        let s = Arc::new(Schedule::build(
+        let s = Arc::new(Schedule::build_reading(
             &self.graph,
             &self.plans[p],
             n_tokens,
             n_outputs,
+            hidden,
         ));
         self.schedules.insert(key, s.clone());
         s

@@ -25,7 +25,7 @@ impl Executor {
         if p >= self.plans.len() {
             return Err(ExecError::Plan(format!("plan {p} of {}", self.plans.len())));
         }
-        let s = self.schedule(p, round.n_rows, round.output_rows.len());
+        let s = self.schedule_reading(p, round.n_rows, round.output_rows.len(), round.hidden);
         self.ensure_activations(&s)?;
         self.write_input(&s, round)?;
         let mut stats = RoundStats::default();

@@ -63,6 +63,22 @@ pub struct Schedule {
 impl Schedule {
     /// Builds the schedule of `plan` for a round of `n_tokens` rows and `n_outputs` outputs.
     pub fn build(g: &Graph, plan: &ExecPlan, n_tokens: usize, n_outputs: usize) -> Schedule {
+        Self::build_reading(g, plan, n_tokens, n_outputs, false)
+    }
+
+    /// [`Schedule::build`]; with `hidden`, the graph's last node is left out
+    /// and the value read back is its first input ([`Graph::hidden_value`]).
+    pub fn build_reading(
+        g: &Graph,
+        plan: &ExecPlan,
+        n_tokens: usize,
+        n_outputs: usize,
+        hidden: bool,
+    ) -> Schedule {
+        let (n_nodes, read) = match g.hidden_value().filter(|_| hidden) {
+            Some((last, v)) => (last, v),
+            None => (g.nodes.len(), g.output),
+        };
         let mut instances: Vec<Instance> = Vec::new();
         let mut where_: HashMap<(usize, DeviceId), usize> = HashMap::new();
         let mut produced_on = vec![DeviceId::Host; g.values.len()];
@@ -92,7 +108,7 @@ impl Schedule {
             input = Some(i);
         }
 
-        for (ni, node) in g.nodes.iter().enumerate() {
+        for (ni, node) in g.nodes.iter().enumerate().take(n_nodes) {
             let d = plan.node_device[ni];
             let mut ins = Vec::with_capacity(node.inputs.len());
             for &v in &node.inputs {
@@ -121,7 +137,7 @@ impl Schedule {
                 output: out,
             });
         }
-        let output = where_[&(g.output, produced_on[g.output])];
+        let output = where_[&(read, produced_on[read])];
 
         // lifetimes: [first step, last step] of each instance
         let mut first = vec![usize::MAX; instances.len()];

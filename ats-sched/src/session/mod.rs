@@ -10,6 +10,7 @@
 
 mod breakdown;
 pub mod decoder;
+mod embed;
 mod error;
 mod generate;
 pub mod kv_pool;
@@ -18,6 +19,7 @@ mod single;
 mod timings;
 
 pub use breakdown::{BreakdownReport, DecodeBreakdown, DeviceShare, OpShare};
+pub use embed::Pooling;
 pub use error::SessionError;
 pub use generate::{GenEvent, GenParams, Generation, StopReason};
 pub use kv_pool::{KV_BLOCK_TOKENS, KvPool, PoolFull, PoolStats};

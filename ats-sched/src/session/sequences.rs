@@ -220,13 +220,25 @@ impl Session {
         inputs: &[SeqInput<'_>],
         plan: usize,
     ) -> Result<Vec<Vec<f32>>, SessionError> {
+        self.run_reading(inputs, plan, false)
+    }
+
+    /// [`Session::run_batch_with`]; with `hidden`, each row asked for gives
+    /// its final hidden state (`n_embd` values) instead of its logits.
+    pub(super) fn run_reading(
+        &mut self,
+        inputs: &[SeqInput<'_>],
+        plan: usize,
+        hidden: bool,
+    ) -> Result<Vec<Vec<f32>>, SessionError> {
         self.check_inputs(inputs)?;
         for inp in inputs {
             let s = self.seqs.get_mut(&inp.seq).expect("checked above");
             let want = s.tokens() + inp.tokens.len();
             self.pool.reserve(&mut s.blocks, want)?;
         }
-        let round = self.batch_round(inputs);
+        let mut round = self.batch_round(inputs);
+        round.hidden = hidden;
         let shape = round.shape();
         let round = Arc::new(round);
         let out = self.executor.run_with(&round, plan)?;
