@@ -193,6 +193,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
             sampler: a.sample.config(),
             stop: Vec::new(),
             ignore_eos: a.ignore_eos,
+            ..Default::default()
         };
         STOP.store(false, Ordering::SeqCst);
         GENERATING.store(true, Ordering::SeqCst);
@@ -202,6 +203,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
                 let _ = out.write_all(t.as_bytes()).and_then(|_| out.flush());
                 !STOP.load(Ordering::SeqCst)
             }
+            GenEvent::Logprobs(_) => true,
         });
         GENERATING.store(false, Ordering::SeqCst);
         let _ = writeln!(out);

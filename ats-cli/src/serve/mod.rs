@@ -10,12 +10,14 @@ mod errors;
 #[cfg(test)]
 mod fuzz;
 mod listen;
+mod logprobs;
 mod memory;
 mod params;
 mod prompt;
 mod queue;
 mod request;
 mod routes;
+mod tools;
 mod wire;
 
 use std::net::SocketAddr;
@@ -90,6 +92,11 @@ pub struct ServeArgs {
     /// requests (default: the context size).
     #[arg(long = "max-tokens", value_name = "N")]
     max_tokens: Option<usize>,
+    /// A Jinja chat template to use instead of the model's (llama-server's
+    /// flag): a template that renders `tools` gives the model its own
+    /// tool-call format.
+    #[arg(long = "chat-template-file", value_name = "FILE")]
+    chat_template_file: Option<std::path::PathBuf>,
 }
 
 fn parse_secs(s: &str) -> Result<f64, String> {
@@ -134,7 +141,10 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let n_ctx = engine.n_ctx();
     check_limits(&a, n_ctx)?;
     let tokenizer = engine.tokenizer()?.clone();
-    let template = ChatTemplate::from_gguf(&engine.spec().gguf.metadata).map_err(|e| e.to_string());
+    let template = match &a.chat_template_file {
+        Some(path) => Ok(template_file(path, &tokenizer)?),
+        None => ChatTemplate::from_gguf(&engine.spec().gguf.metadata).map_err(|e| e.to_string()),
+    };
     match &template {
         Ok(t) if t.is_fallback() => warn!("the model has no chat template: using ChatML"),
         Ok(_) => {}
@@ -202,6 +212,19 @@ pub fn run(a: ServeArgs) -> Result<()> {
     })?;
     info!("stopped");
     Ok(())
+}
+
+/// The chat template in `path`, with the vocabulary's BOS and EOS texts.
+fn template_file(path: &std::path::Path, tok: &ats_core::Tokenizer) -> Result<ChatTemplate> {
+    let src = std::fs::read_to_string(path).map_err(|e| {
+        crate::usage::UsageError(format!("--chat-template-file {}: {e}", path.display()))
+    })?;
+    let text = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or("").to_string();
+    let t = ChatTemplate::new(src, text(tok.bos_id()), text(tok.eos_id())).map_err(|e| {
+        crate::usage::UsageError(format!("--chat-template-file {}: {e}", path.display()))
+    })?;
+    info!("chat template from {}", path.display());
+    Ok(t)
 }
 
 /// How long a shutdown waits for open connections to finish.

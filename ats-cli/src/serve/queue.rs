@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 
+use ats_core::sampling::TokenLogprob;
 use ats_sched::session::{GenEvent, GenParams, Session, StopReason, Timings};
 use serde::Serialize;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
@@ -31,6 +32,8 @@ pub struct Job {
 pub enum JobEvent {
     /// Final text (never part of a pending stop string).
     Text(String),
+    /// Log-probabilities of the tokens of the next `Text`.
+    Logprobs(Vec<TokenLogprob>),
     /// The generation ended.
     Done(Finished),
     /// The engine failed.
@@ -48,6 +51,8 @@ pub struct Finished {
     pub completion_tokens: usize,
     /// Bytes of an unfinished character a limit held back (not in `text`).
     pub held_back_bytes: usize,
+    /// Log-probabilities of the answer's tokens (when asked for).
+    pub logprobs: Vec<TokenLogprob>,
     /// Timings.
     pub timings: Timings,
 }
@@ -162,6 +167,7 @@ fn run_job(engine: &mut Session, job: &Job, events: &UnboundedSender<JobEvent>, 
         engine.generate(&job.prompt, &job.params, &mut |ev| match ev {
             // a closed channel means the client disconnected: stop
             GenEvent::Text(t) => events.send(JobEvent::Text(t.to_string())).is_ok(),
+            GenEvent::Logprobs(lps) => events.send(JobEvent::Logprobs(lps.to_vec())).is_ok(),
         })
     }));
     let event = match result {
@@ -183,6 +189,7 @@ fn run_job(engine: &mut Session, job: &Job, events: &UnboundedSender<JobEvent>, 
             JobEvent::Done(Finished {
                 completion_tokens: g.tokens.len(),
                 held_back_bytes: g.held_back_bytes,
+                logprobs: g.logprobs,
                 text: g.text,
                 stop: g.stop,
                 timings: g.timings,
