@@ -106,6 +106,14 @@ fn what_cannot_be_enforced_is_a_400_naming_it() {
             "response_format.json_schema.schema",
             "schema",
         ),
+        // a keyword the grammar cannot enforce is refused, never ignored
+        (
+            json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x",
+                "schema": {"type": "object", "properties": {"a": {"type": "string"}},
+                    "unevaluatedProperties": false}}}}),
+            "response_format",
+            "unevaluatedProperties",
+        ),
         (
             json!({"response_format": {"type": "xml"}}),
             "response_format.type",
