@@ -66,12 +66,22 @@ impl Grammars {
                 .map_err(|_| {
                     GrammarError::Invalid("the grammar compiler failed on this grammar".into())
                 })?
-                .map_err(|e| GrammarError::Invalid(e.to_string()))?;
+                .map_err(|e| GrammarError::Invalid(message(&e.to_string())))?;
         let matcher = Matcher::new(Ok(parser));
         if let Some(e) = matcher.get_error() {
-            return Err(GrammarError::Invalid(e));
+            return Err(GrammarError::Invalid(message(&e)));
         }
         Ok(Constraint::new(matcher))
+    }
+}
+
+/// llguidance's error for people: without the backtrace it appends to a
+/// panic it caught (which says nothing to the sender of a schema).
+fn message(e: &str) -> String {
+    let text = e.split("<backtrace>").next().unwrap_or(e).trim();
+    match text.strip_prefix("panic: ") {
+        Some(p) => format!("the grammar compiler failed on this grammar ({p})"),
+        None => text.to_string(),
     }
 }
 

@@ -152,4 +152,10 @@ fn bad_schemas_and_grammars_are_errors_that_say_why() {
     assert!(!e.is_empty());
     let e = err(GrammarSpec::Lark("start: ( ".into()));
     assert!(!e.is_empty());
+    // bounds the compiler overflows on (a panic it catches): an error
+    // that says so, without the backtrace
+    let huge = json!({"type": "integer", "minimum": -1e30, "maximum": 1e30});
+    let e = err(GrammarSpec::JsonSchema(huge));
+    assert!(e.starts_with("the grammar compiler failed"), "{e}");
+    assert!(!e.contains("backtrace"), "{e}");
 }
