@@ -53,6 +53,9 @@ impl Prompter {
         max_prompt_tokens: usize,
     ) -> Prompter {
         let grammars = Grammars::new(&tokenizer).map_err(|e| e.to_string());
+        if let Err(e) = &grammars {
+            tracing::warn!("{e}: response_format and required tool calls will be refused");
+        }
         Prompter {
             tokenizer,
             template,
