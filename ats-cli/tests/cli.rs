@@ -26,6 +26,7 @@ fn run_prints_the_greedy_continuation() {
         sampler: ats_core::SamplerConfig::greedy(),
         stop: Vec::new(),
         ignore_eos: true,
+        ..Default::default()
     };
     let want = engine.generate(&ids, &params, &mut |_| true).unwrap();
     assert_eq!(want.tokens.len(), 16);

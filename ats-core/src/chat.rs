@@ -9,6 +9,7 @@
 
 mod pyjson;
 mod strftime;
+pub mod tools;
 
 use std::io;
 use std::sync::Arc;
@@ -44,13 +45,31 @@ pub enum ContentPart {
     Image,
 }
 
-/// A chat message: a role (`system`, `user`, `assistant`, ...) and its content.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A chat message: a role (`system`, `user`, `assistant`, `tool`, ...), its
+/// content, and for an assistant the tools it called, for a tool's answer
+/// the call it answers.
+#[derive(Clone, Debug, PartialEq)]
 pub struct ChatMessage {
     /// Who speaks.
     pub role: String,
     /// What is said, in order.
     pub content: Vec<ContentPart>,
+    /// The calls an assistant message made.
+    pub tool_calls: Vec<ToolCall>,
+    /// The call a `tool` message answers.
+    pub tool_call_id: Option<String>,
+}
+
+/// A call an assistant made, as templates see it (OpenAI's shape, with the
+/// arguments as a JSON object, which templates write out with `tojson`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolCall {
+    /// The call's id.
+    pub id: String,
+    /// The function.
+    pub name: String,
+    /// Its arguments.
+    pub arguments: serde_json::Value,
 }
 
 impl ChatMessage {
@@ -59,6 +78,8 @@ impl ChatMessage {
         ChatMessage {
             role: role.into(),
             content,
+            tool_calls: Vec::new(),
+            tool_call_id: None,
         }
     }
 
@@ -89,10 +110,119 @@ impl ChatMessage {
             }
             Value::from(text)
         };
-        OrderedMap::value([
-            ("role", Value::from(self.role.as_str())),
-            ("content", content),
-        ])
+        let mut entries = vec![
+            (Value::from("role"), Value::from(self.role.as_str())),
+            (Value::from("content"), content),
+        ];
+        if !self.tool_calls.is_empty() {
+            let calls = self.tool_calls.iter().map(|c| {
+                OrderedMap::value([
+                    ("id", Value::from(c.id.as_str())),
+                    ("type", Value::from("function")),
+                    (
+                        "function",
+                        OrderedMap::value([
+                            ("name", Value::from(c.name.as_str())),
+                            ("arguments", json_value(&c.arguments)),
+                        ]),
+                    ),
+                ])
+            });
+            entries.push((Value::from("tool_calls"), Value::from_iter(calls)));
+        }
+        if let Some(id) = &self.tool_call_id {
+            entries.push((Value::from("tool_call_id"), Value::from(id.as_str())));
+        }
+        Value::from_object(OrderedMap(entries))
+    }
+
+    /// Every string of the message that reaches the prompt.
+    fn texts(&self) -> Vec<&str> {
+        let mut out = vec![self.role.as_str()];
+        out.extend(self.content.iter().filter_map(|p| match p {
+            ContentPart::Text(t) => Some(t.as_str()),
+            ContentPart::Image => None,
+        }));
+        for c in &self.tool_calls {
+            out.push(&c.id);
+            out.push(&c.name);
+            json_strings(&c.arguments, &mut out);
+        }
+        out.extend(self.tool_call_id.as_deref());
+        out
+    }
+
+    /// The message with every string passed through `f`.
+    fn map_texts(&self, f: &dyn Fn(&str) -> String) -> ChatMessage {
+        ChatMessage {
+            role: f(&self.role),
+            content: self
+                .content
+                .iter()
+                .map(|p| match p {
+                    ContentPart::Text(t) => ContentPart::Text(f(t)),
+                    ContentPart::Image => ContentPart::Image,
+                })
+                .collect(),
+            tool_calls: self
+                .tool_calls
+                .iter()
+                .map(|c| ToolCall {
+                    id: f(&c.id),
+                    name: f(&c.name),
+                    arguments: map_json(&c.arguments, f),
+                })
+                .collect(),
+            tool_call_id: self.tool_call_id.as_deref().map(f),
+        }
+    }
+}
+
+/// A JSON value as templates see it (objects keep their order).
+fn json_value(v: &serde_json::Value) -> Value {
+    use serde_json::Value as J;
+    match v {
+        J::Null => Value::from(()),
+        J::Bool(b) => Value::from(*b),
+        J::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+            (Some(i), _, _) => Value::from(i),
+            (_, Some(u), _) => Value::from(u),
+            (_, _, f) => Value::from(f.unwrap_or(f64::NAN)),
+        },
+        J::String(s) => Value::from(s.as_str()),
+        J::Array(a) => Value::from_iter(a.iter().map(json_value)),
+        J::Object(o) => Value::from_object(OrderedMap(
+            o.iter()
+                .map(|(k, v)| (Value::from(k.as_str()), json_value(v)))
+                .collect(),
+        )),
+    }
+}
+
+/// Every string in a JSON value, keys included.
+fn json_strings<'a>(v: &'a serde_json::Value, out: &mut Vec<&'a str>) {
+    use serde_json::Value as J;
+    match v {
+        J::String(s) => out.push(s),
+        J::Array(a) => a.iter().for_each(|x| json_strings(x, out)),
+        J::Object(o) => {
+            for (k, x) in o {
+                out.push(k);
+                json_strings(x, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A JSON value with every string (keys included) passed through `f`.
+fn map_json(v: &serde_json::Value, f: &dyn Fn(&str) -> String) -> serde_json::Value {
+    use serde_json::Value as J;
+    match v {
+        J::String(s) => J::String(f(s)),
+        J::Array(a) => J::Array(a.iter().map(|x| map_json(x, f)).collect()),
+        J::Object(o) => J::Object(o.iter().map(|(k, x)| (f(k), map_json(x, f))).collect()),
+        other => other.clone(),
     }
 }
 
@@ -102,6 +232,7 @@ impl ChatMessage {
 struct OrderedMap(Vec<(Value, Value)>);
 
 impl OrderedMap {
+    /// A map of these entries, as a value.
     fn value<const N: usize>(entries: [(&str, Value); N]) -> Value {
         Value::from_object(OrderedMap(
             entries
@@ -300,6 +431,18 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, ChatError> {
+        self.render_with_tools(messages, &[], add_generation_prompt)
+    }
+
+    /// [`ChatTemplate::render`] with OpenAI's `tools` list (`{"type":
+    /// "function", "function": {...}}` objects) in the template's `tools`
+    /// variable (unset when empty, as Hugging Face passes none).
+    pub fn render_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[serde_json::Value],
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatError> {
         let tmpl = self
             .env
             .get_template(TEMPLATE_NAME)
@@ -307,6 +450,7 @@ impl ChatTemplate {
         let ctx = minijinja::context! {
             messages => Value::from_iter(messages.iter().map(ChatMessage::to_value)),
             add_generation_prompt => add_generation_prompt,
+            tools => (!tools.is_empty()).then(|| Value::from_iter(tools.iter().map(json_value))),
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
         };
@@ -340,35 +484,34 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         tokenizer: &Tokenizer,
     ) -> Result<GuardedText, ChatError> {
-        let texts = messages.iter().flat_map(|m| {
-            std::iter::once(m.role.as_str()).chain(m.content.iter().filter_map(|p| match p {
-                ContentPart::Text(t) => Some(t.as_str()),
-                ContentPart::Image => None,
-            }))
-        });
+        self.render_guarded_with_tools(messages, &[], add_generation_prompt, tokenizer)
+    }
+
+    /// [`ChatTemplate::render_guarded`] with `tools` (see
+    /// [`ChatTemplate::render_with_tools`]); their strings, and those of
+    /// the messages' tool calls, are guarded like content.
+    pub fn render_guarded_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[serde_json::Value],
+        add_generation_prompt: bool,
+        tokenizer: &Tokenizer,
+    ) -> Result<GuardedText, ChatError> {
+        let mut texts: Vec<&str> = messages.iter().flat_map(ChatMessage::texts).collect();
+        for t in tools {
+            json_strings(t, &mut texts);
+        }
         let fixed = [
             self.source.as_str(),
             self.bos_token.as_str(),
             self.eos_token.as_str(),
         ];
-        let guards = Guards::choose(texts.chain(fixed)).map_err(ChatError::Guard)?;
+        let guards = Guards::choose(texts.into_iter().chain(fixed)).map_err(ChatError::Guard)?;
         let guard = |t: &str| tokenizer.guard(t, guards);
-        let guarded: Vec<ChatMessage> = messages
-            .iter()
-            .map(|m| ChatMessage {
-                role: guard(&m.role),
-                content: m
-                    .content
-                    .iter()
-                    .map(|p| match p {
-                        ContentPart::Text(t) => ContentPart::Text(guard(t)),
-                        ContentPart::Image => ContentPart::Image,
-                    })
-                    .collect(),
-            })
-            .collect();
+        let guarded: Vec<ChatMessage> = messages.iter().map(|m| m.map_texts(&guard)).collect();
+        let tools: Vec<serde_json::Value> = tools.iter().map(|t| map_json(t, &guard)).collect();
         Ok(GuardedText {
-            text: self.render(&guarded, add_generation_prompt)?,
+            text: self.render_with_tools(&guarded, &tools, add_generation_prompt)?,
             guards,
         })
     }

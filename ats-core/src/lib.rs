@@ -3,7 +3,7 @@
 //! The GGUF reader ([`gguf`]), element and quantisation types ([`dtype`],
 //! [`quant`]), model specifications per architecture ([`spec`]), the op graph
 //! of a forward round ([`graph`], built per architecture in [`models`]), the
-//! tokenizer, chat template and sampler, and the [`device::Device`] trait with
+//! tokenizer, chat template, sampler and grammars for constrained decoding, and the [`device::Device`] trait with
 //! its budget [`ledger`], and the [`machine::Machine`] that names devices by role.
 
 pub mod chat;
@@ -11,6 +11,7 @@ pub mod device;
 pub mod dtype;
 pub mod files;
 pub mod gguf;
+pub mod grammar;
 pub mod graph;
 pub mod ledger;
 pub mod machine;

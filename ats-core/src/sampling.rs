@@ -11,8 +11,10 @@
 //!   the one fixed answer that needs no distribution.
 
 mod check;
+mod logprobs;
 
 pub use check::{SamplerError, SamplerField};
+pub use logprobs::TokenLogprob;
 
 /// Sampling settings. `Default` is llama.cpp's defaults with a fixed seed.
 #[derive(Clone, Copy, Debug, PartialEq)]

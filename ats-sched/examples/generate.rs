@@ -70,9 +70,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ..GenParams::default()
     };
     print!("{prompt}");
-    let g = engine.generate(&ids, &params, &mut |GenEvent::Text(t)| {
-        print!("{t}");
-        let _ = std::io::stdout().flush();
+    let g = engine.generate(&ids, &params, &mut |ev| {
+        if let GenEvent::Text(t) = ev {
+            print!("{t}");
+            let _ = std::io::stdout().flush();
+        }
         true // false would stop the generation
     })?;
     println!();

@@ -586,6 +586,7 @@ fn a_max_tokens_cut_inside_a_character_returns_whole_characters() {
             sampler,
             stop: vec![],
             ignore_eos: true,
+            ..Default::default()
         };
         e.reset();
         let g = e.generate(&[1, 2, 3], &params, &mut |_| true).unwrap();

@@ -1,13 +1,16 @@
 //! The scheduler: requests answered together give each the answer it gets
 //! alone (greedy), decodes are not starved by a long prompt, a full KV pool
-//! is back-pressure or a clear error, never an over-full pool, and a
-//! cancelled request frees its blocks.
+//! is back-pressure or a clear error, never an over-full pool, a
+//! cancelled request frees its blocks, and grammars and log-probabilities
+//! are per request.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use ats_core::SamplerConfig;
 use ats_core::device::KvType;
+use ats_core::grammar::{GrammarSpec, Grammars};
+use ats_core::sampling::TokenLogprob;
 use ats_core::spec::ModelSpec;
 use ats_sched::config::Policy;
 use ats_sched::scheduler::{Event, Request, RequestId, Scheduler, SchedulerConfig};
@@ -54,6 +57,7 @@ fn prompts(s: &Session) -> Vec<Vec<u32>> {
 /// its final generation (or error), and the most requests run at once.
 struct Drained {
     text: HashMap<RequestId, String>,
+    logprobs: HashMap<RequestId, Vec<TokenLogprob>>,
     done: HashMap<RequestId, Result<Generation, String>>,
     most: usize,
 }
@@ -62,6 +66,7 @@ struct Drained {
 /// events) and final generation, and the most requests that ran at once.
 fn drain(sched: &mut Scheduler, s: &mut Session) -> Drained {
     let (mut text, mut done) = (HashMap::new(), HashMap::new());
+    let mut logprobs: HashMap<RequestId, Vec<TokenLogprob>> = HashMap::new();
     let mut most = 0;
     let mut steps = 0;
     while !sched.is_idle() {
@@ -72,6 +77,7 @@ fn drain(sched: &mut Scheduler, s: &mut Session) -> Drained {
                 Event::Text { id, text: t } => {
                     text.entry(id).or_insert_with(String::new).push_str(&t)
                 }
+                Event::Logprobs { id, logprobs: l } => logprobs.entry(id).or_default().extend(l),
                 Event::Done { id, generation } => {
                     done.insert(id, Ok(generation));
                 }
@@ -82,7 +88,12 @@ fn drain(sched: &mut Scheduler, s: &mut Session) -> Drained {
         }
         most = most.max(sched.running());
     }
-    Drained { text, done, most }
+    Drained {
+        text,
+        logprobs,
+        done,
+        most,
+    }
 }
 
 #[test]
@@ -107,7 +118,9 @@ fn requests_answered_together_match_their_answers_alone() {
         .enumerate()
         .map(|(i, p)| sched.submit(Request::text(p.clone(), greedy(4 + 3 * i))))
         .collect();
-    let Drained { text, done, most } = drain(&mut sched, &mut s);
+    let Drained {
+        text, done, most, ..
+    } = drain(&mut sched, &mut s);
     assert_eq!(most, 3, "three at once, the rest waited");
     for (i, id) in ids.iter().enumerate() {
         let g = done[id].as_ref().unwrap();
@@ -326,4 +339,83 @@ fn a_cancelled_request_frees_its_sequence() {
     let done = drain(&mut sched, &mut s).done;
     assert!(done[&b].is_ok() && !done.contains_key(&a));
     assert_eq!(s.pool_stats().held, 0);
+}
+
+#[test]
+fn grammars_and_logprobs_are_per_request_under_the_scheduler() {
+    let mut solo = session(512);
+    let grammars = Grammars::new(solo.tokenizer().unwrap()).unwrap();
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99},
+                       "ok": {"type": "boolean"}},
+        "required": ["n", "ok"],
+        "additionalProperties": false
+    });
+    let params = |i: usize| GenParams {
+        max_tokens: 40,
+        sampler: SamplerConfig::greedy(),
+        // a constrained answer ends where its grammar ends, ignore_eos or not
+        ignore_eos: true,
+        constraint: i.is_multiple_of(2).then(|| {
+            grammars
+                .compile(&GrammarSpec::JsonSchema(schema.clone()))
+                .unwrap()
+        }),
+        logprobs: Some(i),
+        ..GenParams::default()
+    };
+    let ps = prompts(&solo);
+    let want: Vec<Generation> = ps
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            solo.reset();
+            solo.generate(p, &params(i), &mut |_| true).unwrap()
+        })
+        .collect();
+    let mut s = session(512);
+    let mut sched = Scheduler::new(SchedulerConfig {
+        max_seqs: 3,
+        round_tokens: Some(16),
+    });
+    let ids: Vec<RequestId> = ps
+        .iter()
+        .enumerate()
+        .map(|(i, p)| sched.submit(Request::text(p.clone(), params(i))))
+        .collect();
+    let d = drain(&mut sched, &mut s);
+    for (i, id) in ids.iter().enumerate() {
+        let g = d.done[id].as_ref().unwrap();
+        assert_eq!(g.tokens, want[i].tokens, "request {i}");
+        assert_eq!(g.logprobs, want[i].logprobs, "request {i}");
+        assert_eq!(g.logprobs.len(), g.tokens.len());
+        assert_eq!(d.logprobs.get(id), Some(&g.logprobs), "events carry them");
+        for l in &g.logprobs {
+            assert!(l.logprob <= 0.0);
+            // greedy: the chosen token is the most likely
+            assert!(i == 0 || l.top[0].0 == l.id);
+            if i.is_multiple_of(2) {
+                // a grammar may allow fewer alternatives than asked for
+                assert!(l.top.len() <= i);
+            } else {
+                assert_eq!(l.top.len(), i);
+            }
+        }
+        if i.is_multiple_of(2) {
+            let v: serde_json::Value = serde_json::from_str(&g.text)
+                .unwrap_or_else(|e| panic!("request {i}: {:?}: {e}", g.text));
+            assert!(
+                v["ok"].is_boolean() && v["n"].as_u64().unwrap() <= 99,
+                "{v}"
+            );
+            assert_eq!(g.stop, StopReason::Eog);
+        } else {
+            assert_eq!(
+                g.stop,
+                StopReason::MaxTokens,
+                "unconstrained: ignore_eos holds"
+            );
+        }
+    }
 }

@@ -76,6 +76,7 @@ fn greedy_generation_through_the_sampler_reproduces_the_fixture() {
             },
             stop: vec![],
             ignore_eos: true,
+            ..Default::default()
         };
         let g = e
             .generate(&r.ids("input_ids"), &params, &mut |_| true)
@@ -128,6 +129,7 @@ fn quantised_fixtures_match_llama_cpp() {
                 },
                 stop: vec![],
                 ignore_eos: true,
+                ..Default::default()
             };
             e.reset();
             let g = e.generate(&ids, &params, &mut |_| true).unwrap();
@@ -179,6 +181,7 @@ fn smollm2_matches_llama_cpp() {
         },
         stop: vec![],
         ignore_eos: false,
+        ..Default::default()
     };
     let g = e.generate(&ids, &params, &mut |_| true).unwrap();
     let want = " Paris.\n\nThe United States has a population of approximately 311 million people.\n\nThe United States has a population of approximately 31";

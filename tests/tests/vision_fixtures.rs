@@ -256,11 +256,13 @@ fn greedy_generation_through_the_pipeline_reproduces_the_fixture() {
             },
             stop: vec![],
             ignore_eos: true,
+            ..Default::default()
         };
         let mut text = String::new();
         let g = pipeline::generate(&mut e, &input, &params, &mut |ev| {
-            let ats_sched::session::GenEvent::Text(t) = ev;
-            text.push_str(t);
+            if let ats_sched::session::GenEvent::Text(t) = ev {
+                text.push_str(t);
+            }
             true
         })
         .unwrap();

@@ -197,6 +197,7 @@ fn params(a: &ChatArgs) -> GenParams {
         sampler: a.sample.config(),
         stop: Vec::new(),
         ignore_eos: a.ignore_eos,
+        ..Default::default()
     }
 }
 
@@ -248,6 +249,7 @@ fn answer(
                 }
                 Event::Done { generation, .. } => outcome = Some(Ok(generation)),
                 Event::Failed { error, .. } => outcome = Some(Err(error)),
+                Event::Logprobs { .. } => {}
             }
         }
     }

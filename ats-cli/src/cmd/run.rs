@@ -117,10 +117,12 @@ pub fn run(a: RunArgs) -> Result<()> {
         sampler: a.sample.config(),
         stop: a.stop.clone(),
         ignore_eos: a.ignore_eos,
+        ..Default::default()
     };
     let mut answer = crate::answer::Answer::new();
     let out_gen = session.generate(&ids, &params, &mut |ev| match ev {
         GenEvent::Text(t) => answer.write(t),
+        GenEvent::Logprobs(_) => true,
     })?;
     answer.finish()?;
     if !logging::quiet() {

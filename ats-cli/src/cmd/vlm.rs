@@ -254,10 +254,12 @@ pub fn run(a: VlmArgs) -> Result<()> {
         sampler: a.sample.config(),
         stop: Vec::new(),
         ignore_eos: a.ignore_eos,
+        ..Default::default()
     };
     let mut answer = crate::answer::Answer::new();
     let gen_out = pipeline::generate(&mut p.session, &p.input, &params, &mut |ev| match ev {
         GenEvent::Text(t) => answer.write(t),
+        GenEvent::Logprobs(_) => true,
     })?;
     answer.finish()?;
     let t = &gen_out.timings;

@@ -48,6 +48,16 @@ fn chat_seeds() -> Vec<Value> {
             "stream": true, "stream_options": {"include_usage": true}, "stop": ["\n", "END"],
             "top_p": 0.9, "top_k": 40, "min_p": 0.05, "seed": -3, "n": 1, "user": "u",
             "tool_choice": "auto", "response_format": {"type": "text"}, "logprobs": false}),
+        json!({"messages": [{"role": "user", "content": "Weather?"},
+                {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+                    "function": {"name": "weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "sunny"}],
+            "tools": [{"type": "function", "function": {"name": "weather", "description": "d",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}],
+            "tool_choice": "required", "logprobs": true, "top_logprobs": 2}),
+        json!({"messages": [{"role": "user", "content": "A person"}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "p", "strict": true,
+                "schema": {"type": "object", "properties": {"name": {"type": "string"}}}}}}),
     ]
 }
 
@@ -89,6 +99,13 @@ const KEYS: &[&str] = &[
     "response_format",
     "logprobs",
     "top_logprobs",
+    "tool_calls",
+    "tool_call_id",
+    "function",
+    "arguments",
+    "parameters",
+    "json_schema",
+    "schema",
     "echo",
     "suffix",
     "best_of",
@@ -266,9 +283,9 @@ fn mutated_requests_never_panic_and_get_4xx_answers() {
     let d = defaults();
     let mut rng = StdRng::seed_from_u64(0x5eed_0007);
     let chat = |b: &[u8]| -> Result<(), u16> {
-        let (messages, params, _) = check_chat(b, &d).map_err(refusal)?;
-        assert!((1..=64).contains(&params.max_tokens));
-        let ids = p.chat(&messages).map_err(refusal)?;
+        let check = check_chat(b, &d).map_err(refusal)?;
+        assert!((1..=64).contains(&check.params.max_tokens));
+        let ids = p.prepare_chat(check).map_err(refusal)?.prompt;
         assert!((1..=256).contains(&ids.n_tokens()));
         Ok(())
     };

@@ -12,6 +12,7 @@ mod errors;
 #[cfg(test)]
 mod fuzz;
 mod listen;
+mod logprobs;
 mod memory;
 mod params;
 mod prompt;
@@ -19,6 +20,7 @@ mod queue;
 mod request;
 mod routes;
 mod state;
+mod tools;
 mod wire;
 
 use std::net::SocketAddr;
@@ -118,6 +120,11 @@ pub struct ServeArgs {
     /// (decoder embedding models such as Qwen3-Embedding) or cls.
     #[arg(long = "pooling", value_name = "mean|last|cls", default_value = "mean", value_parser = ats_sched::session::Pooling::parse)]
     pooling: ats_sched::session::Pooling,
+    /// A Jinja chat template to use instead of the model's (llama-server's
+    /// flag): a template that renders `tools` gives the model its own
+    /// tool-call format.
+    #[arg(long = "chat-template-file", value_name = "FILE")]
+    chat_template_file: Option<std::path::PathBuf>,
 }
 
 fn parse_secs(s: &str) -> Result<f64, String> {
@@ -187,7 +194,10 @@ pub fn run(a: ServeArgs) -> Result<()> {
         }
         None => None,
     };
-    let template = ChatTemplate::from_gguf(&engine.spec().gguf.metadata).map_err(|e| e.to_string());
+    let template = match &a.chat_template_file {
+        Some(path) => Ok(template_file(path, &tokenizer)?),
+        None => ChatTemplate::from_gguf(&engine.spec().gguf.metadata).map_err(|e| e.to_string()),
+    };
     match &template {
         Ok(t) if t.is_fallback() => warn!("the model has no chat template: using ChatML"),
         Ok(_) => {}
@@ -256,6 +266,19 @@ pub fn run(a: ServeArgs) -> Result<()> {
     })?;
     info!("stopped");
     Ok(())
+}
+
+/// The chat template in `path`, with the vocabulary's BOS and EOS texts.
+fn template_file(path: &std::path::Path, tok: &ats_core::Tokenizer) -> Result<ChatTemplate> {
+    let src = std::fs::read_to_string(path).map_err(|e| {
+        crate::usage::UsageError(format!("--chat-template-file {}: {e}", path.display()))
+    })?;
+    let text = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or("").to_string();
+    let t = ChatTemplate::new(src, text(tok.bos_id()), text(tok.eos_id())).map_err(|e| {
+        crate::usage::UsageError(format!("--chat-template-file {}: {e}", path.display()))
+    })?;
+    info!("chat template from {}", path.display());
+    Ok(t)
 }
 
 /// How long a shutdown waits for open connections to finish.

@@ -127,6 +127,9 @@ pub fn gen_params(
         sampler,
         stop,
         ignore_eos: s.ignore_eos.unwrap_or(false),
+        // set by the endpoint: these come from its own fields
+        constraint: None,
+        logprobs: None,
     })
 }
 

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 
+use ats_core::sampling::TokenLogprob;
 use ats_sched::scheduler::{Event, Request, RequestId, Scheduler, SchedulerConfig};
 use ats_sched::session::{GenParams, Generation, Pooling, Session, StopReason, Timings};
 use serde::Serialize;
@@ -39,6 +40,8 @@ pub struct Job {
 pub enum JobEvent {
     /// Final text (never part of a pending stop string).
     Text(String),
+    /// Log-probabilities of the tokens of the next `Text`.
+    Logprobs(Vec<TokenLogprob>),
     /// The generation ended.
     Done(Finished),
     /// The engine failed.
@@ -56,6 +59,8 @@ pub struct Finished {
     pub completion_tokens: usize,
     /// Bytes of an unfinished character a limit held back (not in `text`).
     pub held_back_bytes: usize,
+    /// Log-probabilities of the answer's tokens (when asked for).
+    pub logprobs: Vec<TokenLogprob>,
     /// Timings (with the prompt tokens taken from the cache).
     pub timings: Timings,
     /// What the prompt's images took, if it had any.
@@ -67,6 +72,7 @@ impl Finished {
         Finished {
             completion_tokens: g.tokens.len(),
             held_back_bytes: g.held_back_bytes,
+            logprobs: g.logprobs,
             text: g.text,
             stop: g.stop,
             timings: g.timings,
@@ -445,6 +451,9 @@ impl Worker {
             Event::Text { text, .. } => {
                 // a closed channel is noticed before the next round
                 let _ = l.events.send(JobEvent::Text(text));
+            }
+            Event::Logprobs { logprobs, .. } => {
+                let _ = l.events.send(JobEvent::Logprobs(logprobs));
             }
             Event::Done { generation, .. } => {
                 let l = self.live.remove(&id).expect("looked up above");

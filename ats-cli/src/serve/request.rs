@@ -5,42 +5,50 @@
 //! are read straight into typed fields (no JSON tree in between, which for
 //! a list of a million token ids would take 32 bytes per id, twice).
 
+use ats_core::grammar::GrammarSpec;
 use ats_sched::session::GenParams;
 use serde::de::DeserializeOwned;
 use serde_json::error::Category;
 
 use super::errors::ApiError;
+use super::logprobs;
 use super::params::{Defaults, gen_params};
-use super::wire::{ChatRequest, CompletionRequest, Message, PromptInput, Sampling};
+use super::tools::{ToolRequest, check_tools};
+use super::wire::{ChatRequest, CompletionRequest, Message, PromptInput, ResponseFormat, Sampling};
 
-/// A checked `/v1/chat/completions` body: the messages (rendered later, on a
-/// blocking thread), the generation settings and the sampling fields.
-pub fn check_chat(
-    body: &[u8],
-    d: &Defaults,
-) -> Result<(Vec<Message>, GenParams, Sampling), ApiError> {
+/// A checked `/v1/chat/completions` body: the messages and tools (rendered
+/// later, on a blocking thread, where grammars are compiled too), the
+/// generation settings and the sampling fields.
+#[derive(Debug)]
+pub struct ChatCheck {
+    /// The conversation.
+    pub messages: Vec<Message>,
+    /// Generation settings (no constraint yet).
+    pub params: GenParams,
+    /// The sampling fields.
+    pub sampling: Sampling,
+    /// The grammar `response_format` asks for.
+    pub format: Option<GrammarSpec>,
+    /// The tools in play, if any.
+    pub tools: Option<ToolRequest>,
+}
+
+/// Checks a `/v1/chat/completions` body.
+pub fn check_chat(body: &[u8], d: &Defaults) -> Result<ChatCheck, ApiError> {
     let (req, sampling): (ChatRequest, Sampling) = parse(body)?;
     log_request("chat", &sampling);
-    if req.logprobs == Some(true) || req.top_logprobs.is_some_and(|n| n > 0) {
-        return Err(ApiError::unsupported("logprobs", "logprobs are not served"));
-    }
-    if req.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-        return Err(ApiError::unsupported("tools", "tools are not served"));
-    }
-    if let Some(tc) = &req.tool_choice
-        && !matches!(tc.as_str(), Some("none" | "auto"))
-    {
-        return Err(ApiError::unsupported(
-            "tool_choice",
-            "tools are not served (tool_choice may only be \"none\" or \"auto\")",
-        ));
-    }
-    if let Some(f) = &req.response_format
-        && f.kind != "text"
-    {
+    let top = logprobs::chat_request(req.logprobs, req.top_logprobs)?;
+    let tools = check_tools(req.tools.as_deref(), req.tool_choice.as_ref())?;
+    let format = req
+        .response_format
+        .as_ref()
+        .map(response_grammar)
+        .transpose()?
+        .flatten();
+    if format.is_some() && tools.is_some() {
         return Err(ApiError::unsupported(
             "response_format",
-            format!("response_format {:?} is not served (only \"text\")", f.kind),
+            "response_format with tools is not served: give one, or tool_choice \"none\"",
         ));
     }
     if req.messages.is_empty() {
@@ -51,8 +59,34 @@ pub fn check_chat(
     }
     let max = req.max_completion_tokens.or(sampling.max_tokens);
     // a chat answer may run until the context is full unless the request says otherwise
-    let params = gen_params(&sampling, max, usize::MAX, d)?;
-    Ok((req.messages, params, sampling))
+    let mut params = gen_params(&sampling, max, usize::MAX, d)?;
+    params.logprobs = top;
+    Ok(ChatCheck {
+        messages: req.messages,
+        params,
+        sampling,
+        format,
+        tools,
+    })
+}
+
+/// The grammar of a `response_format` (`None` for plain text).
+fn response_grammar(f: &ResponseFormat) -> Result<Option<GrammarSpec>, ApiError> {
+    match f.kind.as_str() {
+        "text" => Ok(None),
+        "json_object" => Ok(Some(GrammarSpec::JsonObject)),
+        "json_schema" => match f.json_schema.as_ref().and_then(|j| j.schema.clone()) {
+            Some(schema) => Ok(Some(GrammarSpec::JsonSchema(schema))),
+            None => Err(ApiError::bad_param(
+                "response_format.json_schema.schema",
+                "response_format json_schema needs json_schema.schema",
+            )),
+        },
+        other => Err(ApiError::unsupported(
+            "response_format.type",
+            format!("response_format {other:?} is not served (text, json_object, json_schema)"),
+        )),
+    }
 }
 
 /// A checked `/v1/completions` body: the raw prompt (tokenized later), the
@@ -69,14 +103,13 @@ pub fn check_completion(
     if req.suffix.as_ref().is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::unsupported("suffix", "suffix is not served"));
     }
-    if req.logprobs.is_some_and(|n| n > 0) {
-        return Err(ApiError::unsupported("logprobs", "logprobs are not served"));
-    }
+    let top = logprobs::completion_request(req.logprobs)?;
     if req.best_of.is_some_and(|n| n != 1) {
         return Err(ApiError::unsupported("best_of", "only best_of=1 is served"));
     }
     // OpenAI's default for completions is 16 tokens
-    let params = gen_params(&sampling, sampling.max_tokens, 16, d)?;
+    let mut params = gen_params(&sampling, sampling.max_tokens, 16, d)?;
+    params.logprobs = top;
     Ok((req.prompt, params, sampling))
 }
 

@@ -23,14 +23,17 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use super::errors::ApiError;
+use super::logprobs;
 use super::params::Defaults;
-use super::prompt::{Prompt, Prompter};
+use super::prompt::{PreparedChat, Prompt, Prompter};
 use super::queue::{Finished, Job, JobEvent, Queue};
 use super::request::{check_chat, check_completion};
+use super::tools::{ToolStream, call_deltas, wire_calls};
 use super::wire::{
-    AssistantMessage, ChatChoice, ChatChunk, ChatCompletion, ChunkChoice, Completion,
-    CompletionChoice, Delta, ModelCard, ModelList, Sampling, TimingsOut, Usage,
+    AssistantMessage, ChatChoice, ChatChunk, ChatCompletion, ChatLogprobs, ChunkChoice, Completion,
+    CompletionChoice, CompletionLogprobs, Delta, ModelCard, ModelList, Sampling, TimingsOut, Usage,
 };
+use ats_core::sampling::TokenLogprob;
 use ats_sched::session::StopReason;
 
 /// Everything the handlers share.
@@ -241,16 +244,32 @@ fn submit(
 
 async fn chat(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
     let body = read_body(&app, &headers, body).await?;
-    let (prompt, params, sampling) = prepared(&app, body, |body, d, p| {
-        let (messages, params, sampling) = check_chat(body, d)?;
-        Ok((p.chat(&messages)?, params, sampling))
+    let PreparedChat {
+        prompt,
+        params,
+        sampling,
+        tools,
+    } = prepared(&app, body, |body, d, p| {
+        p.prepare_chat(check_chat(body, d)?)
     })
     .await?;
+    let want_logprobs = params.logprobs.is_some();
     let (id, prompt_tokens, rx) = submit(&app, "chatcmpl", prompt, params)?;
     let created = unix_now();
     let model = app.model.clone();
+    let prompter = app.prompter.clone();
+    let lps =
+        move |l: &[TokenLogprob]| want_logprobs.then(|| logprobs::chat(prompter.tokenizer(), l));
     if !sampling.stream.unwrap_or(false) {
         let f = finish(rx).await?;
+        let (content, calls) = match &tools {
+            Some((format, specs)) => {
+                let a = format.parse(&f.text, specs);
+                let calls = wire_calls(&a);
+                (a.content, calls)
+            }
+            None => (f.text.clone(), Vec::new()),
+        };
         return Ok(Json(ChatCompletion {
             id,
             object: "chat.completion",
@@ -258,12 +277,13 @@ async fn chat(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Response,
             model,
             choices: vec![ChatChoice {
                 index: 0,
+                finish_reason: chat_finish_reason(&f.stop, !calls.is_empty()),
                 message: AssistantMessage {
                     role: "assistant",
-                    content: f.text.clone(),
+                    content: (calls.is_empty() || !content.is_empty()).then_some(content),
+                    tool_calls: (!calls.is_empty()).then_some(calls),
                 },
-                finish_reason: finish_reason(&f.stop),
-                logprobs: None,
+                logprobs: lps(&f.logprobs),
             }],
             usage: Usage::new(prompt_tokens, f.timings.cached_tokens, f.completion_tokens),
             timings: TimingsOut::of(&f),
@@ -271,7 +291,10 @@ async fn chat(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Response,
         .into_response());
     }
     let include_usage = include_usage(&sampling);
-    let chunk = move |delta: Delta, finish: Option<&'static str>, f: Option<&Finished>| {
+    let chunk = move |delta: Delta,
+                      finish: Option<&'static str>,
+                      logprobs: Option<ChatLogprobs>,
+                      f: Option<&Finished>| {
         serde_json::to_value(ChatChunk {
             id: id.clone(),
             object: "chat.completion.chunk",
@@ -281,33 +304,72 @@ async fn chat(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Response,
                 index: 0,
                 delta,
                 finish_reason: finish,
-                logprobs: None,
+                logprobs,
             }],
             usage: None,
             timings: f.map(TimingsOut::of),
         })
         .unwrap_or_default()
     };
+    let text = |t: String| Delta {
+        content: Some(t),
+        ..Delta::default()
+    };
+    // answers that may call tools show text only where no call can be
+    let mut calls = tools.map(|(format, specs)| (ToolStream::new(format), specs));
+    let mut held_lps: Vec<TokenLogprob> = Vec::new();
     let frames = move |stage: Stage<'_>| match stage {
         Stage::Start => vec![chunk(
             Delta {
                 role: Some("assistant"),
                 content: Some(String::new()),
+                ..Delta::default()
             },
             None,
             None,
-        )],
-        Stage::Text(t) => vec![chunk(
-            Delta {
-                role: None,
-                content: Some(t.to_string()),
-            },
-            None,
             None,
         )],
+        Stage::Text(t, l) => {
+            held_lps.extend_from_slice(l);
+            let shown = match &mut calls {
+                Some((s, _)) => s.push(t),
+                None => t.to_string(),
+            };
+            // text held for calls, or none with no logprobs to send
+            if shown.is_empty() && (calls.is_some() || held_lps.is_empty()) {
+                return Vec::new();
+            }
+            vec![chunk(
+                text(shown),
+                None,
+                lps(&std::mem::take(&mut held_lps)),
+                None,
+            )]
+        }
         Stage::End(f) => {
-            let mut last = chunk(Delta::default(), Some(finish_reason(&f.stop)), Some(f));
             let mut out = Vec::new();
+            let mut made_calls = false;
+            if let Some((s, specs)) = calls.take() {
+                let (rest, answer) = s.finish(&f.text, &specs);
+                if !rest.is_empty() {
+                    out.push(chunk(
+                        text(rest),
+                        None,
+                        lps(&std::mem::take(&mut held_lps)),
+                        None,
+                    ));
+                }
+                if !answer.calls.is_empty() {
+                    made_calls = true;
+                    let delta = Delta {
+                        tool_calls: Some(call_deltas(wire_calls(&answer))),
+                        ..Delta::default()
+                    };
+                    out.push(chunk(delta, None, None, None));
+                }
+            }
+            let reason = chat_finish_reason(&f.stop, made_calls);
+            let mut last = chunk(Delta::default(), Some(reason), None, Some(f));
             if include_usage {
                 out.push(last.clone());
                 // the usage chunk has no choices, as in OpenAI's stream
@@ -326,6 +388,15 @@ async fn chat(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Response,
     Ok(sse(rx, frames).into_response())
 }
 
+/// A chat answer's `finish_reason`: `tool_calls` when it made calls.
+fn chat_finish_reason(stop: &StopReason, made_calls: bool) -> &'static str {
+    if made_calls {
+        "tool_calls"
+    } else {
+        finish_reason(stop)
+    }
+}
+
 async fn completion(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
     let body = read_body(&app, &headers, body).await?;
     let (prompt, params, sampling) = prepared(&app, body, |body, d, p| {
@@ -333,12 +404,19 @@ async fn completion(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Res
         Ok((Prompt::Text(p.completion(raw)?), params, sampling))
     })
     .await?;
+    let want_logprobs = params.logprobs.is_some();
     let (id, prompt_tokens, rx) = submit(&app, "cmpl", prompt, params)?;
     let created = unix_now();
     let model = app.model.clone();
+    let prompter = app.prompter.clone();
+    // the logprobs of tokens whose text starts at byte `at` of the answer
+    let lps = move |l: &[TokenLogprob], at: usize| -> Option<CompletionLogprobs> {
+        want_logprobs.then(|| logprobs::completion(prompter.tokenizer(), l, at))
+    };
     let body = move |text: String,
                      finish: Option<&'static str>,
                      usage: Option<Usage>,
+                     logprobs: Option<CompletionLogprobs>,
                      f: Option<&Finished>| Completion {
         id: id.clone(),
         object: "text_completion",
@@ -347,7 +425,7 @@ async fn completion(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Res
         choices: vec![CompletionChoice {
             text,
             index: 0,
-            logprobs: None,
+            logprobs,
             finish_reason: finish,
         }],
         usage,
@@ -357,15 +435,29 @@ async fn completion(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Res
         let f = finish(rx).await?;
         let usage = Usage::new(prompt_tokens, f.timings.cached_tokens, f.completion_tokens);
         let reason = finish_reason(&f.stop);
-        return Ok(Json(body(f.text.clone(), Some(reason), Some(usage), Some(&f))).into_response());
+        let l = lps(&f.logprobs, 0);
+        return Ok(
+            Json(body(f.text.clone(), Some(reason), Some(usage), l, Some(&f))).into_response(),
+        );
     }
     let include_usage = include_usage(&sampling);
+    let mut sent = 0;
     let frames = move |stage: Stage<'_>| {
         let v = match stage {
             Stage::Start => return Vec::new(),
-            Stage::Text(t) => body(t.to_string(), None, None, None),
+            Stage::Text(t, l) => {
+                let l = lps(l, sent);
+                sent += t.len();
+                body(t.to_string(), None, None, l, None)
+            }
             Stage::End(f) => {
-                let mut last = body(String::new(), Some(finish_reason(&f.stop)), None, Some(f));
+                let mut last = body(
+                    String::new(),
+                    Some(finish_reason(&f.stop)),
+                    None,
+                    None,
+                    Some(f),
+                );
                 if !include_usage {
                     return vec![serde_json::to_value(last).unwrap_or_default()];
                 }
@@ -488,7 +580,7 @@ fn unix_now() -> u64 {
 async fn finish(mut rx: UnboundedReceiver<JobEvent>) -> Result<Finished, ApiError> {
     while let Some(ev) = rx.recv().await {
         match ev {
-            JobEvent::Text(_) => {}
+            JobEvent::Text(_) | JobEvent::Logprobs(_) => {}
             JobEvent::Done(f) => return Ok(f),
             JobEvent::Failed(m) => return Err(ApiError::internal(m)),
         }
@@ -500,8 +592,8 @@ async fn finish(mut rx: UnboundedReceiver<JobEvent>) -> Result<Finished, ApiErro
 enum Stage<'a> {
     /// Before the first token.
     Start,
-    /// New text.
-    Text(&'a str),
+    /// New text, and the log-probabilities of its tokens (when asked for).
+    Text(&'a str, &'a [TokenLogprob]),
     /// The end.
     End(&'a Finished),
 }
@@ -521,6 +613,8 @@ where
         rx: UnboundedReceiver<JobEvent>,
         frames: F,
         pending: std::collections::VecDeque<Event>,
+        /// Log-probabilities of the next text.
+        logprobs: Vec<TokenLogprob>,
         started: bool,
         done: bool,
     }
@@ -529,6 +623,7 @@ where
         rx,
         frames,
         pending: Default::default(),
+        logprobs: Vec::new(),
         started: false,
         done: false,
     };
@@ -547,9 +642,12 @@ where
                 continue;
             }
             match st.rx.recv().await {
-                Some(JobEvent::Text(t)) => st
-                    .pending
-                    .extend((st.frames)(Stage::Text(&t)).into_iter().map(data)),
+                Some(JobEvent::Logprobs(l)) => st.logprobs.extend(l),
+                Some(JobEvent::Text(t)) => {
+                    let l = std::mem::take(&mut st.logprobs);
+                    st.pending
+                        .extend((st.frames)(Stage::Text(&t, &l)).into_iter().map(data));
+                }
                 Some(JobEvent::Done(f)) => {
                     st.pending
                         .extend((st.frames)(Stage::End(&f)).into_iter().map(data));

@@ -25,12 +25,132 @@ pub struct StreamOptions {
     pub include_usage: Option<bool>,
 }
 
-/// `response_format`: only `{"type": "text"}` is served.
+/// `response_format`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct ResponseFormat {
     /// `text`, `json_object` or `json_schema`.
     #[serde(rename = "type")]
     pub kind: String,
+    /// The schema, for `json_schema`.
+    pub json_schema: Option<JsonSchemaFormat>,
+}
+
+/// `response_format.json_schema`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct JsonSchemaFormat {
+    /// The schema's name (not used).
+    #[allow(dead_code)]
+    pub name: Option<String>,
+    /// The JSON schema the answer must match.
+    pub schema: Option<Value>,
+    /// OpenAI's strict mode: the schema is always enforced here.
+    #[allow(dead_code)]
+    pub strict: Option<bool>,
+}
+
+/// A tool in `tools`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Tool {
+    /// Only `function`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The function.
+    pub function: Option<FunctionDef>,
+}
+
+/// A function the model may call.
+#[derive(Debug, Clone, Deserialize)]
+pub struct FunctionDef {
+    /// Its name.
+    pub name: String,
+    /// What it does.
+    pub description: Option<String>,
+    /// A JSON schema of its arguments.
+    pub parameters: Option<Value>,
+    /// OpenAI's strict mode: arguments are always held to the schema when
+    /// a call is required.
+    #[allow(dead_code)]
+    pub strict: Option<bool>,
+}
+
+/// A call in an assistant message (`tool_calls`), in requests and answers.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct WireToolCall {
+    /// The call's id.
+    pub id: String,
+    /// `function`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// What was called.
+    pub function: FunctionCall,
+}
+
+/// The function and arguments of a call.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct FunctionCall {
+    /// The function.
+    pub name: String,
+    /// Its arguments, a JSON object written as a string.
+    pub arguments: String,
+}
+
+/// A streamed piece of a call: its index among the answer's calls, with
+/// the id, type and function in its first (here: only) delta.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolCallDelta {
+    /// Which call.
+    pub index: usize,
+    /// The call's id.
+    pub id: String,
+    /// `function`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// Name and arguments.
+    pub function: FunctionCall,
+}
+
+/// A token's log-probability in a chat answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChatTokenLogprob {
+    /// The token's text (invalid UTF-8 replaced).
+    pub token: String,
+    /// Its log-probability.
+    pub logprob: f32,
+    /// Its bytes.
+    pub bytes: Vec<u8>,
+    /// The most likely tokens there (empty for each alternative itself).
+    pub top_logprobs: Vec<TopLogprob>,
+}
+
+/// An alternative token.
+#[derive(Debug, Clone, Serialize)]
+pub struct TopLogprob {
+    /// Its text.
+    pub token: String,
+    /// Its log-probability.
+    pub logprob: f32,
+    /// Its bytes.
+    pub bytes: Vec<u8>,
+}
+
+/// A chat choice's `logprobs`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChatLogprobs {
+    /// One per token of the content.
+    pub content: Vec<ChatTokenLogprob>,
+}
+
+/// A text completion's `logprobs` (the legacy shape).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CompletionLogprobs {
+    /// The tokens' texts.
+    pub tokens: Vec<String>,
+    /// Their log-probabilities.
+    pub token_logprobs: Vec<f32>,
+    /// Per token, the alternatives by text.
+    pub top_logprobs: Vec<serde_json::Map<String, Value>>,
+    /// Where each token starts in the text.
+    pub text_offset: Vec<usize>,
 }
 
 /// Sampling and stopping fields shared by both endpoints (`null` means unset,
@@ -84,15 +204,19 @@ pub struct ChatRequest {
     pub messages: Vec<Message>,
     /// The newer name of `max_tokens`.
     pub max_completion_tokens: Option<u64>,
-    /// Log-probabilities (not served).
+    /// Report the answer's tokens' log-probabilities.
     pub logprobs: Option<bool>,
-    /// Top log-probabilities (not served).
+    /// How many alternatives to report per token (0 to 20).
     pub top_logprobs: Option<u64>,
-    /// Tool definitions (not served).
-    pub tools: Option<Vec<Value>>,
-    /// Tool choice (only `none` or `auto` without tools).
+    /// Functions the model may call.
+    pub tools: Option<Vec<Tool>>,
+    /// `none`, `auto`, `required` or `{"type": "function", "function": {"name": ..}}`.
     pub tool_choice: Option<Value>,
-    /// Output format (only `text`).
+    /// Whether several calls may come in one answer (one call is made at most
+    /// when a call is required).
+    #[allow(dead_code)]
+    pub parallel_tool_calls: Option<bool>,
+    /// `text`, `json_object` or `json_schema`.
     pub response_format: Option<ResponseFormat>,
 }
 
@@ -106,6 +230,10 @@ pub struct Message {
     /// A participant name: checked for its type, not used (templates take none).
     #[allow(dead_code)]
     pub name: Option<String>,
+    /// The calls an assistant message made.
+    pub tool_calls: Option<Vec<WireToolCall>>,
+    /// The call a `tool` message answers.
+    pub tool_call_id: Option<String>,
 }
 
 /// A completion's `prompt`: a string, a list of strings (only one is
@@ -203,7 +331,7 @@ pub struct CompletionRequest {
     pub echo: Option<bool>,
     /// Text after the completion (not served).
     pub suffix: Option<String>,
-    /// Log-probabilities of this many tokens (not served).
+    /// Report each token's log-probability with this many alternatives (0 to 20).
     pub logprobs: Option<u64>,
     /// Candidates to choose from (only 1).
     pub best_of: Option<u64>,
@@ -301,8 +429,11 @@ impl TimingsOut {
 pub struct AssistantMessage {
     /// Always `assistant`.
     pub role: &'static str,
-    /// The answer.
-    pub content: String,
+    /// The answer's text (null when it is only calls).
+    pub content: Option<String>,
+    /// The calls it makes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<WireToolCall>>,
 }
 
 /// One choice of a chat completion.
@@ -312,10 +443,10 @@ pub struct ChatChoice {
     pub index: u32,
     /// The answer.
     pub message: AssistantMessage,
-    /// `stop` or `length`.
+    /// `stop`, `length` or `tool_calls`.
     pub finish_reason: &'static str,
-    /// Always null.
-    pub logprobs: Option<()>,
+    /// The tokens' log-probabilities, when asked for.
+    pub logprobs: Option<ChatLogprobs>,
 }
 
 /// A non-streamed chat completion.
@@ -346,6 +477,9 @@ pub struct Delta {
     /// New text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// Calls (each whole, in one delta).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallDelta>>,
 }
 
 /// One choice of a chat completion chunk.
@@ -357,8 +491,8 @@ pub struct ChunkChoice {
     pub delta: Delta,
     /// Set in the last chunk of the choice.
     pub finish_reason: Option<&'static str>,
-    /// Always null.
-    pub logprobs: Option<()>,
+    /// The log-probabilities of this chunk's tokens, when asked for.
+    pub logprobs: Option<ChatLogprobs>,
 }
 
 /// A streamed chat completion chunk.
@@ -389,8 +523,8 @@ pub struct CompletionChoice {
     pub text: String,
     /// Always 0.
     pub index: u32,
-    /// Always null.
-    pub logprobs: Option<()>,
+    /// The tokens' log-probabilities, when asked for.
+    pub logprobs: Option<CompletionLogprobs>,
     /// `stop` or `length`; null in streamed chunks before the last.
     pub finish_reason: Option<&'static str>,
 }
@@ -491,8 +625,8 @@ mod tests {
             choices: vec![ChunkChoice {
                 index: 0,
                 delta: Delta {
-                    role: None,
                     content: Some("hi".into()),
+                    ..Delta::default()
                 },
                 finish_reason: None,
                 logprobs: None,

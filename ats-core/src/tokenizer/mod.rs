@@ -25,7 +25,7 @@ mod stream;
 mod vocab;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;

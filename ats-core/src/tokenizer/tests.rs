@@ -350,7 +350,8 @@ fn spm_pieces() -> Vec<(&'static str, f32)> {
     ]
 }
 
-fn spm_gguf(extra: &[(&str, Value)]) -> GgufFile {
+/// A SentencePiece GGUF (no tensors) of [`spm_pieces`], with `extra` keys.
+pub(crate) fn spm_gguf(extra: &[(&str, Value)]) -> GgufFile {
     let mut tokens: Vec<String> = vec!["<unk>".into(), "<s>".into(), "</s>".into()];
     let mut types = vec![2, 3, 3];
     let mut scores = vec![0.0f32; 3];

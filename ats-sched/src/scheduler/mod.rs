@@ -15,6 +15,8 @@ pub use request::{Event, Request, RequestId};
 use std::collections::VecDeque;
 use std::time::Instant;
 
+use ats_core::sampling::TokenLogprob;
+
 use crate::session::decoder::{Decoder, Next, Step};
 use crate::session::{
     Generation, Logits, SeqId, SeqInput, Session, SessionError, StopReason, Timings, prompt_part,
@@ -410,11 +412,8 @@ impl Scheduler {
                 position: tokens,
             };
             let id = r.id;
-            let mut emit = |t: &str| {
-                events.push(Event::Text {
-                    id,
-                    text: t.to_string(),
-                });
+            let mut emit = |t: &str, lps: &[TokenLogprob]| {
+                push_text(events, id, t, lps);
                 true
             };
             let next = r.decoder.step(step, &tok, &mut emit);
@@ -475,20 +474,13 @@ fn finish(r: Running, outcome: Result<StopReason, String>) -> Vec<Event> {
         Ok(s) => s,
         Err(error) => return vec![Event::Failed { id: r.id, error }],
     };
-    let mut tail = String::new();
-    let (tokens, text, held_back_bytes) = r.decoder.finish(&stop, &mut |t| {
-        tail.push_str(t);
+    let mut out = Vec::new();
+    let (tokens, text, held_back_bytes, logprobs) = r.decoder.finish(&stop, &mut |t, lps| {
+        push_text(&mut out, r.id, t, lps);
         true
     });
     let mut timings = r.timings;
     timings.gen_tokens = tokens.len();
-    let mut out = Vec::new();
-    if !tail.is_empty() {
-        out.push(Event::Text {
-            id: r.id,
-            text: tail,
-        });
-    }
     out.push(Event::Done {
         id: r.id,
         generation: Generation {
@@ -496,8 +488,24 @@ fn finish(r: Running, outcome: Result<StopReason, String>) -> Vec<Event> {
             text,
             stop,
             held_back_bytes,
+            logprobs,
             timings,
         },
     });
     out
+}
+
+/// A request's final text as events: the log-probabilities of its tokens
+/// (when asked for), then the text.
+fn push_text(events: &mut Vec<Event>, id: RequestId, text: &str, lps: &[TokenLogprob]) {
+    if !lps.is_empty() {
+        events.push(Event::Logprobs {
+            id,
+            logprobs: lps.to_vec(),
+        });
+    }
+    events.push(Event::Text {
+        id,
+        text: text.to_string(),
+    });
 }

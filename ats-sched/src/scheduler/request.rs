@@ -40,6 +40,14 @@ pub enum Event {
         /// The text.
         text: String,
     },
+    /// Log-probabilities of the tokens whose text the request's next
+    /// `Text` event carries (only when its parameters ask for them).
+    Logprobs {
+        /// The request.
+        id: RequestId,
+        /// One per token, in order.
+        logprobs: Vec<ats_core::sampling::TokenLogprob>,
+    },
     /// The answer is complete.
     Done {
         /// The request.
@@ -60,7 +68,10 @@ impl Event {
     /// The request the event is about.
     pub fn id(&self) -> RequestId {
         match self {
-            Event::Text { id, .. } | Event::Done { id, .. } | Event::Failed { id, .. } => *id,
+            Event::Text { id, .. }
+            | Event::Logprobs { id, .. }
+            | Event::Done { id, .. }
+            | Event::Failed { id, .. } => *id,
         }
     }
 }

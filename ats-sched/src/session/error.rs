@@ -23,6 +23,10 @@ pub enum SessionError {
     /// sequences, or end some).
     #[error(transparent)]
     PoolFull(#[from] super::kv_pool::PoolFull),
+    /// The answer's grammar failed (a limit of the parser, or no token it
+    /// allows among those the model can give).
+    #[error(transparent)]
+    Grammar(#[from] ats_core::grammar::GrammarError),
     /// A bad request (empty prompt, prompt over the context, ...).
     #[error("{0}")]
     Input(String),

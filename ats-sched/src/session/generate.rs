@@ -3,8 +3,9 @@
 
 use std::time::Instant;
 
+use ats_core::grammar::Constraint;
 use ats_core::round::{EmbedOverride, Positions};
-use ats_core::sampling::SamplerConfig;
+use ats_core::sampling::{SamplerConfig, TokenLogprob};
 use serde::Serialize;
 
 use super::decoder::{Decoder, Next, Step};
@@ -19,8 +20,14 @@ pub struct GenParams {
     pub sampler: SamplerConfig,
     /// Stop when any of these appears in the text (it is not emitted).
     pub stop: Vec<String>,
-    /// Keep going past end-of-generation tokens.
+    /// Keep going past end-of-generation tokens (not past a grammar's end).
     pub ignore_eos: bool,
+    /// A grammar the answer must match, in its start state: it masks the
+    /// logits before each sample, and the answer ends where it ends.
+    pub constraint: Option<Constraint>,
+    /// Report each generated token's log-probability with this many most
+    /// likely alternatives (`None`: none reported).
+    pub logprobs: Option<usize>,
 }
 
 impl Default for GenParams {
@@ -30,6 +37,8 @@ impl Default for GenParams {
             sampler: SamplerConfig::default(),
             stop: Vec::new(),
             ignore_eos: false,
+            constraint: None,
+            logprobs: None,
         }
     }
 }
@@ -55,6 +64,9 @@ pub enum StopReason {
 pub enum GenEvent<'a> {
     /// Text that is final (complete UTF-8, not part of a possible stop string).
     Text(&'a str),
+    /// Log-probabilities of the tokens whose text the next `Text` carries
+    /// (only when [`GenParams::logprobs`] asks for them).
+    Logprobs(&'a [TokenLogprob]),
 }
 
 /// A finished generation.
@@ -69,6 +81,8 @@ pub struct Generation {
     /// Bytes of a character the last tokens began but never finished (a
     /// limit cut it): not in `text`, which holds whole characters only.
     pub held_back_bytes: usize,
+    /// Log-probabilities of `tokens` (empty unless [`GenParams::logprobs`]).
+    pub logprobs: Vec<TokenLogprob>,
     /// Timings.
     pub timings: Timings,
 }
@@ -102,7 +116,9 @@ impl Session {
         let mut decoder = Decoder::new(params);
         let mut ttft_ms = 0.0;
         let (mut decode_rounds, mut decode_ms) = (0usize, 0.0f64);
-        let mut emit = |t: &str| on_event(GenEvent::Text(t));
+        let mut emit = |t: &str, lps: &[TokenLogprob]| {
+            (lps.is_empty() || on_event(GenEvent::Logprobs(lps))) && on_event(GenEvent::Text(t))
+        };
         let mut stop = StopReason::MaxTokens;
         // no answer at all for a limit of 0
         let mut more = params.max_tokens > 0;
@@ -130,7 +146,7 @@ impl Session {
                 }
             }
         }
-        let (tokens, text, held_back_bytes) = decoder.finish(&stop, &mut emit);
+        let (tokens, text, held_back_bytes, logprobs) = decoder.finish(&stop, &mut emit);
         let timings = Timings {
             prompt_tokens: prompt.len(),
             cached_tokens: 0,
@@ -145,6 +161,7 @@ impl Session {
             text,
             stop,
             held_back_bytes,
+            logprobs,
             timings,
         })
     }
