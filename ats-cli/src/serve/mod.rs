@@ -12,12 +12,14 @@ mod errors;
 mod fuzz;
 mod listen;
 mod memory;
+mod metrics;
 mod params;
 mod prompt;
 mod queue;
 mod request;
 mod routes;
 mod state;
+mod web;
 mod wire;
 
 use std::net::SocketAddr;
@@ -39,7 +41,9 @@ const EXAMPLES: &str = "Examples:
   curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' \\
     -d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}], \"stream\": true}'
 
-Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health.
+Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,
+GET /v1/ats/state (where the model sits, memory, recent rounds), GET /metrics
+(Prometheus), and GET / (a web page: a chat, and pictures of the engine state).
 Request bodies must be JSON (Content-Type: application/json); web pages on other
 origins may call the server only when --allow-origin names them.
 Sampling flags set the defaults for requests that leave a field unset; without
