@@ -14,6 +14,7 @@ mod fuzz;
 mod listen;
 mod logprobs;
 mod memory;
+mod metrics;
 mod params;
 mod prompt;
 mod queue;
@@ -21,6 +22,7 @@ mod request;
 mod routes;
 mod state;
 mod tools;
+mod web;
 mod wire;
 
 use std::net::SocketAddr;
@@ -43,7 +45,9 @@ const EXAMPLES: &str = "Examples:
     -d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}], \"stream\": true}'
 
 Endpoints: POST /v1/chat/completions, POST /v1/completions, POST /v1/embeddings,
-GET /v1/models, GET /v1/ats/state, GET /health.
+GET /v1/models, GET /health, GET /v1/ats/state (where the model sits, memory,
+recent rounds), GET /metrics (Prometheus), and GET / (a web page: a chat, and
+pictures of the engine state).
 Request bodies must be JSON (Content-Type: application/json); web pages on other
 origins may call the server only when --allow-origin names them.
 Sampling flags set the defaults for requests that leave a field unset; without

@@ -166,7 +166,7 @@ impl Queue {
     ) -> std::io::Result<Queue> {
         let (tx, rx) = channel();
         let stats = Arc::new(Stats::default());
-        let state = SharedState::default();
+        let state = SharedState::new(vision.is_some());
         state.publish(&session, None);
         let s = stats.clone();
         let published = state.clone();

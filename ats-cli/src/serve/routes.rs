@@ -85,6 +85,8 @@ pub fn router(app: Arc<App>, cors: Option<CorsLayer>) -> Router {
         .route("/v1/models", get(models))
         .route("/health", get(health))
         .route("/v1/ats/state", get(engine_state))
+        .route("/metrics", get(super::metrics::metrics))
+        .merge(super::web::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(app);

@@ -85,6 +85,8 @@ pub struct ModelView {
     pub n_ctx: usize,
     /// Sequences at once.
     pub parallel: usize,
+    /// Whether chat messages may carry images (the server has `--mmproj`).
+    pub images: bool,
 }
 
 /// The state shared between the engine thread and the handlers.
@@ -92,6 +94,19 @@ pub struct ModelView {
 pub struct SharedState(Arc<Mutex<EngineState>>);
 
 impl SharedState {
+    /// The state before the first publication; `images` says whether the
+    /// server reads images (the web page offers an upload when it does).
+    pub fn new(images: bool) -> SharedState {
+        let st = EngineState {
+            model: ModelView {
+                images,
+                ..ModelView::default()
+            },
+            ..EngineState::default()
+        };
+        SharedState(Arc::new(Mutex::new(st)))
+    }
+
     /// A copy of the last published state.
     pub fn get(&self) -> EngineState {
         self.lock().clone()
@@ -110,7 +125,10 @@ impl SharedState {
             st.replans = session.planner().replan_stats().clone();
         }
         if st.model.n_layer == 0 {
-            st.model = model_view(session);
+            st.model = ModelView {
+                images: st.model.images,
+                ..model_view(session)
+            };
         }
         st.devices = devices(session);
         st.pool = PoolView {
@@ -142,6 +160,7 @@ fn model_view(session: &Session) -> ModelView {
         bytes: spec.gguf.file_len(),
         n_ctx: session.n_ctx(),
         parallel: session.run_config().parallel,
+        images: false,
     }
 }
 
