@@ -8,7 +8,8 @@
 
 struct Header {
     int wide;   // 0: matvec_* (chunked), 1: matvec_wide_*, 2: matvec_wide_moe_*
-    int dtype;  // GGML type id: 8 Q8_0, 12 Q4_K, 13 Q5_K, 14 Q6_K
+    int dtype;  // GGML type id: 8 Q8_0, 12 Q4_K, 13 Q5_K, 14 Q6_K; chunked only:
+                // 20 IQ4_NL, 23 IQ4_XS, 39 MXFP4
     int rows, cols, n_tok, row_bytes, has_bias;
     int grid, threads;
     // routed experts (wide 2): n_tok is the x rows; the weights hold n_expert
@@ -55,6 +56,9 @@ int main(int argc, char** argv) {
         if (h.wide == 2) BY_TYPE(MOE, matvec_wide_moe_)
         else if (h.wide && h.n_tok == 1) BY_TYPE(MV, matvec_wide1_)
         else if (h.wide) BY_TYPE(MV, matvec_wide_)
+        else if (h.dtype == DT_IQ4_NL) MV(matvec_iq4_nl);
+        else if (h.dtype == DT_IQ4_XS) MV(matvec_iq4_xs);
+        else if (h.dtype == DT_MXFP4) MV(matvec_mxfp4);
         else BY_TYPE(MV, matvec_)
 #undef BY_TYPE
 #undef MOE
