@@ -570,8 +570,8 @@ fn reference_product(deq: &[f32], x: &[f32], bias: Option<&[f32]>, rows: usize) 
 
 #[test]
 fn table_format_matvecs_match_the_reference_under_emulation() {
-    // IQ4_NL, IQ4_XS and MXFP4 through the chunked kernel (deq32): odd
-    // block sizes (18 and 17 bytes) leave rows unaligned
+    // IQ4_NL, IQ4_XS and MXFP4 through the chunked kernel (deq32) and the
+    // wide one: odd block sizes (18 and 17 bytes) leave rows unaligned
     let Some((dir, exe)) = emulator("matvec_iq", Module::Matvec, "matvec_driver.cpp") else {
         return;
     };
@@ -599,10 +599,15 @@ fn table_format_matvecs_match_the_reference_under_emulation() {
             x: &x,
             bias: bias.as_deref(),
         };
-        let got = p.emulate(&exe, &dir, false);
-        let diff = max_diff(&got, &want);
-        eprintln!("{dtype} {rows}x{cols}, {n_tok} tokens: max |diff| {diff:.2e}");
-        assert!(diff < 1e-4, "{dtype} {rows}x{cols}: max |diff| {diff}");
+        for wide in [false, true] {
+            let got = p.emulate(&exe, &dir, wide);
+            let diff = max_diff(&got, &want);
+            eprintln!("{dtype} {rows}x{cols}, {n_tok} tokens, wide {wide}: max |diff| {diff:.2e}");
+            assert!(
+                diff < 1e-4,
+                "{dtype} {rows}x{cols} wide {wide}: max |diff| {diff}"
+            );
+        }
     }
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -621,6 +626,9 @@ fn routed_expert_matvecs_match_the_reference_under_emulation() {
         (DType::Q5K, 256),
         (DType::Q6K, 768),
         (DType::Q8_0, 160),
+        (DType::IQ4NL, 96),
+        (DType::IQ4XS, 256),
+        (DType::MXFP4, 160), // 85-byte rows: experts at every alignment
     ] {
         let wf = values(&mut seed, n_expert * rows * cols, 1.0);
         let w = quant::quantize(dtype, &wf).unwrap();

@@ -21,7 +21,7 @@
 //! search, `d = -s / 32` for the scale `s` of largest magnitude, each scale
 //! rounded to `d * l`, then the indices again with the rounded scales.
 
-use super::iq4_nl::{KVALUES, best_index, decode_nibbles, fit_block, pack_nibbles};
+use super::iq4_nl::{best_index, decode_nibbles, fit_block, pack_nibbles};
 use super::search::nearest_int;
 use super::{f16_at, put_f16};
 
@@ -99,23 +99,6 @@ pub fn quantize_block(x: &[f32; BLOCK_ELEMS], block: &mut [u8; BLOCK_BYTES]) {
     pack_scales(&ls, block);
 }
 
-/// The level values of a block's sub-block `j`, as `(scale, values)` with
-/// `scale = d * (ls_j - 32)`: what kernels multiply.
-pub fn sub_block(block: &[u8], j: usize) -> (f32, [i8; 32]) {
-    let d = f16_at(block, OFF_D);
-    let ls = unpack_scales(block)[j];
-    let qs = &block[OFF_QS + 16 * j..][..16];
-    let v = std::array::from_fn(|i| {
-        let q = if i < 16 {
-            qs[i] & 0x0f
-        } else {
-            qs[i - 16] >> 4
-        };
-        KVALUES[usize::from(q)]
-    });
-    (d * (f32::from(ls) - 32.0), v)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,7 +128,5 @@ mod tests {
         assert_eq!((y[7 * 32 + 15], y[7 * 32 + 31]), (-16.0, 2032.0));
         // sub-blocks with ls 32 are zero
         assert!(y[32..7 * 32].iter().all(|&v| v == 0.0));
-        let (s, v) = sub_block(&b, 7);
-        assert_eq!((s, v[15], v[31]), (-16.0, 1, -127));
     }
 }
