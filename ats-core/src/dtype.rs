@@ -21,10 +21,16 @@ pub enum DType {
     Q4K,
     Q5K,
     Q6K,
+    /// IQ4_NL: 32 non-linear 4-bit levels and an f16 scale per block.
+    IQ4NL,
+    /// IQ4_XS: IQ4_NL's levels in 256-element super-blocks with 6-bit sub-block scales.
+    IQ4XS,
+    /// MXFP4 (OCP microscaling): 32 FP4 (E2M1) values and a power-of-two E8M0 scale.
+    MXFP4,
 }
 
 /// Every supported type, in GGML id order.
-pub const ALL_DTYPES: [DType; 13] = [
+pub const ALL_DTYPES: [DType; 16] = [
     DType::F32,
     DType::F16,
     DType::Q4_0,
@@ -37,7 +43,10 @@ pub const ALL_DTYPES: [DType; 13] = [
     DType::Q4K,
     DType::Q5K,
     DType::Q6K,
+    DType::IQ4NL,
+    DType::IQ4XS,
     DType::BF16,
+    DType::MXFP4,
 ];
 
 /// Elements per super-block of the K-quant formats.
@@ -82,10 +91,8 @@ pub fn ggml_layout(id: u32) -> Option<GgmlLayout> {
         17 => ("IQ2_XS", 256, 74),
         18 => ("IQ3_XXS", 256, 98),
         19 => ("IQ1_S", 256, 50),
-        20 => ("IQ4_NL", 32, 18),
         21 => ("IQ3_S", 256, 110),
         22 => ("IQ2_S", 256, 82),
-        23 => ("IQ4_XS", 256, 136),
         24 => ("I8", 1, 1),
         25 => ("I16", 1, 2),
         26 => ("I32", 1, 4),
@@ -94,7 +101,6 @@ pub fn ggml_layout(id: u32) -> Option<GgmlLayout> {
         29 => ("IQ1_M", 256, 56),
         34 => ("TQ1_0", 256, 54),
         35 => ("TQ2_0", 256, 66),
-        39 => ("MXFP4", 32, 17),
         40 => ("NVFP4", 64, 36),
         41 => ("Q1_0", 128, 18),
         42 => ("Q2_0", 64, 18),
@@ -130,7 +136,10 @@ impl DType {
             12 => DType::Q4K,
             13 => DType::Q5K,
             14 => DType::Q6K,
+            20 => DType::IQ4NL,
+            23 => DType::IQ4XS,
             30 => DType::BF16,
+            39 => DType::MXFP4,
             _ => return None,
         })
     }
@@ -150,7 +159,10 @@ impl DType {
             DType::Q4K => 12,
             DType::Q5K => 13,
             DType::Q6K => 14,
+            DType::IQ4NL => 20,
+            DType::IQ4XS => 23,
             DType::BF16 => 30,
+            DType::MXFP4 => 39,
         }
     }
 
@@ -159,7 +171,8 @@ impl DType {
         match self {
             DType::F32 | DType::F16 | DType::BF16 => 1,
             DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 => 32,
-            DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K => QK_K,
+            DType::IQ4NL | DType::MXFP4 => 32,
+            DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K | DType::IQ4XS => QK_K,
         }
     }
 
@@ -178,6 +191,9 @@ impl DType {
             DType::Q4K => 144,
             DType::Q5K => 176,
             DType::Q6K => 210,
+            DType::IQ4NL => 18,
+            DType::IQ4XS => 136,
+            DType::MXFP4 => 17,
         }
     }
 
@@ -224,6 +240,9 @@ impl DType {
             DType::Q4K => "Q4_K",
             DType::Q5K => "Q5_K",
             DType::Q6K => "Q6_K",
+            DType::IQ4NL => "IQ4_NL",
+            DType::IQ4XS => "IQ4_XS",
+            DType::MXFP4 => "MXFP4",
         }
     }
 
@@ -261,11 +280,11 @@ mod tests {
     }
 
     #[test]
-    fn mxfp4_is_an_explicit_unsupported_type() {
-        let e = DType::from_ggml(39).unwrap_err();
+    fn iq2_xxs_is_an_explicit_unsupported_type() {
+        let e = DType::from_ggml(16).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "tensor type MXFP4 (ggml id 39) is not supported"
+            "tensor type IQ2_XXS (ggml id 16) is not supported"
         );
         assert_eq!(DType::from_ggml(1000), Err(DTypeError::Unknown(1000)));
     }
@@ -276,6 +295,9 @@ mod tests {
         assert_eq!(DType::Q4_0.bits_per_weight(), 4.5);
         assert_eq!(DType::Q4K.bits_per_weight(), 4.5);
         assert_eq!(DType::Q6K.bits_per_weight(), 6.5625);
+        assert_eq!(DType::IQ4NL.bits_per_weight(), 4.5);
+        assert_eq!(DType::IQ4XS.bits_per_weight(), 4.25);
+        assert_eq!(DType::MXFP4.bits_per_weight(), 4.25);
         assert_eq!(DType::Q8_0.bytes_for(64), Some(68));
         assert_eq!(DType::Q8_0.bytes_for(33), None);
         assert_eq!(DType::F32.bytes_for(u64::MAX), None);

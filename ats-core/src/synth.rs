@@ -415,6 +415,16 @@ fn fix_block(dtype: DType, b: &mut [u8], a: f32) {
             b[80..82].copy_from_slice(&h(a / 12.0));
             b[82..84].copy_from_slice(&h(a / 8.0));
         }
+        // w = d * level, levels in [-127, 113]
+        DType::IQ4NL => b[..2].copy_from_slice(&h(a / 127.0)),
+        // w = d (ls - 32) level with every ls = 33 (low nibbles 1, high bits 2)
+        DType::IQ4XS => {
+            b[..2].copy_from_slice(&h(a / 127.0));
+            b[2..4].copy_from_slice(&0xaaaau16.to_le_bytes());
+            b[4..8].fill(0x11);
+        }
+        // w = 2^(e - 128) * level, levels in [-12, 12]
+        DType::MXFP4 => b[0] = (128.0 + (a / 12.0).log2().round()).clamp(0.0, 255.0) as u8,
     }
 }
 

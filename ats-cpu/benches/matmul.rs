@@ -85,6 +85,11 @@ fn shapes() -> Vec<(String, DType, usize, usize)> {
     v.push(("down_4096x14336_q6_k".into(), DType::Q6K, 4096, 14336));
     // Q5_K_M: gate/up in Q5_K
     v.push(("gate_14336x4096_q5_k".into(), DType::Q5K, 14336, 4096));
+    // the same matrix in the table formats of IQ4_XS / IQ4_NL downloads
+    v.push(("gate_14336x4096_iq4_xs".into(), DType::IQ4XS, 14336, 4096));
+    v.push(("gate_14336x4096_iq4_nl".into(), DType::IQ4NL, 14336, 4096));
+    // gpt-oss-20b: one expert's gate/up projection (2880 x 2880) in MXFP4
+    v.push(("expert_2880x2880_mxfp4".into(), DType::MXFP4, 2880, 2880));
     v
 }
 

@@ -479,6 +479,9 @@ fn type_id(dtype: DType) -> i32 {
         DType::Q4K => 12,
         DType::Q5K => 13,
         DType::Q6K => 14,
+        DType::IQ4NL => 20,
+        DType::IQ4XS => 23,
+        DType::MXFP4 => 39,
         _ => unreachable!("the test's types"),
     }
 }
@@ -550,6 +553,65 @@ fn decode_matvec_kernels_match_the_reference_under_emulation() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// `y = x W^T (+ bias)` in f64 from the dequantised weights.
+fn reference_product(deq: &[f32], x: &[f32], bias: Option<&[f32]>, rows: usize) -> Vec<f32> {
+    let cols = deq.len() / rows;
+    x.chunks_exact(cols)
+        .flat_map(|xt| {
+            (0..rows).map(move |r| {
+                let dot: f64 = (0..cols)
+                    .map(|c| deq[r * cols + c] as f64 * xt[c] as f64)
+                    .sum();
+                (dot + bias.map_or(0.0, |b| b[r] as f64)) as f32
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn table_format_matvecs_match_the_reference_under_emulation() {
+    // IQ4_NL, IQ4_XS and MXFP4 through the chunked kernel (deq32) and the
+    // wide one: odd block sizes (18 and 17 bytes) leave rows unaligned
+    let Some((dir, exe)) = emulator("matvec_iq", Module::Matvec, "matvec_driver.cpp") else {
+        return;
+    };
+    let mut seed = 23u64;
+    let cases = [
+        (DType::IQ4NL, 19, 96, 1, true),
+        (DType::IQ4NL, 7, 1024, 8, false),
+        (DType::IQ4XS, 19, 512, 1, true),
+        (DType::IQ4XS, 5, 768, 3, false),
+        (DType::MXFP4, 19, 96, 1, true),
+        (DType::MXFP4, 6, 544, 8, false),
+    ];
+    for (dtype, rows, cols, n_tok, with_bias) in cases {
+        let wf = values(&mut seed, rows * cols, 1.0);
+        let w = quant::quantize(dtype, &wf).unwrap();
+        let deq = quant::dequantize(dtype, &w, rows * cols).unwrap();
+        let x = values(&mut seed, n_tok * cols, 1.0);
+        let bias = with_bias.then(|| values(&mut seed, rows, 1.0));
+        let want = reference_product(&deq, &x, bias.as_deref(), rows);
+        let p = Product {
+            dtype,
+            rows,
+            cols,
+            w: &w,
+            x: &x,
+            bias: bias.as_deref(),
+        };
+        for wide in [false, true] {
+            let got = p.emulate(&exe, &dir, wide);
+            let diff = max_diff(&got, &want);
+            eprintln!("{dtype} {rows}x{cols}, {n_tok} tokens, wide {wide}: max |diff| {diff:.2e}");
+            assert!(
+                diff < 1e-4,
+                "{dtype} {rows}x{cols} wide {wide}: max |diff| {diff}"
+            );
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn routed_expert_matvecs_match_the_reference_under_emulation() {
     let Some((dir, exe)) = emulator("moe", Module::Matvec, "matvec_driver.cpp") else {
@@ -564,6 +626,9 @@ fn routed_expert_matvecs_match_the_reference_under_emulation() {
         (DType::Q5K, 256),
         (DType::Q6K, 768),
         (DType::Q8_0, 160),
+        (DType::IQ4NL, 96),
+        (DType::IQ4XS, 256),
+        (DType::MXFP4, 160), // 85-byte rows: experts at every alignment
     ] {
         let wf = values(&mut seed, n_expert * rows * cols, 1.0);
         let w = quant::quantize(dtype, &wf).unwrap();

@@ -48,7 +48,7 @@ pub struct TensorInfo {
     pub ne: Vec<u64>,
     /// GGML type id; [`TensorInfo::dtype`] says whether ATS supports it.
     pub ggml_type: u32,
-    /// llama.cpp's name of the type (`Q4_K`, `MXFP4`).
+    /// llama.cpp's name of the type (`Q4_K`, `IQ2_XXS`).
     pub type_name: &'static str,
     /// Offset of the data from the start of the data section.
     pub offset: u64,

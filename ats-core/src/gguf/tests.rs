@@ -188,10 +188,10 @@ fn hostile_tensors_are_named_errors() {
     assert!(e.contains("outside"), "{e}");
     let e = err_of(with_tensor(&[4, 2], 0, 3, 64));
     assert!(e.contains("not aligned"), "{e}");
-    // MXFP4 is a known layout: the file reads, the tensor's type is an explicit error
-    let f = GgufFile::from_bytes(with_tensor(&[32, 2], 39, 0, 64)).unwrap();
+    // IQ2_XXS is a known layout: the file reads, the tensor's type is an explicit error
+    let f = GgufFile::from_bytes(with_tensor(&[256, 2], 16, 0, 160)).unwrap();
     let e = f.tensors()[0].dtype().unwrap_err().to_string();
-    assert!(e.contains("MXFP4") && e.contains("not supported"), "{e}");
+    assert!(e.contains("IQ2_XXS") && e.contains("not supported"), "{e}");
     let e = err_of(with_tensor(&[4, 2], 77, 0, 64));
     assert!(e.contains("unknown tensor type id 77"), "{e}");
     let e = err_of(with_tensor(&[33], 8, 0, 64));

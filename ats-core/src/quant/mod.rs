@@ -1,5 +1,5 @@
 //! Reference (de)quantisation of every element type ATS runs: plain floats and
-//! llama.cpp's block formats.
+//! llama.cpp's block formats (legacy, K-quants, IQ4_NL / IQ4_XS and MXFP4).
 //!
 //! Each format lives in its own module and is described there byte by byte.
 //! The code works on the byte layout itself (little-endian, f16 through the
@@ -11,9 +11,10 @@
 //!
 //! Dequantisation is bit-exact with ggml's `to_float` (and gguf-py). Every
 //! quantiser reproduces ggml's reference quantiser byte for byte (for the
-//! K-quants: `llama-quantize` without an importance matrix), checked against
-//! the fixtures. One deliberate addition: ggml's K-quant search is not
-//! idempotent, so values that already lie on a K-quant grid are re-encoded
+//! K-quants, IQ4_NL and IQ4_XS: `llama-quantize` without an importance
+//! matrix), checked against the fixtures and, for IQ4_NL / IQ4_XS, against
+//! vectors ggml made (`tests/data/iq4.*`). One deliberate addition: ggml's
+//! K-quant search is not idempotent, so values that already lie on a K-quant grid are re-encoded
 //! exactly instead (see `exact.rs`): requantising dequantised weights gives
 //! back the same values bit for bit.
 //!
@@ -26,6 +27,9 @@ use crate::dtype::DType;
 
 mod exact;
 mod float;
+pub mod iq4_nl;
+pub mod iq4_xs;
+pub mod mxfp4;
 pub mod q2_k;
 pub mod q3_k;
 pub mod q4_0;
@@ -124,6 +128,9 @@ pub fn dequantize_row(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<(), Q
         DType::Q4K => for_blocks(src, dst, q4_k::dequantize_block),
         DType::Q5K => for_blocks(src, dst, q5_k::dequantize_block),
         DType::Q6K => for_blocks(src, dst, q6_k::dequantize_block),
+        DType::IQ4NL => for_blocks(src, dst, iq4_nl::dequantize_block),
+        DType::IQ4XS => for_blocks(src, dst, iq4_xs::dequantize_block),
+        DType::MXFP4 => for_blocks(src, dst, mxfp4::dequantize_block),
     }
     Ok(())
 }
@@ -147,6 +154,9 @@ pub fn quantize_row(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<(), Qua
         DType::Q4K => for_blocks_mut(src, dst, q4_k::quantize_block),
         DType::Q5K => for_blocks_mut(src, dst, q5_k::quantize_block),
         DType::Q6K => for_blocks_mut(src, dst, q6_k::quantize_block),
+        DType::IQ4NL => for_blocks_mut(src, dst, iq4_nl::quantize_block),
+        DType::IQ4XS => for_blocks_mut(src, dst, iq4_xs::quantize_block),
+        DType::MXFP4 => for_blocks_mut(src, dst, mxfp4::quantize_block),
     }
     Ok(())
 }

@@ -335,6 +335,138 @@ __device__ __forceinline__ void mvw_q8_0(const u8* __restrict__ w, u64 row_bytes
     mvw_store(acc, row0, rows, n_tok, y, bias);
 }
 
+// 16 bytes at any address (MXFP4 blocks are 17 bytes) from aligned words,
+// without reading past the 16 bytes: the last 1..3 come a byte at a time
+// (a tensor's last block may end the allocation).
+__device__ __forceinline__ uint4 ld16_a1(const u8* p) {
+    const u64 a = (u64)p;
+    const int s = (int)(a & 3);
+    const u32* w = (const u32*)(a & ~(u64)3);
+    uint4 r;
+    r.x = w[0];
+    r.y = w[1];
+    r.z = w[2];
+    r.w = w[3];
+    if (s) {
+        u32 tail = 0;
+        for (int i = 0; i < s; i++) tail |= (u32)p[16 - s + i] << (8 * i);
+        const int lo = 8 * s, hi = 32 - 8 * s;
+        r.x = (r.x >> lo) | (r.y << hi);
+        r.y = (r.y >> lo) | (r.z << hi);
+        r.z = (r.z >> lo) | (r.w << hi);
+        r.w = (r.w >> lo) | (tail << hi);
+    }
+    return r;
+}
+
+// Dot product of 32 packed 4-bit table indices (16 bytes: element i in the
+// low nibble of byte i, element 16 + i in the high one) with x0 (elements
+// 0..16) and x1 (16..32), the table packed as in quant.cuh.
+__device__ __forceinline__ float table_dot(const uint4& q, u64 lo, u64 hi, const float* x0,
+                                           const float* x1) {
+    float dot = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        const int b = (int)piece_byte(q, i);
+        dot += kv_level(lo, hi, b & 0x0f) * x0[i] + kv_level(lo, hi, b >> 4) * x1[i];
+    }
+    return dot;
+}
+
+// IQ4_NL (18-byte blocks: the f16 scale 2-byte aligned) and MXFP4 (17-byte
+// blocks, any alignment; an E8M0 scale byte): a piece is one block, its 16
+// bytes of indices read through aligned words and looked up in registers.
+template <int NT, bool NL>
+__device__ __forceinline__ void mvw_t4(const u8* __restrict__ w, u64 row_bytes, int rows,
+                                       int cols, const float* __restrict__ x, int n_tok,
+                                       float* __restrict__ y, const float* __restrict__ bias) {
+    constexpr int BYTES = NL ? 18 : 17;
+    constexpr u64 LO = NL ? IQ4NL_LO : MXFP4_LO, HI = NL ? IQ4NL_HI : MXFP4_HI;
+    const int lane = threadIdx.x % WARP;
+    const int row0 = (blockIdx.x * MVW_WARPS + threadIdx.x / WARP) * MVW_ROWS;
+    if (row0 >= rows) return;  // the whole warp
+    float acc[MVW_ROWS][NT] = {};
+    const int pieces = cols / 32;
+    for (int pc = lane; pc < pieces; pc += WARP) {
+        uint4 q[MVW_ROWS];
+        float d[MVW_ROWS];
+#pragma unroll
+        for (int r = 0; r < MVW_ROWS; r++) {
+            const u8* blk = w + (u64)min(row0 + r, rows - 1) * row_bytes + (u64)pc * BYTES;
+            if constexpr (NL) {
+                d[r] = h2f(*(const u16*)blk);
+                q[r] = ld16_a2(blk + 2);
+            } else {
+                d[r] = e8m0_half(blk[0]);
+                q[r] = ld16_a1(blk + 1);
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t < n_tok) {
+                const float* xt = x + (u64)t * cols + 32 * pc;
+                float x0[16], x1[16];
+                load16(xt, x0);
+                load16(xt + 16, x1);
+#pragma unroll
+                for (int r = 0; r < MVW_ROWS; r++) acc[r][t] += d[r] * table_dot(q[r], LO, HI, x0, x1);
+            }
+        }
+    }
+    mvw_store(acc, row0, rows, n_tok, y, bias);
+}
+
+template <int NT>
+__device__ __forceinline__ void mvw_iq4_nl(const u8* __restrict__ w, u64 row_bytes, int rows,
+                                           int cols, const float* __restrict__ x, int n_tok,
+                                           float* __restrict__ y, const float* __restrict__ bias) {
+    mvw_t4<NT, true>(w, row_bytes, rows, cols, x, n_tok, y, bias);
+}
+
+template <int NT>
+__device__ __forceinline__ void mvw_mxfp4(const u8* __restrict__ w, u64 row_bytes, int rows,
+                                          int cols, const float* __restrict__ x, int n_tok,
+                                          float* __restrict__ y, const float* __restrict__ bias) {
+    mvw_t4<NT, false>(w, row_bytes, rows, cols, x, n_tok, y, bias);
+}
+
+// IQ4_XS: piece p (0..7) of a 136-byte block (8-byte aligned in a row of
+// whole blocks) is sub-block p: indices at 8 + 16p, scale d * (ls_p - 32).
+template <int NT>
+__device__ __forceinline__ void mvw_iq4_xs(const u8* __restrict__ w, u64 row_bytes, int rows,
+                                           int cols, const float* __restrict__ x, int n_tok,
+                                           float* __restrict__ y, const float* __restrict__ bias) {
+    const int lane = threadIdx.x % WARP;
+    const int row0 = (blockIdx.x * MVW_WARPS + threadIdx.x / WARP) * MVW_ROWS;
+    if (row0 >= rows) return;  // the whole warp
+    float acc[MVW_ROWS][NT] = {};
+    const int pieces = cols / 32;
+    for (int pc = lane; pc < pieces; pc += WARP) {
+        const int b = pc >> 3, p = pc & 7;
+        uint4 q[MVW_ROWS];
+        float dl[MVW_ROWS];
+#pragma unroll
+        for (int r = 0; r < MVW_ROWS; r++) {
+            const u8* blk = w + (u64)min(row0 + r, rows - 1) * row_bytes + (u64)b * 136;
+            dl[r] = h2f(*(const u16*)blk) * (float)(iq4xs_scale(blk, p) - 32);
+            q[r] = ld16_a2(blk + 8 + 16 * p);
+        }
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t < n_tok) {
+                const float* xt = x + (u64)t * cols + 32 * pc;
+                float x0[16], x1[16];
+                load16(xt, x0);
+                load16(xt + 16, x1);
+#pragma unroll
+                for (int r = 0; r < MVW_ROWS; r++)
+                    acc[r][t] += dl[r] * table_dot(q[r], IQ4NL_LO, IQ4NL_HI, x0, x1);
+            }
+        }
+    }
+    mvw_store(acc, row0, rows, n_tok, y, bias);
+}
+
 // matvec_wide_*: up to MV_MAX_TOKENS tokens; matvec_wide1_*: one (decode).
 #define MVW_KERNEL(NAME)                                                                         \
     extern "C" __global__ void __launch_bounds__(MVW_WARPS * WARP)                               \
@@ -368,7 +500,13 @@ MVW_KERNEL(q4_k)
 MVW_KERNEL(q5_k)
 MVW_KERNEL(q6_k)
 MVW_KERNEL(q8_0)
+MVW_KERNEL(iq4_nl)
+MVW_KERNEL(iq4_xs)
+MVW_KERNEL(mxfp4)
 MVW_MOE_KERNEL(q4_k)
 MVW_MOE_KERNEL(q5_k)
 MVW_MOE_KERNEL(q6_k)
 MVW_MOE_KERNEL(q8_0)
+MVW_MOE_KERNEL(iq4_nl)
+MVW_MOE_KERNEL(iq4_xs)
+MVW_MOE_KERNEL(mxfp4)

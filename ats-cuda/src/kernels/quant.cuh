@@ -18,7 +18,40 @@
 #define DT_Q4_K 12
 #define DT_Q5_K 13
 #define DT_Q6_K 14
+#define DT_IQ4_NL 20
+#define DT_IQ4_XS 23
 #define DT_BF16 30
+#define DT_MXFP4 39
+
+// The 16-level tables of the 4-bit table formats, one signed byte per
+// index, packed into two words (indices 0..8, 8..16) so that a lookup is a
+// shift in registers: no constant-memory table to declare for NVRTC and the
+// host emulator alike. IQ4_NL / IQ4_XS: ggml's kvalues_iq4nl; MXFP4: the
+// E2M1 values doubled (kvalues_mxfp4), whose scale is halved to match.
+#define IQ4NL_LO 0xf6eaddcfbfad9881ull
+#define IQ4NL_HI 0x7159453526190d01ull
+#define MXFP4_LO 0x0c08060403020100ull
+#define MXFP4_HI 0xf4f8fafcfdfeff00ull
+
+// Level of 4-bit index q (0..15) in the table packed as (lo, hi).
+__device__ __forceinline__ float kv_level(u64 lo, u64 hi, int q) {
+    const u64 w = q < 8 ? lo : hi;
+    return (float)(i8)(u8)(w >> (8 * (q & 7)));
+}
+
+// Half the value of an E8M0 exponent, 2^(e - 128), bit for bit as ggml
+// builds it (the two smallest are subnormal).
+__device__ __forceinline__ float e8m0_half(int e) {
+    return __uint_as_float(e < 2 ? (0x00200000u << e) : ((u32)(e - 1) << 23));
+}
+
+// The 6-bit scale of IQ4_XS sub-block j: low nibble from scales_l (byte
+// 4 + j / 2), high 2 bits from the u16 scales_h (bytes 2..4).
+__device__ __forceinline__ int iq4xs_scale(const u8* b, int j) {
+    const int lo = (b[4 + j / 2] >> (4 * (j & 1))) & 0x0f;
+    const int hi = ((b[2 + j / 4] >> (2 * (j & 3))) & 3);
+    return lo | (hi << 4);
+}
 
 // Q4_K / Q5_K packed 6-bit scale and min of sub-block j.
 __device__ __forceinline__ void scale_min_k4(int j, const u8* s, int* sc, int* m) {
@@ -106,6 +139,29 @@ __device__ __forceinline__ void deq32(const u8* __restrict__ row, int c, float* 
             if constexpr (DT == DT_Q5_K) q |= ((b[16 + l] >> sub) & 1) << 4;
             v[l] = __fsub_rn(__fmul_rn(d1, (float)q), m1);
         }
+    } else if constexpr (DT == DT_IQ4_NL || DT == DT_MXFP4) {
+        constexpr bool NL = DT == DT_IQ4_NL;
+        const u8* b = row + (NL ? 18 : 17) * c;
+        const float d = NL ? ld_f16(b) : e8m0_half(b[0]);
+        const u8* qs = b + (NL ? 2 : 1);
+        const u64 lo = NL ? IQ4NL_LO : MXFP4_LO, hi = NL ? IQ4NL_HI : MXFP4_HI;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            const int q = qs[j];
+            v[j] = __fmul_rn(d, kv_level(lo, hi, q & 0x0f));
+            v[j + 16] = __fmul_rn(d, kv_level(lo, hi, q >> 4));
+        }
+    } else if constexpr (DT == DT_IQ4_XS) {
+        const u8* b = row + 136 * (c >> 3);
+        const int sub = c & 7;
+        const float dl = __fmul_rn(ld_f16(b), (float)(iq4xs_scale(b, sub) - 32));
+        const u8* qs = b + 8 + 16 * sub;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            const int q = qs[j];
+            v[j] = __fmul_rn(dl, kv_level(IQ4NL_LO, IQ4NL_HI, q & 0x0f));
+            v[j + 16] = __fmul_rn(dl, kv_level(IQ4NL_LO, IQ4NL_HI, q >> 4));
+        }
     } else if constexpr (DT == DT_Q6_K) {
         const u8* b = row + 210 * (c >> 3);
         const int sub = c & 7, h = sub >> 2, s = sub & 3;
@@ -184,6 +240,9 @@ __device__ __forceinline__ u64 row_bytes_of(int dt, u64 cols) {
         case DT_Q4_K: return cols / 256 * 144;
         case DT_Q5_K: return cols / 256 * 176;
         case DT_Q6_K: return cols / 256 * 210;
+        case DT_IQ4_NL: return cols / 32 * 18;
+        case DT_IQ4_XS: return cols / 256 * 136;
+        case DT_MXFP4: return cols / 32 * 17;
     }
     return 0;
 }
@@ -202,7 +261,10 @@ __device__ __forceinline__ u64 row_bytes_of(int dt, u64 cols) {
     MACRO(q3_k, DT_Q3_K)      \
     MACRO(q4_k, DT_Q4_K)      \
     MACRO(q5_k, DT_Q5_K)      \
-    MACRO(q6_k, DT_Q6_K)
+    MACRO(q6_k, DT_Q6_K)      \
+    MACRO(iq4_nl, DT_IQ4_NL)  \
+    MACRO(iq4_xs, DT_IQ4_XS)  \
+    MACRO(mxfp4, DT_MXFP4)
 
 // The float types, whose rows may end inside a chunk.
 #define FOR_EACH_FLOAT_DTYPE(MACRO) \

@@ -1,8 +1,9 @@
 //! `y = x W^T (+ bias)` for every weight type.
 //!
 //! - Up to [`MV_MAX_TOKENS`] tokens (decode): `matvec_*`, which reads each
-//!   weight row once and dequantises it in registers; for Q4_K, Q5_K, Q6_K
-//!   and Q8_0 `matvec_wide_*`, with 16-byte loads and two rows per warp.
+//!   weight row once and dequantises it in registers; for Q4_K, Q5_K, Q6_K,
+//!   Q8_0, IQ4_NL, IQ4_XS and MXFP4 `matvec_wide_*`, with 16-byte loads and
+//!   two rows per warp.
 //! - More tokens with cuBLAS: F32 weights go to an f32 GEMM in place (no
 //!   TF32); F16 weights to an f16 GEMM with the activations converted to f16;
 //!   BF16 weights are dequantised to f32 tiles; quantised weights are
@@ -51,10 +52,11 @@ pub(crate) fn node(n: &Node<'_>, scratch: &mut Carver) -> Result<(), DeviceError
 
 /// The type suffix of the wide decode kernels (`matvec_wide_*`,
 /// `matvec_wide_moe_*`) for `w`, when there are some for its type: Q4_K and
-/// Q5_K (16-byte loads: the weight 16-byte aligned), Q6_K and Q8_0 (2-byte
-/// aligned blocks, read through aligned words); the activations 16-byte
-/// aligned. Every matrix of a stacked (expert) weight is aligned as its first
-/// is: their sizes are whole 16-byte multiples (Q4_K, Q5_K) or even.
+/// Q5_K (16-byte loads: the weight 16-byte aligned), Q6_K, Q8_0, IQ4_NL and
+/// IQ4_XS (2-byte aligned blocks, read through aligned words), MXFP4 (any
+/// alignment); the activations 16-byte aligned. Every matrix of a stacked
+/// (expert) weight is aligned as its first is: their sizes are whole 16-byte
+/// multiples (Q4_K, Q5_K) or even (MXFP4 needs nothing).
 pub(crate) fn wide_suffix(w: &WeightRef, x: CUdeviceptr) -> Option<&'static str> {
     if !x.is_multiple_of(16) {
         return None;
@@ -65,6 +67,9 @@ pub(crate) fn wide_suffix(w: &WeightRef, x: CUdeviceptr) -> Option<&'static str>
         DType::Q5K if k_quant && w.ptr.is_multiple_of(16) => Some("q5_k"),
         DType::Q6K if k_quant && w.ptr.is_multiple_of(4) => Some("q6_k"),
         DType::Q8_0 if w.cols.is_multiple_of(32) && w.ptr.is_multiple_of(4) => Some("q8_0"),
+        DType::IQ4NL if w.cols.is_multiple_of(32) && w.ptr.is_multiple_of(4) => Some("iq4_nl"),
+        DType::IQ4XS if k_quant && w.ptr.is_multiple_of(4) => Some("iq4_xs"),
+        DType::MXFP4 if w.cols.is_multiple_of(32) => Some("mxfp4"),
         _ => None,
     }
 }

@@ -61,6 +61,9 @@ pub fn dtype_suffix(d: DType) -> &'static str {
         DType::Q4K => "q4_k",
         DType::Q5K => "q5_k",
         DType::Q6K => "q6_k",
+        DType::IQ4NL => "iq4_nl",
+        DType::IQ4XS => "iq4_xs",
+        DType::MXFP4 => "mxfp4",
     }
 }
 

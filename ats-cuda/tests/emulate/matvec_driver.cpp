@@ -8,7 +8,8 @@
 
 struct Header {
     int wide;   // 0: matvec_* (chunked), 1: matvec_wide_*, 2: matvec_wide_moe_*
-    int dtype;  // GGML type id: 8 Q8_0, 12 Q4_K, 13 Q5_K, 14 Q6_K
+    int dtype;  // GGML type id: 8 Q8_0, 12 Q4_K, 13 Q5_K, 14 Q6_K, 20 IQ4_NL,
+                // 23 IQ4_XS, 39 MXFP4
     int rows, cols, n_tok, row_bytes, has_bias;
     int grid, threads;
     // routed experts (wide 2): n_tok is the x rows; the weights hold n_expert
@@ -50,6 +51,9 @@ int main(int argc, char** argv) {
         case DT_Q5_K: M(PREFIX##q5_k); break;           \
         case DT_Q6_K: M(PREFIX##q6_k); break;           \
         case DT_Q8_0: M(PREFIX##q8_0); break;           \
+        case DT_IQ4_NL: M(PREFIX##iq4_nl); break;       \
+        case DT_IQ4_XS: M(PREFIX##iq4_xs); break;       \
+        case DT_MXFP4: M(PREFIX##mxfp4); break;         \
         default: std::abort();                          \
     }
         if (h.wide == 2) BY_TYPE(MOE, matvec_wide_moe_)

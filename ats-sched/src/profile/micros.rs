@@ -171,6 +171,9 @@ pub(super) fn dtypes(quick: bool) -> Vec<DType> {
             DType::Q4K,
             DType::Q5K,
             DType::Q6K,
+            DType::IQ4NL,
+            DType::IQ4XS,
+            DType::MXFP4,
         ]
     }
 }

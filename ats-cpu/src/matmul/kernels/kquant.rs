@@ -1,10 +1,12 @@
-//! Kernels shared by the K-quant formats (Q2_K .. Q6_K) against Q8_K
-//! activations.
+//! Kernels shared by the K-quant formats (Q2_K .. Q6_K) and IQ4_XS against
+//! Q8_K activations.
 //!
 //! Each format's super-block of 256 values is first unpacked into one
-//! canonical form, [`Canon`]: unsigned values `q` (0..=63), and per group of
+//! canonical form, [`Canon`]: values `q` (unsigned 0..=63, or for
+//! [`SuperBlock::SIGNED`] formats signed bytes -127..=127), and per group of
 //! 16 values a scale `sc` and a min `mn` (both small integers), with two
-//! float factors, so that `w = d * sc * q - dmin * mn`. Symmetric formats
+//! float factors, so that `w = d * sc * q - dmin * mn`. IQ4_XS has no mins
+//! (`mn = 0`, `dmin = 0`, so its min term adds exactly zero). Symmetric formats
 //! (Q3_K, Q6_K) store their offset as a min: `d * sc * (q - 32)` is
 //! `d * sc * q - d * (32 sc)`. Against Q8_K activations `x = dx * qx` with
 //! group sums `bsum`:
@@ -23,7 +25,8 @@ pub(super) const QK_K: usize = 256;
 #[repr(C, align(32))]
 #[derive(Clone, Debug)]
 pub(super) struct Canon {
-    /// Unsigned values, 0..=63.
+    /// Values: unsigned 0..=63, or the bytes of signed values for
+    /// [`SuperBlock::SIGNED`] formats.
     pub q: [u8; QK_K],
     /// Scales per 32 values, as the integer kernels want them: `scx[v]` is
     /// `sc` of group `2v` in lanes 0..8 and of group `2v + 1` in lanes 8..16.
@@ -62,14 +65,19 @@ impl Canon {
     /// The 256 weights as floats, computed like ggml's `dequantize_row_*`
     /// (`(d * sc) * q - dmin * mn`) so tests can compare them bit for bit.
     #[cfg(test)]
-    pub(super) fn dequantize(&self, sym_offset: Option<i32>) -> Vec<f32> {
+    pub(super) fn dequantize(&self, sym_offset: Option<i32>, signed: bool) -> Vec<f32> {
         (0..QK_K)
             .map(|k| {
                 let g = k / 16;
                 let sc = self.sc(g) as f32;
+                let q = if signed {
+                    self.q[k] as i8 as i32
+                } else {
+                    self.q[k] as i32
+                };
                 match sym_offset {
-                    Some(off) => self.d * sc * (self.q[k] as i32 - off) as f32,
-                    None => self.d * sc * self.q[k] as f32 - self.dmin * self.mn[g] as f32,
+                    Some(off) => self.d * sc * (q - off) as f32,
+                    None => self.d * sc * q as f32 - self.dmin * self.mn[g] as f32,
                 }
             })
             .collect()
@@ -84,6 +92,9 @@ pub(super) trait SuperBlock {
     /// summed in int16: `2 * 4 * max_q * 127 < 2^15` gives 4 up to 5-bit
     /// values, 2 for 6-bit (Q6_K).
     const I16_SUMS: usize;
+    /// Whether the canonical values are signed bytes (IQ4_XS) rather than
+    /// unsigned: the kernels then move the signs onto the activations.
+    const SIGNED: bool = false;
 
     /// Unpacks one super-block into `c`.
     fn unpack(block: &[u8], c: &mut Canon);
@@ -129,7 +140,11 @@ pub(super) fn dot_scalar<K: SuperBlock>(row: &[u8], acts: &QuantActs, t: usize) 
         for g in 0..16 {
             let x = &xq[g / 2].0[(g % 2) * 16..(g % 2) * 16 + 16];
             let q = &c.q[g * 16..g * 16 + 16];
-            let dot: i32 = q.iter().zip(x).map(|(&q, &x)| q as i32 * x as i32).sum();
+            let dot: i32 = q
+                .iter()
+                .zip(x)
+                .map(|(&q, &x)| value::<K>(q) * x as i32)
+                .sum();
             isum += c.sc(g) as i32 * dot;
             msum += c.mn[g] as i32 * bsums[g] as i32;
         }
@@ -138,6 +153,12 @@ pub(super) fn dot_scalar<K: SuperBlock>(row: &[u8], acts: &QuantActs, t: usize) 
         acc = (msum as f32).mul_add(-c.dmin * dx, acc);
     }
     acc
+}
+
+/// A canonical value as an integer.
+#[inline]
+fn value<K: SuperBlock>(q: u8) -> i32 {
+    if K::SIGNED { q as i8 as i32 } else { q as i32 }
 }
 
 /// Decodes the 12 packed bytes of Q4_K / Q5_K scales into 8 six-bit scales
@@ -264,6 +285,19 @@ mod avx2 {
         _mm_cvtsi128_si32(s)
     }
 
+    /// Pairwise products of canonical values `w` and activations `x`, summed
+    /// in pairs into int16: `maddubs` takes unsigned weights, so signed ones
+    /// give their signs to the activations first.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in crate::matmul::kernels) fn maddubs<K: SuperBlock>(w: __m256i, x: __m256i) -> __m256i {
+        if K::SIGNED {
+            _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
+        } else {
+            _mm256_maddubs_epi16(w, x)
+        }
+    }
+
     /// Stores 16 group scales and mins (i16, group order) into `c`, expanding
     /// the scales to the per-32 vectors the kernels multiply with.
     #[inline]
@@ -342,10 +376,7 @@ mod avx2 {
                                 _mm256_load_si256(c.scx[v].as_ptr() as *const __m256i),
                             )
                         };
-                        isum = _mm256_add_epi32(
-                            isum,
-                            _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv), s),
-                        );
+                        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(maddubs::<K>(w, xv), s));
                     }
                     // SAFETY: the bsums of (t, b) exist (t < t_pad); 32 bytes each.
                     let msum = unsafe {
@@ -425,7 +456,7 @@ mod avx2 {
                     // SAFETY: vector u of super-block b of this token group; aligned.
                     let x = unsafe { _mm256_load_si256(x8.add(64 * b + u)) };
                     for i in 0..MR {
-                        let p = _mm256_maddubs_epi16(_mm256_set1_epi32(q[i][u] as i32), x);
+                        let p = maddubs::<K>(_mm256_set1_epi32(q[i][u] as i32), x);
                         s16[i] = _mm256_add_epi16(s16[i], p);
                     }
                     if (u + 1) % K::I16_SUMS == 0 {

@@ -1,9 +1,11 @@
 //! Kernels shared by the 32-element block formats (Q4_0, Q4_1, Q5_0, Q5_1,
-//! Q8_0) against 8-bit activations.
+//! Q8_0, IQ4_NL, MXFP4) against 8-bit activations.
 //!
 //! A weight block decodes to `w_k = d * q_k + c`: integer `q_k` (0..=31, or
-//! -128..=127 for Q8_0) and a per-block constant `c` (`-8d`, `-16d`, the min
-//! `m`, or none). An activation block is `x_k = dx * qx_k` with
+//! signed for Q8_0 and the table formats IQ4_NL and MXFP4, whose nibbles
+//! index a table of small integers) and a per-block constant `c` (`-8d`,
+//! `-16d`, the min `m`, or none). `d` is an f16, or for MXFP4 a power of two
+//! stored as its exponent. An activation block is `x_k = dx * qx_k` with
 //! `s = dx * sum(qx)`, so `sum_k w_k x_k = d * dx * sum(q_k qx_k) + c * s`,
 //! as ggml computes it.
 //!
@@ -12,6 +14,8 @@
 //! `acc = fma(isum, d * dx, acc)` and `acc = fma(c, s, acc)` in f32. Only the
 //! lanes differ (rows, tokens), so results are bit-identical across
 //! instruction sets, tile shapes, batch sizes and threads.
+
+use ats_core::quant::mxfp4::e8m0_to_f32_half;
 
 use super::kquant::f16_at;
 use crate::matmul::acts::{ActFormat, QuantActs};
@@ -26,7 +30,15 @@ pub(super) enum BlockC {
     Min,
 }
 
-/// A 32-element block format; every block starts with its f16 scale `d`.
+/// How a block stores its scale `d`, always at its first byte.
+pub(super) enum BlockScale {
+    /// An f16.
+    F16,
+    /// An E8M0 exponent `e` for `2^(e - 128)` (MXFP4, with doubled levels).
+    E8m0Half,
+}
+
+/// A 32-element block format; every block starts with its scale `d`.
 pub(super) trait LegacyBlock {
     /// Bytes per block.
     const BYTES: usize;
@@ -36,6 +48,8 @@ pub(super) trait LegacyBlock {
     const SIGNED: bool;
     /// The block constant.
     const C: BlockC;
+    /// How the scale is stored.
+    const SCALE: BlockScale = BlockScale::F16;
     /// How many `maddubs` results (pairs of products) may be summed in int16
     /// without overflow: 8 for 4-bit values (8 x 2 x 15 x 127 < 2^15), 4 for
     /// 5-bit, 1 for 8-bit.
@@ -59,7 +73,10 @@ pub(super) const fn has_c<B: LegacyBlock>() -> bool {
 
 /// Scale `d` and constant `c` of `block`.
 pub(super) fn scales<B: LegacyBlock>(block: &[u8]) -> (f32, f32) {
-    let d = f16_at(block, 0);
+    let d = match B::SCALE {
+        BlockScale::F16 => f16_at(block, 0),
+        BlockScale::E8m0Half => e8m0_to_f32_half(block[0]),
+    };
     let c = match B::C {
         BlockC::None => 0.0,
         BlockC::Offset(k) => k * d,
@@ -97,7 +114,7 @@ pub(super) use avx2::{rows4 as rows4_avx2, tokens8 as tokens8_avx2};
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{BlockC, LegacyBlock, has_c};
+    use super::{BlockC, BlockScale, LegacyBlock, e8m0_to_f32_half, has_c};
     use crate::matmul::acts::QuantActs;
 
     /// The f16 at byte `at` of each of 4 blocks, as 4 f32 lanes.
@@ -128,7 +145,13 @@ mod avx2 {
     ) -> (__m128, __m128) {
         // SAFETY: blocks start with d, and with the min after it (caller).
         unsafe {
-            let d = f16x4(p, 0);
+            let d = match B::SCALE {
+                BlockScale::F16 => f16x4(p, 0),
+                BlockScale::E8m0Half => {
+                    let [a, b, c, e] = p.map(|p| e8m0_to_f32_half(p.read()));
+                    _mm_setr_ps(a, b, c, e)
+                }
+            };
             let c = match B::C {
                 BlockC::None => _mm_setzero_ps(),
                 BlockC::Offset(k) => _mm_mul_ps(_mm_set1_ps(k), d),

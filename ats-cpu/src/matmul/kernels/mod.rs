@@ -3,14 +3,18 @@
 //!
 //! Each type file holds the type's block decoding in scalar and SIMD form;
 //! the loops around it are shared by family: [`float`] (F32, F16, BF16),
-//! [`legacy`] (32-element blocks) and [`kquant`] (256-element super-blocks).
+//! [`legacy`] (32-element blocks, IQ4_NL and MXFP4 among them) and [`kquant`]
+//! (256-element super-blocks, IQ4_XS among them).
 
 mod bf16;
 mod f16;
 mod f32;
 mod float;
+mod iq4_nl;
+mod iq4_xs;
 mod kquant;
 mod legacy;
+mod mxfp4;
 mod q2_k;
 mod q3_k;
 mod q4_0;
@@ -59,6 +63,9 @@ pub(super) fn run(
         DType::Q4K => run_kquant::<q4_k::Q4K>(w, x, n_tokens, y, isa, acts),
         DType::Q5K => run_kquant::<q5_k::Q5K>(w, x, n_tokens, y, isa, acts),
         DType::Q6K => run_kquant::<q6_k::Q6K>(w, x, n_tokens, y, isa, acts),
+        DType::IQ4NL => run_legacy::<iq4_nl::Iq4Nl>(w, x, n_tokens, y, isa, acts),
+        DType::IQ4XS => run_kquant::<iq4_xs::Iq4Xs>(w, x, n_tokens, y, isa, acts),
+        DType::MXFP4 => run_legacy::<mxfp4::Mxfp4>(w, x, n_tokens, y, isa, acts),
     }
 }
 

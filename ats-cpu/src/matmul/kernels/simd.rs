@@ -87,3 +87,23 @@ pub(super) fn store_tokens8<const MR: usize>(acc: [__m256; MR], out: &mut [[f32;
         }
     }
 }
+
+/// 16 bytes of packed 4-bit indices at `p` looked up in a 16-entry byte
+/// table (IQ4_NL, IQ4_XS, MXFP4): entry of the low nibbles in bytes 0..16,
+/// of the high ones in 16..32.
+///
+/// # Safety
+/// `p` must be valid for reading 16 bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn table_nibbles(p: *const u8, table: &[i8; 16]) -> __m256i {
+    // SAFETY: 16 readable bytes at `p` (caller); `table` is 16 bytes.
+    let (idx, t) = unsafe {
+        (
+            nibbles(p),
+            _mm_loadu_si128(table.as_ptr() as *const __m128i),
+        )
+    };
+    // the shuffle looks up within each 128-bit lane: the table in both
+    _mm256_shuffle_epi8(_mm256_set_m128i(t, t), idx)
+}

@@ -6,7 +6,10 @@ use ats_core::DType;
 use super::float::FloatElem;
 use super::kquant::{Canon, SuperBlock};
 use super::legacy::LegacyBlock;
-use super::{bf16, f16, f32, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0};
+use super::{
+    bf16, f16, f32, iq4_nl, iq4_xs, mxfp4, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k,
+    q8_0,
+};
 use crate::matmul::Isa;
 
 /// One row of `dtype` dequantised through the kernels' decoding for `isa`
@@ -26,6 +29,9 @@ pub(in crate::matmul) fn decode_row(dtype: DType, row: &[u8], isa: Isa) -> Vec<f
         DType::Q4K => kquant::<q4_k::Q4K>(row, isa, None),
         DType::Q5K => kquant::<q5_k::Q5K>(row, isa, None),
         DType::Q6K => kquant::<q6_k::Q6K>(row, isa, Some(32)),
+        DType::IQ4NL => legacy::<iq4_nl::Iq4Nl>(row, isa),
+        DType::IQ4XS => kquant::<iq4_xs::Iq4Xs>(row, isa, None),
+        DType::MXFP4 => legacy::<mxfp4::Mxfp4>(row, isa),
     }
 }
 
@@ -91,7 +97,7 @@ fn kquant<K: SuperBlock>(row: &[u8], isa: Isa, sym_offset: Option<i32>) -> Vec<f
             }
             assert_eq!(c.d.to_bits(), c.dmin.to_bits());
         }
-        out.extend(c.dequantize(sym_offset));
+        out.extend(c.dequantize(sym_offset, K::SIGNED));
     }
     out
 }

@@ -1,6 +1,8 @@
-//! The dequantisation fixture (`dequant.gguf` + gguf-py's values): the test
-//! reference dequantiser and the kernels' own block decoding must both match
-//! it bit for bit, and the matmul of its rows must match the f64 reference.
+//! The dequantisation fixture (`dequant.gguf` + gguf-py's values; for
+//! IQ4_NL and IQ4_XS, which it lacks, ats-core's `tests/data/iq4_mxfp4_ref.gguf`
+//! made the same way): the test reference dequantiser and the kernels' own
+//! block decoding must both match it bit for bit, and the matmul of its rows
+//! must match the f64 reference.
 
 use std::path::PathBuf;
 
@@ -28,33 +30,51 @@ fn fixture_dir() -> PathBuf {
 struct Fixture {
     gguf: GgufFile,
     values: Vec<u8>,
+    /// [4, 512] rows of IQ4_NL, IQ4_XS and MXFP4 by ggml, and gguf-py's
+    /// values (`<TYPE>.deq`); its first two source rows are the fixture's.
+    iq: GgufFile,
 }
 
 fn load() -> Fixture {
     let dir = fixture_dir();
     let gguf = GgufFile::open(dir.join("dequant.gguf")).expect("dequant.gguf");
     let values = std::fs::read(dir.join("dequant.safetensors")).expect("dequant.safetensors");
-    Fixture { gguf, values }
+    let iq =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../ats-core/tests/data/iq4_mxfp4_ref.gguf");
+    let iq = GgufFile::open(&iq).unwrap_or_else(|e| panic!("{}: {e}", iq.display()));
+    Fixture { gguf, values, iq }
 }
 
+/// The f32 rows the reference dequantises `name` (a type, or `source`) to.
 fn expected(f: &Fixture, name: &str) -> Vec<f32> {
     let st = safetensors::SafeTensors::deserialize(&f.values).unwrap();
-    let t = st.tensor(name).unwrap();
-    assert_eq!(t.shape(), &[2, 512]);
-    t.data()
-        .chunks_exact(4)
+    let data = match st.tensor(name) {
+        Ok(t) => {
+            assert_eq!(t.shape(), &[2, 512]);
+            t.data()
+        }
+        Err(_) => {
+            let info = f.iq.tensor(&format!("{name}.deq")).expect(name);
+            f.iq.tensor_data(info)
+        }
+    };
+    data.chunks_exact(4)
         .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
         .collect()
 }
 
 fn weights<'a>(f: &'a Fixture, dtype: DType) -> WeightMatrix<'a> {
-    let info = f
-        .gguf
-        .tensor(dtype.name())
-        .unwrap_or_else(|| panic!("no tensor {dtype}"));
+    let (file, info) = match f.gguf.tensor(dtype.name()) {
+        Some(info) => (&f.gguf, info),
+        None => (
+            &f.iq,
+            f.iq.tensor(dtype.name()).expect("tensor of the type"),
+        ),
+    };
     assert_eq!(info.dtype().unwrap(), dtype);
-    assert_eq!((info.n_rows(), info.row_len()), (2, 512));
-    WeightMatrix::new(dtype, 2, 512, f.gguf.tensor_data(info)).unwrap()
+    assert_eq!(info.row_len(), 512);
+    let rows = info.n_rows();
+    WeightMatrix::new(dtype, rows, 512, file.tensor_data(info)).unwrap()
 }
 
 #[test]
@@ -64,7 +84,7 @@ fn reference_dequantiser_is_bit_exact() {
         let w = weights(&f, dtype);
         let want = expected(&f, dtype.name());
         let rb = w.row_bytes().unwrap();
-        for r in 0..2 {
+        for r in 0..w.rows {
             let got = dequantize(dtype, &w.data[r * rb..(r + 1) * rb], 512).w;
             for (k, (g, e)) in got.iter().zip(&want[r * 512..]).enumerate() {
                 assert_eq!(
@@ -91,7 +111,7 @@ fn kernel_block_decoding_is_exact_on_every_isa() {
             let w = weights(&f, dtype);
             let want = expected(&f, dtype.name());
             let rb = w.row_bytes().unwrap();
-            for r in 0..2 {
+            for r in 0..w.rows {
                 let got = decode_row(dtype, &w.data[r * rb..(r + 1) * rb], isa);
                 for (k, (g, e)) in got.iter().zip(&want[r * 512..]).enumerate() {
                     assert!(
@@ -132,16 +152,16 @@ fn fixture_rows_times_fixture_source() {
     for isa in Isa::available() {
         for dtype in ALL_DTYPES {
             let w = weights(&f, dtype);
-            let mut y = vec![0f32; 4];
+            let mut y = vec![0f32; 2 * w.rows];
             matmul(&w, &x, 2, &mut y, isa).unwrap();
             let rb = w.row_bytes().unwrap();
             for t in 0..2 {
                 let xt = &x[t * 512..(t + 1) * 512];
                 let a = quantize_acts(dtype, xt);
-                for r in 0..2 {
+                for r in 0..w.rows {
                     let deq = dequantize(dtype, &w.data[r * rb..(r + 1) * rb], 512);
                     let e = expect(dtype, &deq, xt, &a);
-                    let got = y[t * 2 + r] as f64;
+                    let got = y[t * w.rows + r] as f64;
                     assert!(
                         (got - e.emulated).abs() <= e.tol_emulated,
                         "{isa} {dtype} t{t} r{r}: {got} vs {}",

@@ -60,6 +60,10 @@ pub(super) fn weights(dtype: DType, rows: usize, cols: usize, r: &mut StdRng) ->
                         put_f16(b, 2, scale(r, 1e-4));
                     }
                     DType::Q6K => put_f16(b, 208, scale(r, 1e-4)),
+                    DType::IQ4NL => put_f16(b, 0, scale(r, 1e-4)),
+                    DType::IQ4XS => put_f16(b, 0, scale(r, 1e-5)),
+                    // 2^(e - 128) for e in 100..140: scales from 4e-9 to 4e3
+                    DType::MXFP4 => b[0] = r.random_range(100..140),
                     _ => unreachable!(),
                 }
             }

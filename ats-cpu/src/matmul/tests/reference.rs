@@ -184,6 +184,56 @@ pub(super) fn dequantize(dtype: DType, row: &[u8], cols: usize) -> Deq {
                 }
             }
         }
+        // ggml's kvalues_iq4nl; MXFP4: kvalues_mxfp4 (E2M1 doubled) with an
+        // E8M0 scale 2^(e - 128) built from its bits.
+        DType::IQ4NL | DType::MXFP4 => {
+            const NL: [i8; 16] = [
+                -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+            ];
+            const FP4: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+            for b in row.chunks_exact(bs) {
+                let (d, qs, table) = if dtype == DType::IQ4NL {
+                    (h(b, 0), &b[2..18], &NL)
+                } else {
+                    let e = u32::from(b[0]);
+                    let bits = if e < 2 {
+                        0x0020_0000 << e
+                    } else {
+                        (e - 1) << 23
+                    };
+                    (f32::from_bits(bits), &b[1..17], &FP4)
+                };
+                let lo = qs.iter().map(|&q| d * table[(q & 0x0f) as usize] as f32);
+                let hi = qs.iter().map(|&q| d * table[(q >> 4) as usize] as f32);
+                w.extend(lo.collect::<Vec<_>>());
+                w.extend(hi.collect::<Vec<_>>());
+            }
+        }
+        DType::IQ4XS => {
+            const NL: [i8; 16] = [
+                -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+            ];
+            for b in row.chunks_exact(bs) {
+                let d = h(b, 0);
+                let sh = u16::from_le_bytes([b[2], b[3]]);
+                for ib in 0..8 {
+                    let ls = ((b[4 + ib / 2] >> (4 * (ib % 2))) & 0x0f) as i32
+                        | ((((sh >> (2 * ib)) & 3) as i32) << 4);
+                    let dl = d * (ls - 32) as f32;
+                    let qs = &b[8 + 16 * ib..24 + 16 * ib];
+                    w.extend(
+                        qs.iter()
+                            .map(|&q| dl * NL[(q & 0x0f) as usize] as f32)
+                            .collect::<Vec<_>>(),
+                    );
+                    w.extend(
+                        qs.iter()
+                            .map(|&q| dl * NL[(q >> 4) as usize] as f32)
+                            .collect::<Vec<_>>(),
+                    );
+                }
+            }
+        }
         DType::Q6K => {
             for b in row.chunks_exact(bs) {
                 let d = h(b, 208);
@@ -231,7 +281,7 @@ pub(super) fn quantize_acts(dtype: DType, x: &[f32]) -> ActRef {
             xhat: x.iter().map(|&v| v as f64).collect(),
             s_err: vec![0.0; nb],
         },
-        DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K => {
+        DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K | DType::IQ4XS => {
             let mut xhat = Vec::with_capacity(x.len());
             for b in x.chunks_exact(256) {
                 let (mut amax, mut max) = (0f32, 0f32);
