@@ -133,6 +133,14 @@ pub enum KeyRange<'a> {
         /// Keys before the first query.
         offset: usize,
     },
+    /// The last `window` keys up to the query's own: `offset + r + 1 - window
+    /// ..= offset + r` (sliding-window attention).
+    Sliding {
+        /// Keys before the first query.
+        offset: usize,
+        /// Keys each query sees at most, its own included.
+        window: usize,
+    },
     /// All keys.
     Full,
     /// The keys of the query's segment; `bounds` are cumulative row counts from 0.
@@ -146,6 +154,10 @@ impl KeyRange<'_> {
     pub(crate) fn of(&self, r: usize, n_keys: usize) -> (usize, usize) {
         match *self {
             KeyRange::Causal { offset } => (0, (offset + r + 1).min(n_keys)),
+            KeyRange::Sliding { offset, window } => {
+                let hi = (offset + r + 1).min(n_keys);
+                ((offset + r + 1).saturating_sub(window).min(hi), hi)
+            }
             KeyRange::Full => (0, n_keys),
             KeyRange::Segments { bounds } => {
                 let s = bounds.partition_point(|&b| b <= r);
@@ -280,6 +292,23 @@ pub fn flash_attention(
     out: &mut [f32],
     s: AttnShape,
 ) {
+    flash_attention_sinks(q, kv, range, None, out, s)
+}
+
+/// [`flash_attention`] where head `h`'s softmax also counts `sinks[h]` as
+/// one more score whose value is zero: `out = sum_j e^(s_j) v_j / (sum_j
+/// e^(s_j) + e^(sinks[h]))` (gpt-oss's attention sinks).
+pub fn flash_attention_sinks(
+    q: &[f32],
+    kv: KvRows<'_>,
+    range: KeyRange<'_>,
+    sinks: Option<&[f32]>,
+    out: &mut [f32],
+    s: AttnShape,
+) {
+    if let Some(sk) = sinks {
+        assert!(sk.len() >= s.n_heads, "one sink per query head");
+    }
     let hd = s.head_dim;
     let group = s.n_heads / s.n_kv_heads;
     let q_width = s.n_heads * hd;
@@ -289,7 +318,7 @@ pub fn flash_attention(
         "attention output too small"
     );
     if let Some(splits) = decode_attention::splits(&s) {
-        return decode_attention::split_attention(q, kv, range, out, s, splits);
+        return decode_attention::split_attention(q, kv, range, sinks, out, s, splits);
     }
     let shared = SharedOut {
         ptr: out.as_mut_ptr(),
@@ -302,6 +331,8 @@ pub fn flash_attention(
             let r0 = b * qb;
             let rows = qb.min(s.n_queries - r0);
             block(q, kv, range, s, g, r0, rows, sc);
+            let group_sinks = sinks.map(|sk| &sk[g * group..(g + 1) * group]);
+            finish(sc, rows, group, hd, group_sinks);
             for i in 0..rows {
                 // SAFETY: task (g, b) alone writes rows r0..r0+rows, columns of head group g.
                 let dst = unsafe { shared.region((r0 + i) * q_width + g * group * hd, group * hd) };
@@ -370,9 +401,26 @@ fn block(
         }
         kb += n;
     }
+}
+
+/// Normalises a task's `rows x group` accumulators by their softmax sums,
+/// counting head `h`'s sink logit `sinks[h]` (of the task's group) as one
+/// more term of the sum.
+fn finish(sc: &mut Scratch, rows: usize, group: usize, hd: usize, sinks: Option<&[f32]>) {
     for idx in 0..rows * group {
-        let inv = if l[idx] > 0.0 { 1.0 / l[idx] } else { 0.0 };
-        scale(&mut acc[idx * hd..][..hd], inv);
+        let acc = &mut sc.acc[idx * hd..][..hd];
+        let (m, l) = (sc.m[idx], sc.l[idx]);
+        let inv = match sinks {
+            _ if m == f32::NEG_INFINITY || l <= 0.0 => 0.0,
+            None => 1.0 / l,
+            Some(sk) => {
+                let sink = sk[idx % group];
+                let mx = m.max(sink);
+                let c = (m - mx).exp();
+                c / (l * c + (sink - mx).exp())
+            }
+        };
+        scale(acc, inv);
     }
 }
 

@@ -27,6 +27,23 @@ pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
     }
 }
 
+/// gpt-oss's clamped SwiGLU: `g = min(gate, limit)`, `u = clamp(up, -limit,
+/// limit)`, `out = g * sigmoid(alpha g) * (u + 1)`. NaN stays NaN (as
+/// PyTorch's clamp keeps it), rather than becoming the bound.
+pub fn swiglu_oai(gate: &[f32], up: &[f32], alpha: f32, limit: f32, out: &mut [f32]) {
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        let g = if g > limit { limit } else { g };
+        let u = if u > limit {
+            limit
+        } else if u < -limit {
+            -limit
+        } else {
+            u
+        };
+        *o = g / (1.0 + (-alpha * g).exp()) * (u + 1.0);
+    }
+}
+
 /// Exact GELU, `x * Phi(x)`.
 pub fn gelu_erf(x: f32) -> f32 {
     0.5 * x * (1.0 + erf(x / std::f32::consts::SQRT_2))

@@ -23,6 +23,8 @@ pub struct RopeTable {
     pub component: [i32; ROPE_MAX_PAIRS],
     /// Frequency-factor index of each pair.
     pub factor_index: [i32; ROPE_MAX_PAIRS],
+    /// Scale of cos and sin ([`RopeSpec::mscale`]).
+    pub mscale: f32,
 }
 
 // SAFETY: plain old data with the C layout of the kernel's struct.
@@ -45,6 +47,7 @@ pub fn table(spec: &RopeSpec, components: usize) -> Result<(usize, RopeTable), S
         inv_freq: [0.0; ROPE_MAX_PAIRS],
         component: [0; ROPE_MAX_PAIRS],
         factor_index: [0; ROPE_MAX_PAIRS],
+        mscale: spec.mscale(),
     };
     for i in 0..n_pairs {
         let (c, j) = spec.pair_source(i);
@@ -131,6 +134,7 @@ mod tests {
             head_dim,
             rot_dim,
             theta: 10000.0,
+            yarn: None,
         }
     }
 
