@@ -427,3 +427,99 @@ fn harmony_template_and_tokenizer_agree_with_transformers() {
     assert!(tok.is_eog(id("<|return|>")) && tok.is_eog(id("<|call|>")));
     assert!(!tok.is_eog(id("<|end|>")));
 }
+
+/// The fixture with metadata changed by `edit` (`None` removes the key) and
+/// without the tensors `drop` names.
+fn edited(
+    edit: &[(&str, Option<ats_core::gguf::Value>)],
+    drop: &[&str],
+) -> Result<ModelSpec, String> {
+    use ats_core::gguf::{GgufFile, GgufWriter};
+    let src = GgufFile::open(gguf()).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in src.metadata.iter() {
+        if !edit.iter().any(|(e, _)| *e == k) {
+            w.kv(k, v.clone());
+        }
+    }
+    for (k, v) in edit {
+        if let Some(v) = v {
+            w.kv(*k, v.clone());
+        }
+    }
+    let mut data = Vec::new();
+    for t in src
+        .tensors()
+        .iter()
+        .filter(|t| !drop.contains(&t.name.as_str()))
+    {
+        w.tensor(&t.name, t.ne.clone(), t.dtype().unwrap()).unwrap();
+        data.push(src.tensor_data(t).to_vec());
+    }
+    let f = GgufFile::from_bytes(w.to_bytes(&data).unwrap()).unwrap();
+    ModelSpec::from_gguf(Arc::new(f)).map_err(|e| e.to_string())
+}
+
+#[test]
+fn bad_gpt_oss_files_are_named_errors_and_patterns_are_read() {
+    use ats_core::gguf::Value;
+    let err = |edit: &[(&str, Option<Value>)], drop: &[&str]| edited(edit, drop).unwrap_err();
+    assert_eq!(
+        err(&[("gpt-oss.attention.sliding_window", None)], &[]),
+        "missing metadata key \"gpt-oss.attention.sliding_window\""
+    );
+    assert_eq!(
+        err(&[("gpt-oss.rope.scaling.factor", None)], &[]),
+        "missing metadata key \"gpt-oss.rope.scaling.factor\""
+    );
+    let e = err(
+        &[(
+            "gpt-oss.rope.scaling.yarn_log_multiplier",
+            Some(Value::F32(0.1)),
+        )],
+        &[],
+    );
+    assert!(
+        e.contains("gpt-oss.rope.scaling.yarn_log_multiplier"),
+        "{e}"
+    );
+    let e = err(
+        &[(
+            "gpt-oss.attention.sliding_window_pattern",
+            Some(Value::str("every other")),
+        )],
+        &[],
+    );
+    assert!(
+        e.contains("gpt-oss.attention.sliding_window_pattern"),
+        "{e}"
+    );
+    let e = err(&[], &["blk.2.attn_sinks.weight"]);
+    assert!(e.contains("blk.2.attn_sinks.weight"), "{e}");
+    let e = err(&[], &["blk.0.ffn_down_exps.bias"]);
+    assert!(e.contains("blk.0.ffn_down_exps.bias"), "{e}");
+    // YaRN is read for gpt-oss only: other architectures still refuse it
+    // (see ats-core's specs); an explicit pattern overrides gpt-oss's own
+    let every_third = edited(
+        &[(
+            "gpt-oss.attention.sliding_window_pattern",
+            Some(Value::U32(3)),
+        )],
+        &[],
+    )
+    .unwrap();
+    assert_eq!(every_third.hp.swa_layers, [true, true, false, true]);
+    let flags = Value::Array(
+        ats_core::gguf::ValueType::Bool,
+        [false, true, true, false]
+            .into_iter()
+            .map(Value::Bool)
+            .collect(),
+    );
+    let listed = edited(
+        &[("gpt-oss.attention.sliding_window_pattern", Some(flags))],
+        &[],
+    )
+    .unwrap();
+    assert_eq!(listed.hp.swa_layers, [false, true, true, false]);
+}

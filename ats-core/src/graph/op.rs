@@ -351,6 +351,47 @@ mod tests {
     use super::*;
 
     #[test]
+    fn yarn_keeps_fast_pairs_and_interpolates_slow_ones() {
+        // gpt-oss: head 64, theta 150000, factor 32 over 4096 tokens; the
+        // ramp runs from pair 8.09 to 17.40 (rounded: 8 to 18)
+        let y = Yarn {
+            factor: 32.0,
+            orig_ctx: 4096,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            attn_factor: Yarn::default_attn_factor(32.0),
+            truncate: false,
+        };
+        let spec = |yarn| RopeSpec {
+            kind: RopeKind::Neox,
+            n_heads: 1,
+            head_dim: 64,
+            rot_dim: 64,
+            theta: 150000.0,
+            yarn,
+        };
+        let (plain, scaled) = (spec(None), spec(Some(y)));
+        assert_eq!(plain.mscale(), 1.0);
+        assert!((scaled.mscale() - 1.346_573_6).abs() < 1e-6);
+        for i in 0..=8 {
+            assert_eq!(scaled.inv_freq(i), plain.inv_freq(i), "pair {i}");
+        }
+        for i in 18..32 {
+            let want = plain.inv_freq(i) / 32.0;
+            assert!((scaled.inv_freq(i) - want).abs() <= 1e-6 * want, "pair {i}");
+        }
+        // inside the ramp the two conventions differ
+        let keep = y.extrapolation(12, 64, 150000.0);
+        let keep_rounded = Yarn {
+            truncate: true,
+            ..y
+        }
+        .extrapolation(12, 64, 150000.0);
+        assert!((keep - (1.0 - (12.0 - 8.092_779) / (17.398_024 - 8.092_779))).abs() < 1e-5);
+        assert!((keep_rounded - (1.0 - 4.0 / 10.0)).abs() < 1e-6);
+    }
+
+    #[test]
     fn experts_chosen_reads_ids_not_weights() {
         // two rows of top-2: ids (3, 1) then (1, 9: none), weights after each
         let vals: [f32; 8] = [3.0, 1.0, 0.7, 0.3, 1.0, 9.0, 0.5, 0.5];

@@ -430,6 +430,18 @@ mod tests {
 
     /// Plain softmax attention with the full score row, in f64.
     fn naive(q: &[f32], k: &[f32], v: &[f32], range: KeyRange<'_>, s: AttnShape) -> Vec<f32> {
+        naive_sinks(q, k, v, range, None, s)
+    }
+
+    /// [`naive`] with each head's sink logit as one more score of no value.
+    fn naive_sinks(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        range: KeyRange<'_>,
+        sinks: Option<&[f32]>,
+        s: AttnShape,
+    ) -> Vec<f32> {
         let hd = s.head_dim;
         let group = s.n_heads / s.n_kv_heads;
         let mut out = vec![0.0; s.n_queries * s.n_heads * hd];
@@ -448,9 +460,17 @@ mod tests {
                             * s.scale as f64
                     })
                     .collect();
-                let mx = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let sink = sinks.map(|sk| sk[h] as f64);
+                let mx = sc
+                    .iter()
+                    .cloned()
+                    .chain(sink)
+                    .fold(f64::NEG_INFINITY, f64::max);
                 let e: Vec<f64> = sc.iter().map(|x| (x - mx).exp()).collect();
-                let z: f64 = e.iter().sum();
+                let z: f64 = e.iter().sum::<f64>() + sink.map_or(0.0, |x| (x - mx).exp());
+                if lo >= hi {
+                    continue; // no key: zeros, whatever the sink
+                }
                 for d in 0..hd {
                     let mut acc = 0.0;
                     for (jj, j) in (lo..hi).enumerate() {
@@ -537,6 +557,94 @@ mod tests {
                 .map(|(a, b)| (a - b).abs())
                 .fold(0.0, f32::max);
             assert!(err < 2e-3, "f16 err {err}");
+        }
+    }
+
+    #[test]
+    fn sliding_windows_and_sinks_match_naive_attention() {
+        let sinks = [0.5f32, -1.0, 2.5, 0.0];
+        for (nq, nk, range, with_sinks) in [
+            // decode past the window: the key-split path, most splits empty
+            (
+                1usize,
+                700usize,
+                KeyRange::Sliding {
+                    offset: 699,
+                    window: 128,
+                },
+                true,
+            ),
+            (
+                3,
+                700,
+                KeyRange::Sliding {
+                    offset: 697,
+                    window: 8,
+                },
+                true,
+            ),
+            (1, 700, KeyRange::Causal { offset: 699 }, true),
+            // a prefill chunk whose rows see different windows
+            (
+                40,
+                40,
+                KeyRange::Sliding {
+                    offset: 0,
+                    window: 8,
+                },
+                true,
+            ),
+            (
+                33,
+                100,
+                KeyRange::Sliding {
+                    offset: 67,
+                    window: 16,
+                },
+                false,
+            ),
+            (20, 20, KeyRange::Causal { offset: 0 }, true),
+            (8, 300, KeyRange::Full, true),
+        ] {
+            let s = AttnShape {
+                n_heads: 4,
+                n_kv_heads: 2,
+                head_dim: 16,
+                scale: 0.25,
+                n_queries: nq,
+                n_keys: nk,
+                q_block: 7,
+            };
+            let q = data(nq * 64, 1.0);
+            let k = data(nk * 32, 2.0);
+            let v = data(nk * 32, 3.0);
+            let sk = with_sinks.then_some(&sinks[..]);
+            let want = naive_sinks(&q, &k, &v, range, sk, s);
+            let mut out = vec![f32::NAN; nq * 64];
+            flash_attention_sinks(
+                &q,
+                KvRows::contiguous(KvData::F32 { k: &k, v: &v }),
+                range,
+                sk,
+                &mut out,
+                s,
+            );
+            let err = want
+                .iter()
+                .zip(&out)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f32::max);
+            assert!(err < 1e-5, "{nq}x{nk} {range:?}: err {err}");
+            // the sinks and the window change the answer (the test can fail)
+            let plain = naive(&q, &k, &v, KeyRange::Causal { offset: nk - nq }, s);
+            if !matches!(range, KeyRange::Full) {
+                let moved = plain
+                    .iter()
+                    .zip(&out)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0, f32::max);
+                assert!(moved > 1e-3 || !with_sinks && matches!(range, KeyRange::Causal { .. }));
+            }
         }
     }
 

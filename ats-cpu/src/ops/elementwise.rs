@@ -107,4 +107,18 @@ mod tests {
         swiglu(&[1.0, 0.0], &[2.0, 3.0], &mut out);
         assert_eq!(out, [2.0 * silu(1.0), 0.0]);
     }
+
+    #[test]
+    fn clamped_swiglu_clamps_gate_above_and_up_both_ways() {
+        let glu = |g: f32| g / (1.0 + (-1.702 * g).exp());
+        let gate = [1.0f32, 9.0, -9.0, 1.0, f32::NAN];
+        let up = [2.0f32, 0.5, 0.5, -20.0, 1.0];
+        let mut out = [0.0; 5];
+        swiglu_oai(&gate, &up, 1.702, 7.0, &mut out);
+        assert_eq!(out[0], glu(1.0) * 3.0);
+        assert_eq!(out[1], glu(7.0) * 1.5); // gate clamped to 7
+        assert_eq!(out[2], glu(-9.0) * 1.5); // not clamped below
+        assert_eq!(out[3], glu(1.0) * -6.0); // up clamped to -7
+        assert!(out[4].is_nan());
+    }
 }
