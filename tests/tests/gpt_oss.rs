@@ -434,8 +434,17 @@ fn edited(
     edit: &[(&str, Option<ats_core::gguf::Value>)],
     drop: &[&str],
 ) -> Result<ModelSpec, String> {
+    edited_file(&gguf(), edit, drop)
+}
+
+/// [`edited`] of the model file at `path`.
+fn edited_file(
+    path: &std::path::Path,
+    edit: &[(&str, Option<ats_core::gguf::Value>)],
+    drop: &[&str],
+) -> Result<ModelSpec, String> {
     use ats_core::gguf::{GgufFile, GgufWriter};
-    let src = GgufFile::open(gguf()).unwrap();
+    let src = GgufFile::open(path).unwrap();
     let mut w = GgufWriter::new();
     for (k, v) in src.metadata.iter() {
         if !edit.iter().any(|(e, _)| *e == k) {
@@ -499,7 +508,15 @@ fn bad_gpt_oss_files_are_named_errors_and_patterns_are_read() {
     let e = err(&[], &["blk.0.ffn_down_exps.bias"]);
     assert!(e.contains("blk.0.ffn_down_exps.bias"), "{e}");
     // YaRN is read for gpt-oss only: other architectures still refuse it
-    // (see ats-core's specs); an explicit pattern overrides gpt-oss's own
+    let llama = ats_tests::fixtures().join("llama/llama-f32.gguf");
+    let e = edited_file(
+        &llama,
+        &[("llama.rope.scaling.type", Some(Value::str("yarn")))],
+        &[],
+    )
+    .unwrap_err();
+    assert!(e.contains("\"yarn\"") && e.contains("for llama"), "{e}");
+    // an explicit pattern overrides gpt-oss's own
     let every_third = edited(
         &[(
             "gpt-oss.attention.sliding_window_pattern",

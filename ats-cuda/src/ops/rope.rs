@@ -168,6 +168,15 @@ mod tests {
 
     #[test]
     fn the_table_has_the_kernel_layout() {
-        assert_eq!(std::mem::size_of::<RopeTable>(), 12 * ROPE_MAX_PAIRS);
+        // three per-pair arrays of 4-byte values, then the cos/sin scale
+        assert_eq!(std::mem::size_of::<RopeTable>(), 12 * ROPE_MAX_PAIRS + 4);
+        let t = RopeTable {
+            inv_freq: [0.0; ROPE_MAX_PAIRS],
+            component: [0; ROPE_MAX_PAIRS],
+            factor_index: [0; ROPE_MAX_PAIRS],
+            mscale: 1.0,
+        };
+        let base = &t as *const RopeTable as usize;
+        assert_eq!(&t.mscale as *const f32 as usize - base, 12 * ROPE_MAX_PAIRS);
     }
 }
