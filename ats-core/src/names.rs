@@ -35,8 +35,27 @@ pub mod hp {
     pub const ROPE_DIM: &str = "rope.dimension_count";
     /// M-RoPE sections (pairs per t/h/w/extra).
     pub const ROPE_SECTIONS: &str = "rope.dimension_sections";
-    /// Linear RoPE scaling type (only `none` and absent are supported).
+    /// RoPE scaling type (`none`, or `yarn` where the architecture takes it).
     pub const ROPE_SCALING_TYPE: &str = "rope.scaling.type";
+    /// RoPE scaling factor (context extension ratio).
+    pub const ROPE_SCALING_FACTOR: &str = "rope.scaling.factor";
+    /// The context length the model was trained at before the extension.
+    pub const ROPE_SCALING_ORIG_CTX: &str = "rope.scaling.original_context_length";
+    /// YaRN: rotations per context below which a pair extrapolates.
+    pub const ROPE_YARN_BETA_FAST: &str = "rope.scaling.yarn_beta_fast";
+    /// YaRN: rotations per context above which a pair interpolates.
+    pub const ROPE_YARN_BETA_SLOW: &str = "rope.scaling.yarn_beta_slow";
+    /// YaRN: the magnitude scale of cos and sin (absent: `0.1 ln(factor) + 1`).
+    pub const ROPE_YARN_ATTN_FACTOR: &str = "rope.scaling.yarn_attn_factor";
+    /// YaRN: the extrapolation mix (only 1, the default, is supported).
+    pub const ROPE_YARN_EXT_FACTOR: &str = "rope.scaling.yarn_ext_factor";
+    /// YaRN's log multiplier of the magnitude scale (DeepSeek; not supported).
+    pub const ROPE_YARN_LOG_MUL: &str = "rope.scaling.yarn_log_multiplier";
+    /// Keys a sliding-window layer attends to (the query's own included).
+    pub const SLIDING_WINDOW: &str = "attention.sliding_window";
+    /// Which layers use the sliding window: every n-th layer is full
+    /// (an integer n), or one boolean per layer.
+    pub const SLIDING_WINDOW_PATTERN: &str = "attention.sliding_window_pattern";
     /// Experts per MoE layer.
     pub const EXPERT_COUNT: &str = "expert_count";
     /// Experts used per token.
@@ -78,6 +97,12 @@ pub mod tensor {
     pub const ATTN_K_NORM: &str = "attn_k_norm.weight";
     /// Attention output projection.
     pub const ATTN_OUT: &str = "attn_output.weight";
+    /// Attention output bias.
+    pub const ATTN_OUT_BIAS: &str = "attn_output.bias";
+    /// Per-head attention sink logits (gpt-oss).
+    pub const ATTN_SINKS: &str = "attn_sinks.weight";
+    /// Norm after the attention residual, before the FFN (gpt-oss).
+    pub const ATTN_POST_NORM: &str = "post_attention_norm.weight";
     /// FFN input norm.
     pub const FFN_NORM: &str = "ffn_norm.weight";
     /// FFN gate projection.
@@ -94,6 +119,14 @@ pub mod tensor {
     pub const FFN_UP_EXPS: &str = "ffn_up_exps.weight";
     /// Stacked expert down projections.
     pub const FFN_DOWN_EXPS: &str = "ffn_down_exps.weight";
+    /// MoE router bias.
+    pub const FFN_GATE_INP_BIAS: &str = "ffn_gate_inp.bias";
+    /// Per-expert gate biases (`[n_ff, n_expert]`).
+    pub const FFN_GATE_EXPS_BIAS: &str = "ffn_gate_exps.bias";
+    /// Per-expert up biases.
+    pub const FFN_UP_EXPS_BIAS: &str = "ffn_up_exps.bias";
+    /// Per-expert down biases (`[n_embd, n_expert]`).
+    pub const FFN_DOWN_EXPS_BIAS: &str = "ffn_down_exps.bias";
 
     /// The full name of a per-block tensor: `blk.{layer}.{name}`.
     pub fn blk(layer: usize, name: &str) -> String {

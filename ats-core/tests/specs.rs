@@ -47,7 +47,9 @@ fn every_fixture_builds_a_valid_graph() {
                 n.op,
                 Op::MoeExperts {
                     n_expert: 8,
-                    top_k: 2
+                    top_k: 2,
+                    act: ats_core::graph::ExpertAct::SwiGlu,
+                    biases: false,
                 }
             )));
         }

@@ -145,6 +145,10 @@ struct Case {
     q: Vec<f32>,
     k: Vec<f32>,
     v: Vec<f32>,
+    /// Sliding window: keys each query sees at most (0: all).
+    window: usize,
+    /// Per-head sink logits.
+    sinks: Option<Vec<f32>>,
 }
 
 impl Case {
@@ -179,7 +183,20 @@ impl Case {
             q,
             k,
             v,
+            window: 0,
+            sinks: None,
         }
+    }
+
+    /// The case with a sliding window and sink logits (near the scores'
+    /// range, so they take a real share of each softmax).
+    fn gpt_oss(mut self, window: usize, sinks: bool) -> Case {
+        self.window = window;
+        if sinks {
+            let mut seed = self.n_heads as u64 * 977 + 5;
+            self.sinks = Some(values(&mut seed, self.n_heads, 3.0));
+        }
+        self
     }
 
     fn scale(&self) -> f32 {
@@ -197,10 +214,15 @@ impl Case {
             } else {
                 self.n_keys
             };
+            let lo = if self.mask == CAUSAL && self.window > 0 {
+                hi.saturating_sub(self.window)
+            } else {
+                0
+            };
             for h in 0..self.n_heads {
                 let g = h / group;
                 let qv = &self.q[(r * self.n_heads + h) * d..][..d];
-                let s: Vec<f64> = (0..hi)
+                let s: Vec<f64> = (lo..hi)
                     .map(|j| {
                         let kr = &self.k[(j * self.n_kv + g) * d..][..d];
                         qv.iter()
@@ -210,12 +232,17 @@ impl Case {
                             * self.scale() as f64
                     })
                     .collect();
-                let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let sink = self.sinks.as_ref().map(|sk| sk[h] as f64);
+                let mx = s
+                    .iter()
+                    .cloned()
+                    .chain(sink)
+                    .fold(f64::NEG_INFINITY, f64::max);
                 let e: Vec<f64> = s.iter().map(|x| (x - mx).exp()).collect();
-                let l: f64 = e.iter().sum();
+                let l: f64 = e.iter().sum::<f64>() + sink.map_or(0.0, |x| (x - mx).exp());
                 for c in 0..d {
-                    let o: f64 = (0..hi)
-                        .map(|j| e[j] * self.v[(j * self.n_kv + g) * d + c] as f64)
+                    let o: f64 = (lo..hi)
+                        .map(|j| e[j - lo] * self.v[(j * self.n_kv + g) * d + c] as f64)
                         .sum();
                     out[(r * self.n_heads + h) * d + c] = (o / l) as f32;
                 }
@@ -307,7 +334,12 @@ impl Case {
                 (n_blocks, table, k, v)
             }
         };
-        for i in [n_blocks as i32, shift.unwrap_or(0) as i32] {
+        for i in [
+            n_blocks as i32,
+            shift.unwrap_or(0) as i32,
+            self.window as i32,
+            self.sinks.is_some() as i32,
+        ] {
             bytes.extend(i.to_le_bytes());
         }
         self.q.iter().for_each(|x| bytes.extend(x.to_le_bytes()));
@@ -319,6 +351,9 @@ impl Case {
             }
         }
         table.iter().for_each(|b| bytes.extend(b.to_le_bytes()));
+        for x in self.sinks.iter().flatten() {
+            bytes.extend(x.to_le_bytes());
+        }
         run(exe, dir, bytes)
     }
 }
@@ -392,6 +427,29 @@ fn attention_kernels_match_the_reference_under_emulation() {
         assert!(
             diff < 2e-5,
             "paged {n_q}x{n_keys} decode {decode}: max |diff| {diff}"
+        );
+    }
+    // gpt-oss: a sliding window (decode past it, in several splits; a
+    // prefill chunk whose rows see different windows) and sink logits, on
+    // the decode and the general kernel, through a block table
+    for (n_q, n_keys, heads, d, f16, decode, window, sinks, shift) in [
+        (1, 300, (8, 2), 64, true, true, 128, true, None),
+        (1, 300, (8, 2), 64, false, true, 0, true, Some(5)),
+        (2, 161, (8, 2), 64, true, true, 32, false, None),
+        (1, 5, (4, 2), 64, false, true, 8, true, None),
+        (12, 40, (4, 2), 64, true, false, 8, true, None),
+        (7, 600, (4, 2), 64, false, false, 128, true, Some(6)),
+        (5, 40, (8, 2), 64, false, false, 0, true, None),
+    ] {
+        let c = Case::new(n_q, n_keys, heads, d, CAUSAL, f16).gpt_oss(window, sinks);
+        let got = c.emulate_paged(&exe, &dir, decode, 132, shift);
+        let diff = max_diff(&got, &c.reference());
+        eprintln!(
+            "gpt-oss {n_q}x{n_keys} window {window} sinks {sinks} decode {decode}: max |diff| {diff:.2e}"
+        );
+        assert!(
+            diff < 2e-5,
+            "gpt-oss {n_q}x{n_keys} window {window} sinks {sinks}: max |diff| {diff}"
         );
     }
     std::fs::remove_dir_all(&dir).ok();

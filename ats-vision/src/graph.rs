@@ -173,6 +173,7 @@ impl<'a> Vit<'a> {
             head_dim: hp.head_dim,
             rot_dim: hp.head_dim,
             theta: hp.rope_theta,
+            yarn: None,
         };
         let q = self.b.rope(&format!("v.blk.{il}.rope_q"), q, rope, None);
         let k = self.b.rope(&format!("v.blk.{il}.rope_k"), k, rope, None);
@@ -183,8 +184,12 @@ impl<'a> Vit<'a> {
             head_dim: hp.head_dim,
             scale: 1.0 / (hp.head_dim as f32).sqrt(),
             mask,
+            window: None,
+            sinks: false,
         };
-        let a = self.b.attention(&format!("v.blk.{il}.attn"), q, k, v, spec);
+        let a = self
+            .b
+            .attention(&format!("v.blk.{il}.attn"), [q, k, v], spec, None);
         self.linear(a, il, t::ATTN_OUT, t::ATTN_OUT_BIAS, d, d)
     }
 

@@ -14,6 +14,12 @@ pub fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures")
 }
 
+/// `tests/fixtures` in this repository: fixtures made by the repository's
+/// own scripts (`scripts/fixtures/`), small enough to commit.
+pub fn repo_fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures")
+}
+
 /// The directory models are fetched into (`$ATS_MODELS` or `~/.cache/ats/models`).
 pub fn models_dir() -> PathBuf {
     std::env::var_os("ATS_MODELS")
@@ -65,6 +71,13 @@ impl Reference {
 
     fn st(&self) -> SafeTensors<'_> {
         SafeTensors::deserialize(&self.bytes).expect("valid safetensors")
+    }
+
+    /// Reads a reference file at `path`.
+    pub fn open_path(path: &std::path::Path) -> Reference {
+        Reference {
+            bytes: std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+        }
     }
 
     /// An F32 array and its shape.

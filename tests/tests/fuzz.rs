@@ -43,6 +43,26 @@ fn metadata_only_gguf() -> Vec<u8> {
     w.to_bytes(&[]).unwrap()
 }
 
+/// The gpt-oss fixture's metadata with no tensors: YaRN, the sliding
+/// window, the o200k pre-tokenizer and the harmony template as parser input.
+fn gpt_oss_metadata_only_gguf() -> Vec<u8> {
+    let path = ats_tests::repo_fixtures().join("gpt-oss/gpt-oss-f32.gguf");
+    let f = GgufFile::open(path).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in f.metadata.iter() {
+        w.kv(k, v.clone());
+    }
+    w.to_bytes(&[]).unwrap()
+}
+
+/// gpt-oss's own chat template, from the gpt-oss fixture.
+fn gpt_oss_template() -> Vec<u8> {
+    let path = ats_tests::repo_fixtures().join("gpt-oss/gpt-oss-f32.gguf");
+    let f = GgufFile::open(path).unwrap();
+    let t = f.metadata.get_str("tokenizer.chat_template").unwrap();
+    t.as_bytes().to_vec()
+}
+
 /// A complete llama model small enough to run per input: F32, 1 layer,
 /// hidden 32, vocabulary 64.
 fn micro_model_gguf() -> Vec<u8> {
@@ -101,6 +121,7 @@ fn fuzz_gguf() {
     let seeds = vec![
         all_values_gguf(),
         metadata_only_gguf(),
+        gpt_oss_metadata_only_gguf(),
         micro_model_gguf(),
         std::fs::read(fixtures().join("dequant/dequant.gguf")).unwrap(),
     ];
@@ -115,6 +136,12 @@ fn fuzz_gguf() {
         "llama.context_length",
         "llama.block_count",
         "general.alignment",
+        "gpt-oss",
+        "gpt-4o",
+        "yarn",
+        "gpt-oss.attention.sliding_window",
+        "gpt-oss.attention.sliding_window_pattern",
+        "gpt-oss.rope.scaling.type",
     ]);
     let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(1).unwrap());
     let mut ran = 0u64;
@@ -293,6 +320,8 @@ fn fuzz_chat_template() {
     let seeds = vec![
         std::fs::read(fixtures().join("tokenizer/chat_template.jinja")).unwrap(),
         CHATML_TEMPLATE.as_bytes().to_vec(),
+        // gpt-oss's harmony template (macros, namespaces, tool rendering)
+        gpt_oss_template(),
         b"{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}"
             .to_vec(),
         b"{{ 'ab' * 100000000 }}".to_vec(),

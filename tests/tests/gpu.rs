@@ -506,3 +506,75 @@ fn synthetic_models_decode_as_they_prefill_on_the_gpu() {
     std::fs::remove_dir_all(&dir).ok();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+#[test]
+fn gpt_oss_on_the_gpu_matches_hf() {
+    let Some(dev) = gpu(opts(1 << 30, true)) else {
+        return;
+    };
+    let Some(dev_tiled) = gpu(opts(1 << 30, false)) else {
+        return;
+    };
+    // the repository's own fixture (tests/fixtures/gpt-oss): sinks, sliding
+    // windows crossed by the prompt, YaRN, biased experts with the clamp
+    let dir = ats_tests::repo_fixtures().join("gpt-oss");
+    let r = Reference::open_path(&dir.join("reference.safetensors"));
+    let spec = ModelSpec::open(dir.join("gpt-oss-f32.gguf")).unwrap();
+    let graph = spec.graph().clone();
+    let host: Arc<dyn HostMemory> = spec.gguf.backing().clone();
+    let ids = r.ids("full_ids");
+    let vocab = spec.hp.n_vocab;
+    let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
+    let mut rng = XorShift(0x6770_7405_0019_0001);
+    let mut failures = Vec::new();
+    for (kv, want_name, tol) in [
+        (KvType::F32, "full_logits", 1e-3f32),
+        // HF with f16-rounded keys and values (see tests/tests/gpt_oss.rs)
+        (KvType::F16, "full_logits_f16kv", 2e-2),
+    ] {
+        let (want, _) = r.f32(want_name);
+        let cfg = ExecConfig {
+            kv_capacity: 64,
+            kv_block_tokens: ats_sched::session::KV_BLOCK_TOKENS,
+            kv_type: kv,
+            slots_per_role: 2,
+            region: None,
+        };
+        for trial in 0..6 {
+            let g: Arc<dyn Device> = if trial == 4 {
+                dev_tiled.clone()
+            } else {
+                dev.clone()
+            };
+            let mode = if trial == 4 { 0 } else { trial.min(3) };
+            let p = plan(&graph, &mut rng, mode);
+            g.pin_host(&host).unwrap();
+            let mut ex = Executor::new(
+                graph.clone(),
+                host.clone(),
+                with_gpu(cpu.clone(), g.clone()),
+                cfg.clone(),
+                p.clone(),
+            )
+            .unwrap();
+            // prefill of 38 tokens (every row's logits), two decode steps
+            let got = rounds(&mut ex, &spec, &ids);
+            let n = ids.len();
+            let checks = [
+                (&got[0], &want[..(n - 2) * vocab]),
+                (&got[1], &want[(n - 2) * vocab..(n - 1) * vocab]),
+                (&got[2], &want[(n - 1) * vocab..]),
+            ];
+            for (k, (gl, wl)) in checks.iter().enumerate() {
+                let d = max_abs_diff(gl, wl);
+                eprintln!("gpt-oss {kv:?} trial {trial} round {k}: max |gpu - hf| = {d:.2e}");
+                if d.is_nan() || d >= tol {
+                    failures.push(format!(
+                        "gpt-oss {kv:?} trial {trial} round {k}: {d} over {tol}"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -168,18 +168,20 @@ impl GraphBuilder {
         self.node(name, Op::Rope(spec), &[x], &ws, rows, cols)
     }
 
-    /// Attention over q, k, v.
+    /// Attention over q, k, v, with per-head sink logits when `sinks` is
+    /// given (the spec's `sinks` flag follows it).
     pub fn attention(
         &mut self,
         name: &str,
-        q: ValueId,
-        k: ValueId,
-        v: ValueId,
-        spec: AttnSpec,
+        [q, k, v]: [ValueId; 3],
+        mut spec: AttnSpec,
+        sinks: Option<WeightId>,
     ) -> ValueId {
         let rows = self.rows(q);
         let cols = spec.n_heads * spec.head_dim;
-        self.node(name, Op::Attention(spec), &[q, k, v], &[], rows, cols)
+        spec.sinks = sinks.is_some();
+        let ws: Vec<WeightId> = sinks.into_iter().collect();
+        self.node(name, Op::Attention(spec), &[q, k, v], &ws, rows, cols)
     }
 
     /// `silu(gate) * up`.

@@ -131,7 +131,16 @@ impl Graph {
             Op::Attention(a) => {
                 let t = shape.n_tokens as f64;
                 let (keys_per_query, kv_rows) = match (&a.cache, &a.mask) {
-                    (Some(_), _) => (shape.past as f64 + (t + 1.0) / 2.0, shape.past as f64 + t),
+                    // a sliding window sees at most `window` keys and reads
+                    // only the cache rows inside some query's window
+                    (Some(_), _) => match a.window {
+                        Some(w) => {
+                            let w = w as f64;
+                            let seen = (shape.past as f64 + (t + 1.0) / 2.0).min(w);
+                            (seen, (shape.past as f64 + t).min(w + t - 1.0))
+                        }
+                        None => (shape.past as f64 + (t + 1.0) / 2.0, shape.past as f64 + t),
+                    },
                     // vision: full attention sees every row, windows see about one window
                     (None, Mask::Full) | (None, Mask::Causal) => (t, t),
                     (None, Mask::Segments) => (t.min(64.0), t),
@@ -148,7 +157,9 @@ impl Graph {
                     * self.values[n.inputs[0]].cols as f64
                     * *n_expert as f64;
             }
-            Op::MoeExperts { n_expert, top_k } => {
+            Op::MoeExperts {
+                n_expert, top_k, ..
+            } => {
                 let hit = expected_experts(*n_expert, *top_k, shape.n_tokens);
                 c.weight_bytes = all_weights * hit / *n_expert as f64;
                 let gate = &self.weights[n.weights[0]];

@@ -12,7 +12,7 @@ mod roles;
 
 pub use builder::GraphBuilder;
 pub use cost::NodeCost;
-pub use op::{AttnSpec, GeluKind, Mask, Op, RopeKind, RopeSpec, experts_chosen};
+pub use op::{AttnSpec, ExpertAct, GeluKind, Mask, Op, RopeKind, RopeSpec, Yarn, experts_chosen};
 pub use roles::WeightRole;
 
 use serde::Serialize;

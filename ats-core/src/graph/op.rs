@@ -33,6 +33,65 @@ pub struct RopeSpec {
     pub rot_dim: usize,
     /// Frequency base.
     pub theta: f32,
+    /// YaRN context extension, when the model was trained with it.
+    pub yarn: Option<Yarn>,
+}
+
+/// YaRN (context extension by frequency interpolation): pairs that turn
+/// fewer than `beta_slow` times over the original context are interpolated
+/// (frequency divided by `factor`), pairs that turn more than `beta_fast`
+/// times keep their frequency, a linear ramp mixes the ones between; cos and
+/// sin are scaled by `attn_factor`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Yarn {
+    /// Context extension ratio (> 1).
+    pub factor: f32,
+    /// The context length before the extension.
+    pub orig_ctx: usize,
+    /// Rotations over the original context above which a pair extrapolates.
+    pub beta_fast: f32,
+    /// Rotations below which a pair interpolates.
+    pub beta_slow: f32,
+    /// Scale of cos and sin.
+    pub attn_factor: f32,
+    /// Whether the ramp's ends are rounded to whole pairs (floor, ceil):
+    /// llama.cpp always rounds; Hugging Face rounds unless the model's
+    /// config says `truncate: false` (gpt-oss).
+    pub truncate: bool,
+}
+
+impl Yarn {
+    /// `0.1 ln(factor) + 1`: the default magnitude scale for `factor`.
+    pub fn default_attn_factor(factor: f32) -> f32 {
+        if factor <= 1.0 {
+            1.0
+        } else {
+            0.1 * factor.ln() + 1.0
+        }
+    }
+
+    /// The share of pair `i`'s frequency kept from extrapolation (1: the
+    /// original frequency, 0: divided by `factor`), for `dim` rotated
+    /// dimensions and frequency base `theta`. The ramp's ends are computed
+    /// in f64 and the ramp in f32, as Hugging Face's reference does.
+    pub fn extrapolation(&self, i: usize, dim: usize, theta: f32) -> f32 {
+        let corr = |rot: f32| {
+            dim as f64 * (self.orig_ctx as f64 / (rot as f64 * 2.0 * std::f64::consts::PI)).ln()
+                / (2.0 * (theta as f64).ln())
+        };
+        let (mut lo, mut hi) = (corr(self.beta_fast), corr(self.beta_slow));
+        if self.truncate {
+            lo = lo.floor();
+            hi = hi.ceil();
+        }
+        let lo = lo.max(0.0) as f32;
+        let mut hi = hi.min(dim as f64 - 1.0) as f32;
+        if lo == hi {
+            hi += 0.001;
+        }
+        let ramp = ((i as f32 - lo) / (hi - lo)).clamp(0.0, 1.0);
+        1.0 - ramp
+    }
 }
 
 impl RopeSpec {
@@ -75,7 +134,20 @@ impl RopeSpec {
             RopeKind::Vision2d => self.head_dim / 2,
             _ => self.rot_dim,
         };
-        1.0 / self.theta.powf((2 * i) as f32 / dim as f32)
+        let pos_freq = self.theta.powf((2 * i) as f32 / dim as f32);
+        match &self.yarn {
+            None => 1.0 / pos_freq,
+            Some(y) => {
+                let keep = y.extrapolation(i, dim, self.theta);
+                let interp = 1.0 / (y.factor * pos_freq);
+                interp * (1.0 - keep) + (1.0 / pos_freq) * keep
+            }
+        }
+    }
+
+    /// The scale of cos and sin (YaRN's magnitude correction; 1 without it).
+    pub fn mscale(&self) -> f32 {
+        self.yarn.map_or(1.0, |y| y.attn_factor)
     }
 }
 
@@ -107,6 +179,12 @@ pub struct AttnSpec {
     pub scale: f32,
     /// Which keys each query sees.
     pub mask: Mask,
+    /// With a causal mask: only the last `window` keys up to the query's
+    /// own position (sliding-window attention); `None`: all of them.
+    pub window: Option<usize>,
+    /// The node's weight holds one sink logit per query head: an extra
+    /// score in each softmax's denominator that adds no value (gpt-oss).
+    pub sinks: bool,
 }
 
 /// GELU variants.
@@ -118,6 +196,21 @@ pub enum GeluKind {
     Tanh,
     /// `x * sigmoid(1.702 x)`.
     Quick,
+}
+
+/// How an expert combines its gate and up products.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub enum ExpertAct {
+    /// `silu(gate) * up`.
+    SwiGlu,
+    /// gpt-oss's clamped SwiGLU: `g = min(gate, limit)`,
+    /// `u = clamp(up, -limit, limit)`, `g * sigmoid(alpha g) * (u + 1)`.
+    SwiGluOai {
+        /// Sigmoid slope.
+        alpha: f32,
+        /// Clamp bound.
+        limit: f32,
+    },
 }
 
 /// One operation. Inputs, outputs and weights are listed on the [`super::Node`].
@@ -153,8 +246,11 @@ pub enum Op {
     SwiGlu,
     /// GELU of one input.
     Gelu(GeluKind),
-    /// MoE router: softmax over `n_expert` logits of `x W_gate^T`, top-k, optional
-    /// renormalisation. Output per token: `top_k` expert ids (as f32) then their weights.
+    /// MoE router: softmax over `n_expert` logits of `x W_gate^T (+ bias)`,
+    /// top-k, optional renormalisation. Renormalised, the weights equal a
+    /// softmax over the selected logits alone (gpt-oss's routing). Weights:
+    /// the router, optional bias. Output per token: `top_k` expert ids (as
+    /// f32) then their weights.
     MoeRouter {
         /// Experts in the layer.
         n_expert: usize,
@@ -163,13 +259,19 @@ pub enum Op {
         /// Renormalise the top-k weights to sum to one.
         norm_topk: bool,
     },
-    /// Routed SwiGLU experts: `sum_k w_k * down_e(silu(gate_e x) * up_e x)`.
-    /// Inputs: x, routing. Weights: stacked gate, up, down (`[n_expert, out, in]`).
+    /// Routed gated experts: `sum_k w_k * down_e(act(gate_e x, up_e x))`.
+    /// Inputs: x, routing. Weights: stacked gate, up, down (`[n_expert, out,
+    /// in]`), then with `biases` their per-expert biases (`[n_expert, out]`),
+    /// each added to its product.
     MoeExperts {
         /// Experts in the layer.
         n_expert: usize,
         /// Experts used per token.
         top_k: usize,
+        /// How gate and up combine.
+        act: ExpertAct,
+        /// Whether gate, up and down have per-expert biases.
+        biases: bool,
     },
     /// Keeps the rows listed in the round's `output_rows` (whose logits are wanted).
     SelectRows,
@@ -247,6 +349,47 @@ pub fn experts_chosen(router_out: &[u8], rows: usize, top_k: usize, n_expert: us
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn yarn_keeps_fast_pairs_and_interpolates_slow_ones() {
+        // gpt-oss: head 64, theta 150000, factor 32 over 4096 tokens; the
+        // ramp runs from pair 8.09 to 17.40 (rounded: 8 to 18)
+        let y = Yarn {
+            factor: 32.0,
+            orig_ctx: 4096,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            attn_factor: Yarn::default_attn_factor(32.0),
+            truncate: false,
+        };
+        let spec = |yarn| RopeSpec {
+            kind: RopeKind::Neox,
+            n_heads: 1,
+            head_dim: 64,
+            rot_dim: 64,
+            theta: 150000.0,
+            yarn,
+        };
+        let (plain, scaled) = (spec(None), spec(Some(y)));
+        assert_eq!(plain.mscale(), 1.0);
+        assert!((scaled.mscale() - 1.346_573_6).abs() < 1e-6);
+        for i in 0..=8 {
+            assert_eq!(scaled.inv_freq(i), plain.inv_freq(i), "pair {i}");
+        }
+        for i in 18..32 {
+            let want = plain.inv_freq(i) / 32.0;
+            assert!((scaled.inv_freq(i) - want).abs() <= 1e-6 * want, "pair {i}");
+        }
+        // inside the ramp the two conventions differ
+        let keep = y.extrapolation(12, 64, 150000.0);
+        let keep_rounded = Yarn {
+            truncate: true,
+            ..y
+        }
+        .extrapolation(12, 64, 150000.0);
+        assert!((keep - (1.0 - (12.0 - 8.092_779) / (17.398_024 - 8.092_779))).abs() < 1e-5);
+        assert!((keep_rounded - (1.0 - 4.0 / 10.0)).abs() < 1e-6);
+    }
 
     #[test]
     fn experts_chosen_reads_ids_not_weights() {

@@ -2,8 +2,8 @@
 //! is one step of the reference forward pass, checking the tensors it reads.
 
 use crate::graph::{
-    AttnSpec, Graph, GraphBuilder, GraphInput, KvCacheInfo, Mask, Op, RopeKind, RopeSpec, Rows,
-    SubLayer, ValueId, WeightId,
+    AttnSpec, ExpertAct, Graph, GraphBuilder, GraphInput, KvCacheInfo, Mask, Op, RopeKind,
+    RopeSpec, Rows, SubLayer, ValueId, WeightId,
 };
 use crate::names::tensor::{self as t, blk};
 use crate::spec::{HParams, ModelSpec, SpecError};
@@ -149,6 +149,7 @@ impl<'a> Decoder<'a> {
             head_dim: hp.head_dim,
             rot_dim: hp.rope_dim,
             theta: hp.rope_theta,
+            yarn: hp.yarn,
         };
         let q = self
             .b
@@ -167,6 +168,19 @@ impl<'a> Decoder<'a> {
         v: ValueId,
         il: usize,
     ) -> Result<ValueId, SpecError> {
+        self.attention_with(q, k, v, il, AttnExtras::default())
+    }
+
+    /// [`Self::attention`] with the layer's sliding window, sink logits
+    /// and output bias as `x` asks.
+    pub fn attention_with(
+        &mut self,
+        q: ValueId,
+        k: ValueId,
+        v: ValueId,
+        il: usize,
+        x: AttnExtras,
+    ) -> Result<ValueId, SpecError> {
         let hp = self.hp;
         self.b.at(Some(il), SubLayer::Attention);
         let cache = self.b.kv_cache(KvCacheInfo {
@@ -174,6 +188,8 @@ impl<'a> Decoder<'a> {
             n_kv_heads: hp.n_head_kv,
             head_dim: hp.head_dim,
         });
+        let window =
+            (x.window && hp.swa_layers.get(il) == Some(&true) && hp.n_swa > 0).then_some(hp.n_swa);
         let spec = AttnSpec {
             cache: Some(cache),
             n_heads: hp.n_head,
@@ -181,11 +197,25 @@ impl<'a> Decoder<'a> {
             head_dim: hp.head_dim,
             scale: 1.0 / (hp.head_dim as f32).sqrt(),
             mask: Mask::Causal,
+            window,
+            sinks: x.sinks,
         };
-        let a = self.b.attention(&format!("blk.{il}.attn"), q, k, v, spec);
+        let sinks = if x.sinks {
+            Some(self.weight(Some(il), t::ATTN_SINKS, &[hp.n_head])?)
+        } else {
+            None
+        };
+        let a = self
+            .b
+            .attention(&format!("blk.{il}.attn"), [q, k, v], spec, sinks);
         self.b.at(Some(il), SubLayer::AttnOut);
         let wo = self.weight(Some(il), t::ATTN_OUT, &[hp.n_head * hp.head_dim, hp.n_embd])?;
-        Ok(self.b.matmul(&blk(il, t::ATTN_OUT), a, wo, None))
+        let bo = if x.out_bias {
+            Some(self.weight(Some(il), t::ATTN_OUT_BIAS, &[hp.n_embd])?)
+        } else {
+            None
+        };
+        Ok(self.b.matmul(&blk(il, t::ATTN_OUT), a, wo, bo))
     }
 
     /// `x + y`, recorded in the current sub-layer.
@@ -209,10 +239,25 @@ impl<'a> Decoder<'a> {
 
     /// Routed SwiGLU experts: softmax router, top-k, renormalised weights.
     pub fn moe(&mut self, h: ValueId, il: usize) -> Result<ValueId, SpecError> {
+        self.moe_with(h, il, ExpertAct::SwiGlu, false)
+    }
+
+    /// Routed experts combining gate and up by `act`, with biases on the
+    /// router and every expert product when `biases`.
+    pub fn moe_with(
+        &mut self,
+        h: ValueId,
+        il: usize,
+        act: ExpertAct,
+        biases: bool,
+    ) -> Result<ValueId, SpecError> {
         let hp = self.hp;
         let (d, e, k, f) = (hp.n_embd, hp.n_expert, hp.n_expert_used, hp.n_ff_expert);
         self.b.at(Some(il), SubLayer::MoeRouter);
-        let wr = self.weight(Some(il), t::FFN_GATE_INP, &[d, e])?;
+        let mut wr = vec![self.weight(Some(il), t::FFN_GATE_INP, &[d, e])?];
+        if biases {
+            wr.push(self.weight(Some(il), t::FFN_GATE_INP_BIAS, &[e])?);
+        }
         let op = Op::MoeRouter {
             n_expert: e,
             top_k: k,
@@ -222,23 +267,32 @@ impl<'a> Decoder<'a> {
             format!("blk.{il}.moe_router"),
             op,
             &[h],
-            &[wr],
+            &wr,
             Rows::Tokens,
             2 * k,
         );
         self.b.at(Some(il), SubLayer::MoeExperts);
-        let wg = self.weight(Some(il), t::FFN_GATE_EXPS, &[d, f, e])?;
-        let wu = self.weight(Some(il), t::FFN_UP_EXPS, &[d, f, e])?;
-        let wd = self.weight(Some(il), t::FFN_DOWN_EXPS, &[f, d, e])?;
+        let mut ws = vec![
+            self.weight(Some(il), t::FFN_GATE_EXPS, &[d, f, e])?,
+            self.weight(Some(il), t::FFN_UP_EXPS, &[d, f, e])?,
+            self.weight(Some(il), t::FFN_DOWN_EXPS, &[f, d, e])?,
+        ];
+        if biases {
+            ws.push(self.weight(Some(il), t::FFN_GATE_EXPS_BIAS, &[f, e])?);
+            ws.push(self.weight(Some(il), t::FFN_UP_EXPS_BIAS, &[f, e])?);
+            ws.push(self.weight(Some(il), t::FFN_DOWN_EXPS_BIAS, &[d, e])?);
+        }
         let op = Op::MoeExperts {
             n_expert: e,
             top_k: k,
+            act,
+            biases,
         };
         Ok(self.b.node(
             format!("blk.{il}.moe_experts"),
             op,
             &[h, routing],
-            &[wg, wu, wd],
+            &ws,
             Rows::Tokens,
             d,
         ))
@@ -272,4 +326,15 @@ impl<'a> Decoder<'a> {
         let logits = self.b.matmul("output", h, wo, None);
         Ok(self.b.finish(logits))
     }
+}
+
+/// What an attention layer has beyond plain causal attention.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct AttnExtras {
+    /// Use the sliding window on the layers the model's pattern names.
+    pub window: bool,
+    /// Per-head sink logits (`attn_sinks`).
+    pub sinks: bool,
+    /// A bias on the output projection.
+    pub out_bias: bool,
 }

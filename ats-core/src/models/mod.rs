@@ -2,6 +2,7 @@
 //! in doing so, checks every tensor the architecture needs.
 
 mod decoder;
+mod gpt_oss;
 mod llama;
 mod qwen2;
 mod qwen2vl;
@@ -19,5 +20,6 @@ pub fn build(spec: &ModelSpec) -> Result<Graph, SpecError> {
         Arch::Qwen3 => qwen3::build(spec),
         Arch::Qwen3Moe => qwen3moe::build(spec),
         Arch::Qwen2Vl => qwen2vl::build(spec),
+        Arch::GptOss => gpt_oss::build(spec),
     }
 }

@@ -8,7 +8,9 @@ use crate::gguf::GgufError;
 pub enum SpecError {
     #[error(transparent)]
     Gguf(#[from] GgufError),
-    #[error("unsupported architecture {0:?} (supported: llama, qwen2, qwen3, qwen3moe, qwen2vl)")]
+    #[error(
+        "unsupported architecture {0:?} (supported: llama, qwen2, qwen3, qwen3moe, qwen2vl, gpt-oss)"
+    )]
     UnknownArch(String),
     #[error("missing metadata key {0:?}")]
     MissingKey(String),

@@ -4,6 +4,7 @@ use serde::Serialize;
 
 use super::{Arch, SpecError};
 use crate::gguf::GgufFile;
+use crate::graph::Yarn;
 use crate::names::{hp, tensor};
 
 /// A text model's hyperparameters.
@@ -39,6 +40,12 @@ pub struct HParams {
     pub n_expert_used: usize,
     /// Expert FFN size.
     pub n_ff_expert: usize,
+    /// Keys a sliding-window layer sees (0: no sliding window).
+    pub n_swa: usize,
+    /// Per layer: whether it uses the sliding window.
+    pub swa_layers: Vec<bool>,
+    /// YaRN context extension of RoPE, when the file asks for it.
+    pub yarn: Option<Yarn>,
 }
 
 struct Keys<'a> {
@@ -80,6 +87,13 @@ impl Keys<'_> {
             });
         }
         Ok(v)
+    }
+
+    fn opt_f32(&self, k: &str) -> Result<Option<f32>, SpecError> {
+        match self.f.metadata.get(&self.key(k)) {
+            None => Ok(None),
+            Some(_) => self.f32_or(k, 0.0).map(Some),
+        }
     }
 
     fn f32_or(&self, k: &str, default: f32) -> Result<f32, SpecError> {
@@ -141,14 +155,17 @@ impl HParams {
                 problem: format!("{rope_dim} must be even and at most the head size {head_dim}"),
             });
         }
-        if let Some(t) = f.metadata.get_str(&k.key(hp::ROPE_SCALING_TYPE))
-            && t != "none"
-        {
-            return Err(SpecError::Unsupported(format!(
-                "RoPE scaling type {t:?} ({}) is not supported",
-                k.key(hp::ROPE_SCALING_TYPE)
-            )));
-        }
+        let yarn = match f.metadata.get_str(&k.key(hp::ROPE_SCALING_TYPE)) {
+            None | Some("none") => None,
+            Some("yarn") if arch == Arch::GptOss => Some(yarn(&k)?),
+            Some(t) => {
+                return Err(SpecError::Unsupported(format!(
+                    "RoPE scaling type {t:?} ({}) is not supported for {}",
+                    k.key(hp::ROPE_SCALING_TYPE),
+                    arch.name()
+                )));
+            }
+        };
         let mut rope_sections = [0usize; 4];
         if arch.uses_mrope() {
             let key = k.key(hp::ROPE_SECTIONS);
@@ -179,19 +196,20 @@ impl HParams {
         }
         let n_expert = k.opt_usize(hp::EXPERT_COUNT)?.unwrap_or(0);
         let n_expert_used = k.opt_usize(hp::EXPERT_USED_COUNT)?.unwrap_or(0);
-        if arch == Arch::Qwen3Moe
-            && (n_expert == 0 || n_expert_used == 0 || n_expert_used > n_expert)
-        {
+        if arch.is_moe() && (n_expert == 0 || n_expert_used == 0 || n_expert_used > n_expert) {
             return Err(SpecError::BadKey {
                 key: k.key(hp::EXPERT_USED_COUNT),
                 problem: format!("{n_expert_used} experts used of {n_expert}"),
             });
         }
         let n_ff_expert = k.opt_usize(hp::EXPERT_FF_LENGTH)?.unwrap_or(0);
-        let n_ff = match arch {
-            Arch::Qwen3Moe => k.opt_usize(hp::FEED_FORWARD_LENGTH)?.unwrap_or(0),
-            _ => k.positive(hp::FEED_FORWARD_LENGTH)?,
+        let n_ff = if arch.is_moe() {
+            k.opt_usize(hp::FEED_FORWARD_LENGTH)?.unwrap_or(0)
+        } else {
+            k.positive(hp::FEED_FORWARD_LENGTH)?
         };
+        let n_layer = k.positive(hp::BLOCK_COUNT)?;
+        let (n_swa, swa_layers) = sliding_window(&k, arch, n_layer)?;
         let embd = f
             .tensor(tensor::TOKEN_EMBD)
             .ok_or_else(|| SpecError::MissingTensor(tensor::TOKEN_EMBD.into()))?;
@@ -208,7 +226,7 @@ impl HParams {
             n_vocab,
             n_ctx_train: k.positive(hp::CONTEXT_LENGTH)?,
             n_embd,
-            n_layer: k.positive(hp::BLOCK_COUNT)?,
+            n_layer,
             n_head,
             n_head_kv,
             head_dim,
@@ -220,6 +238,9 @@ impl HParams {
             n_expert,
             n_expert_used,
             n_ff_expert,
+            n_swa,
+            swa_layers,
+            yarn,
         };
         Ok(hp)
     }
@@ -228,4 +249,82 @@ impl HParams {
     pub fn kv_bytes_per_token(&self, elem: usize) -> usize {
         2 * self.n_head_kv * self.head_dim * elem
     }
+}
+
+/// The YaRN parameters of a file whose RoPE scaling type is `yarn`.
+fn yarn(k: &Keys<'_>) -> Result<Yarn, SpecError> {
+    let factor = k
+        .opt_f32(hp::ROPE_SCALING_FACTOR)?
+        .ok_or_else(|| SpecError::MissingKey(k.key(hp::ROPE_SCALING_FACTOR)))?;
+    if factor < 1.0 {
+        return Err(SpecError::BadKey {
+            key: k.key(hp::ROPE_SCALING_FACTOR),
+            problem: format!("YaRN factor {factor} below 1"),
+        });
+    }
+    if let Some(e) = k.opt_f32(hp::ROPE_YARN_EXT_FACTOR)?
+        && e != 1.0
+    {
+        return Err(SpecError::Unsupported(format!(
+            "{} = {e}: only full extrapolation mixing (1) is supported",
+            k.key(hp::ROPE_YARN_EXT_FACTOR)
+        )));
+    }
+    if k.f.metadata.get(&k.key(hp::ROPE_YARN_LOG_MUL)).is_some() {
+        return Err(SpecError::Unsupported(format!(
+            "{} (YaRN's log multiplier) is not supported",
+            k.key(hp::ROPE_YARN_LOG_MUL)
+        )));
+    }
+    Ok(Yarn {
+        factor,
+        orig_ctx: k.positive(hp::ROPE_SCALING_ORIG_CTX)?,
+        beta_fast: k.f32_or(hp::ROPE_YARN_BETA_FAST, 32.0)?,
+        beta_slow: k.f32_or(hp::ROPE_YARN_BETA_SLOW, 1.0)?,
+        attn_factor: k.f32_or(hp::ROPE_YARN_ATTN_FACTOR, Yarn::default_attn_factor(factor))?,
+        // gpt-oss is the one architecture here with YaRN, and its reference
+        // (OpenAI's, and Hugging Face's `truncate: false`) does not round
+        // the ramp's ends; llama.cpp does (see the fixtures' README)
+        truncate: false,
+    })
+}
+
+/// The sliding window and which layers use it. A window needs the
+/// architecture's layer pattern (gpt-oss: even layers slide, odd are full),
+/// which a `sliding_window_pattern` key may override: every n-th layer full
+/// (an integer n), or one boolean per layer.
+fn sliding_window(
+    k: &Keys<'_>,
+    arch: Arch,
+    n_layer: usize,
+) -> Result<(usize, Vec<bool>), SpecError> {
+    let Some(default_pattern) = arch.swa_pattern() else {
+        return Ok((0, vec![false; n_layer]));
+    };
+    let n_swa = k.positive(hp::SLIDING_WINDOW)?;
+    let key = k.key(hp::SLIDING_WINDOW_PATTERN);
+    let every = |n: usize| (0..n_layer).map(|il| n == 0 || il % n < n - 1).collect();
+    let layers = match k.f.metadata.get(&key) {
+        None => every(default_pattern),
+        Some(v) => {
+            if let Some(n) = v.as_u64() {
+                every(usize::try_from(n).unwrap_or(usize::MAX))
+            } else {
+                let arr = k.f.metadata.get_array(&key).unwrap_or(&[]);
+                let flags: Option<Vec<bool>> = arr.iter().map(|x| x.as_bool()).collect();
+                match flags {
+                    Some(f) if f.len() == n_layer => f,
+                    _ => {
+                        return Err(SpecError::BadKey {
+                            key,
+                            problem: format!(
+                                "expected an integer or {n_layer} booleans, found {v}"
+                            ),
+                        });
+                    }
+                }
+            }
+        }
+    };
+    Ok((n_swa, layers))
 }

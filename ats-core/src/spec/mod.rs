@@ -27,6 +27,10 @@ pub enum Arch {
     Qwen3Moe,
     /// The text part of Qwen2-VL / Qwen2.5-VL (`qwen2vl`): M-RoPE.
     Qwen2Vl,
+    /// OpenAI's gpt-oss (`gpt-oss`): MoE with biases and a clamped SwiGLU,
+    /// attention sinks, sliding-window layers alternating with full ones, YaRN.
+    #[serde(rename = "gpt-oss")]
+    GptOss,
 }
 
 impl Arch {
@@ -38,6 +42,7 @@ impl Arch {
             "qwen3" => Arch::Qwen3,
             "qwen3moe" => Arch::Qwen3Moe,
             "qwen2vl" => Arch::Qwen2Vl,
+            "gpt-oss" => Arch::GptOss,
             other => return Err(SpecError::UnknownArch(other.to_string())),
         })
     }
@@ -50,6 +55,22 @@ impl Arch {
             Arch::Qwen3 => "qwen3",
             Arch::Qwen3Moe => "qwen3moe",
             Arch::Qwen2Vl => "qwen2vl",
+            Arch::GptOss => "gpt-oss",
+        }
+    }
+
+    /// Whether every FFN is a mixture of experts.
+    pub fn is_moe(self) -> bool {
+        matches!(self, Arch::Qwen3Moe | Arch::GptOss)
+    }
+
+    /// For architectures with sliding-window layers: every n-th layer is
+    /// full attention, the others slide (llama.cpp's pattern, also what the
+    /// models' own configs list).
+    pub fn swa_pattern(self) -> Option<usize> {
+        match self {
+            Arch::GptOss => Some(2),
+            _ => None,
         }
     }
 

@@ -62,6 +62,8 @@ const EOG_TEXTS: &[&str] = &[
     "<|end_of_text|>",
     "<end_of_utterance>",
     "</s>",
+    "<|return|>",
+    "<|call|>",
 ];
 
 /// End-of-turn candidates when `tokenizer.ggml.eot_token_id` is absent,
@@ -154,7 +156,7 @@ impl Tokenizer {
         let pad = opt_id(md, keys::PAD_ID, n)?;
         // Not used, but a broken value is still a broken file.
         opt_id(md, keys::SEP_ID, n)?;
-        let eot = match opt_id(md, keys::EOT_ID, n)? {
+        let mut eot = match opt_id(md, keys::EOT_ID, n)? {
             Some(id) => Some(id),
             None => EOT_TEXTS
                 .iter()
@@ -185,6 +187,19 @@ impl Tokenizer {
                 && !(t == "</s>" && vocab.types[i] == vocab::TokenType::Normal)
             {
                 eog.insert(i as u32);
+            }
+        }
+
+        // harmony (gpt-oss): `<|end|>` closes a message inside the reply
+        // (the analysis before the final answer); the reply itself ends at
+        // `<|return|>` or `<|call|>`
+        let harmony = ["<|return|>", "<|call|>"]
+            .iter()
+            .all(|t| vocab.by_text.get(*t).is_some_and(|id| eog.contains(id)));
+        if harmony && let Some(end) = vocab.by_text.get("<|end|>") {
+            eog.remove(end);
+            if eot == Some(*end) {
+                eot = eos;
             }
         }
 

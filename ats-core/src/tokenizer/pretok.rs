@@ -26,6 +26,12 @@ const QWEN2: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N
 /// Llama 3's pattern: Qwen2's with numbers in groups of up to three digits.
 const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// o200k's pattern (GPT-4o, gpt-oss; llama.cpp's `gpt-4o`): words split
+/// before an upper-case run that follows lower case, contractions attached,
+/// numbers in groups of up to three digits, symbols with trailing newlines
+/// or slashes.
+const GPT4O: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 /// Every digit on its own (SmolLM / StarCoder split digits before GPT-2's pattern).
 const DIGIT: &str = r"\p{N}";
 
@@ -55,6 +61,7 @@ pub(crate) const KNOWN_NAMES: &[&str] = &[
     "llama-v3",
     "dbrx",
     "smaug-bpe",
+    "gpt-4o",
 ];
 
 /// A pre-tokenizer family.
@@ -70,6 +77,8 @@ pub enum PreTokenizerKind {
     Qwen2,
     /// Llama 3's pattern (`llama-bpe`, `dbrx`, `smaug-bpe`).
     Llama3,
+    /// o200k's pattern (`gpt-4o`: GPT-4o, gpt-oss).
+    Gpt4o,
 }
 
 /// A resolved `tokenizer.ggml.pre` value.
@@ -96,6 +105,7 @@ pub(crate) fn resolve(name: &str) -> Result<PreSpec, TokenizerError> {
         "smollm" | "starcoder" | "refact" | "codeshell" => plain(PreTokenizerKind::SmolLm),
         "qwen2" | "deepseek-r1-qwen" | "megrez" | "stablelm2" => plain(PreTokenizerKind::Qwen2),
         "dbrx" | "smaug-bpe" => plain(PreTokenizerKind::Llama3),
+        "gpt-4o" => plain(PreTokenizerKind::Gpt4o),
         "llama-bpe" | "llama3" | "llama-v3" => PreSpec {
             kind: PreTokenizerKind::Llama3,
             ignore_merges: true,
@@ -113,6 +123,7 @@ impl PreTokenizerKind {
             PreTokenizerKind::SmolLm => &[DIGIT, GPT2],
             PreTokenizerKind::Qwen2 => &[QWEN2],
             PreTokenizerKind::Llama3 => &[LLAMA3],
+            PreTokenizerKind::Gpt4o => &[GPT4O],
         }
     }
 

@@ -133,6 +133,14 @@ pub enum KeyRange<'a> {
         /// Keys before the first query.
         offset: usize,
     },
+    /// The last `window` keys up to the query's own: `offset + r + 1 - window
+    /// ..= offset + r` (sliding-window attention).
+    Sliding {
+        /// Keys before the first query.
+        offset: usize,
+        /// Keys each query sees at most, its own included.
+        window: usize,
+    },
     /// All keys.
     Full,
     /// The keys of the query's segment; `bounds` are cumulative row counts from 0.
@@ -146,6 +154,10 @@ impl KeyRange<'_> {
     pub(crate) fn of(&self, r: usize, n_keys: usize) -> (usize, usize) {
         match *self {
             KeyRange::Causal { offset } => (0, (offset + r + 1).min(n_keys)),
+            KeyRange::Sliding { offset, window } => {
+                let hi = (offset + r + 1).min(n_keys);
+                ((offset + r + 1).saturating_sub(window).min(hi), hi)
+            }
             KeyRange::Full => (0, n_keys),
             KeyRange::Segments { bounds } => {
                 let s = bounds.partition_point(|&b| b <= r);
@@ -280,6 +292,23 @@ pub fn flash_attention(
     out: &mut [f32],
     s: AttnShape,
 ) {
+    flash_attention_sinks(q, kv, range, None, out, s)
+}
+
+/// [`flash_attention`] where head `h`'s softmax also counts `sinks[h]` as
+/// one more score whose value is zero: `out = sum_j e^(s_j) v_j / (sum_j
+/// e^(s_j) + e^(sinks[h]))` (gpt-oss's attention sinks).
+pub fn flash_attention_sinks(
+    q: &[f32],
+    kv: KvRows<'_>,
+    range: KeyRange<'_>,
+    sinks: Option<&[f32]>,
+    out: &mut [f32],
+    s: AttnShape,
+) {
+    if let Some(sk) = sinks {
+        assert!(sk.len() >= s.n_heads, "one sink per query head");
+    }
     let hd = s.head_dim;
     let group = s.n_heads / s.n_kv_heads;
     let q_width = s.n_heads * hd;
@@ -289,7 +318,7 @@ pub fn flash_attention(
         "attention output too small"
     );
     if let Some(splits) = decode_attention::splits(&s) {
-        return decode_attention::split_attention(q, kv, range, out, s, splits);
+        return decode_attention::split_attention(q, kv, range, sinks, out, s, splits);
     }
     let shared = SharedOut {
         ptr: out.as_mut_ptr(),
@@ -302,6 +331,8 @@ pub fn flash_attention(
             let r0 = b * qb;
             let rows = qb.min(s.n_queries - r0);
             block(q, kv, range, s, g, r0, rows, sc);
+            let group_sinks = sinks.map(|sk| &sk[g * group..(g + 1) * group]);
+            finish(sc, rows, group, hd, group_sinks);
             for i in 0..rows {
                 // SAFETY: task (g, b) alone writes rows r0..r0+rows, columns of head group g.
                 let dst = unsafe { shared.region((r0 + i) * q_width + g * group * hd, group * hd) };
@@ -370,9 +401,26 @@ fn block(
         }
         kb += n;
     }
+}
+
+/// Normalises a task's `rows x group` accumulators by their softmax sums,
+/// counting head `h`'s sink logit `sinks[h]` (of the task's group) as one
+/// more term of the sum.
+fn finish(sc: &mut Scratch, rows: usize, group: usize, hd: usize, sinks: Option<&[f32]>) {
     for idx in 0..rows * group {
-        let inv = if l[idx] > 0.0 { 1.0 / l[idx] } else { 0.0 };
-        scale(&mut acc[idx * hd..][..hd], inv);
+        let acc = &mut sc.acc[idx * hd..][..hd];
+        let (m, l) = (sc.m[idx], sc.l[idx]);
+        let inv = match sinks {
+            _ if m == f32::NEG_INFINITY || l <= 0.0 => 0.0,
+            None => 1.0 / l,
+            Some(sk) => {
+                let sink = sk[idx % group];
+                let mx = m.max(sink);
+                let c = (m - mx).exp();
+                c / (l * c + (sink - mx).exp())
+            }
+        };
+        scale(acc, inv);
     }
 }
 
@@ -382,6 +430,18 @@ mod tests {
 
     /// Plain softmax attention with the full score row, in f64.
     fn naive(q: &[f32], k: &[f32], v: &[f32], range: KeyRange<'_>, s: AttnShape) -> Vec<f32> {
+        naive_sinks(q, k, v, range, None, s)
+    }
+
+    /// [`naive`] with each head's sink logit as one more score of no value.
+    fn naive_sinks(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        range: KeyRange<'_>,
+        sinks: Option<&[f32]>,
+        s: AttnShape,
+    ) -> Vec<f32> {
         let hd = s.head_dim;
         let group = s.n_heads / s.n_kv_heads;
         let mut out = vec![0.0; s.n_queries * s.n_heads * hd];
@@ -400,9 +460,17 @@ mod tests {
                             * s.scale as f64
                     })
                     .collect();
-                let mx = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let sink = sinks.map(|sk| sk[h] as f64);
+                let mx = sc
+                    .iter()
+                    .cloned()
+                    .chain(sink)
+                    .fold(f64::NEG_INFINITY, f64::max);
                 let e: Vec<f64> = sc.iter().map(|x| (x - mx).exp()).collect();
-                let z: f64 = e.iter().sum();
+                let z: f64 = e.iter().sum::<f64>() + sink.map_or(0.0, |x| (x - mx).exp());
+                if lo >= hi {
+                    continue; // no key: zeros, whatever the sink
+                }
                 for d in 0..hd {
                     let mut acc = 0.0;
                     for (jj, j) in (lo..hi).enumerate() {
@@ -489,6 +557,94 @@ mod tests {
                 .map(|(a, b)| (a - b).abs())
                 .fold(0.0, f32::max);
             assert!(err < 2e-3, "f16 err {err}");
+        }
+    }
+
+    #[test]
+    fn sliding_windows_and_sinks_match_naive_attention() {
+        let sinks = [0.5f32, -1.0, 2.5, 0.0];
+        for (nq, nk, range, with_sinks) in [
+            // decode past the window: the key-split path, most splits empty
+            (
+                1usize,
+                700usize,
+                KeyRange::Sliding {
+                    offset: 699,
+                    window: 128,
+                },
+                true,
+            ),
+            (
+                3,
+                700,
+                KeyRange::Sliding {
+                    offset: 697,
+                    window: 8,
+                },
+                true,
+            ),
+            (1, 700, KeyRange::Causal { offset: 699 }, true),
+            // a prefill chunk whose rows see different windows
+            (
+                40,
+                40,
+                KeyRange::Sliding {
+                    offset: 0,
+                    window: 8,
+                },
+                true,
+            ),
+            (
+                33,
+                100,
+                KeyRange::Sliding {
+                    offset: 67,
+                    window: 16,
+                },
+                false,
+            ),
+            (20, 20, KeyRange::Causal { offset: 0 }, true),
+            (8, 300, KeyRange::Full, true),
+        ] {
+            let s = AttnShape {
+                n_heads: 4,
+                n_kv_heads: 2,
+                head_dim: 16,
+                scale: 0.25,
+                n_queries: nq,
+                n_keys: nk,
+                q_block: 7,
+            };
+            let q = data(nq * 64, 1.0);
+            let k = data(nk * 32, 2.0);
+            let v = data(nk * 32, 3.0);
+            let sk = with_sinks.then_some(&sinks[..]);
+            let want = naive_sinks(&q, &k, &v, range, sk, s);
+            let mut out = vec![f32::NAN; nq * 64];
+            flash_attention_sinks(
+                &q,
+                KvRows::contiguous(KvData::F32 { k: &k, v: &v }),
+                range,
+                sk,
+                &mut out,
+                s,
+            );
+            let err = want
+                .iter()
+                .zip(&out)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f32::max);
+            assert!(err < 1e-5, "{nq}x{nk} {range:?}: err {err}");
+            // the sinks and the window change the answer (the test can fail)
+            let plain = naive(&q, &k, &v, KeyRange::Causal { offset: nk - nq }, s);
+            if !matches!(range, KeyRange::Full) {
+                let moved = plain
+                    .iter()
+                    .zip(&out)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0, f32::max);
+                assert!(moved > 1e-3 || !with_sinks && matches!(range, KeyRange::Causal { .. }));
+            }
         }
     }
 

@@ -17,6 +17,8 @@ pub(crate) struct AttnIo<'a> {
     pub q: &'a [f32],
     pub k: &'a [f32],
     pub v: &'a [f32],
+    /// One sink logit per query head, when the node has them.
+    pub sinks: Option<&'a [f32]>,
     pub out: &'a mut [f32],
 }
 
@@ -33,7 +35,7 @@ pub(crate) fn attention(
             return Err("attention needs its KV cache".into());
         }
         let range = match spec.mask {
-            Mask::Causal => KeyRange::Causal { offset: round.past },
+            Mask::Causal => causal(round.past, spec.window),
             Mask::Full => KeyRange::Full,
             Mask::Segments => KeyRange::Segments {
                 bounds: &round.segments[1.min(round.segments.len())..],
@@ -46,14 +48,20 @@ pub(crate) fn attention(
             round,
         );
         let kv_rows = KvRows::contiguous(KvData::F32 { k: io.k, v: io.v });
-        attention::flash_attention(io.q, kv_rows, range, io.out, shape);
+        attention::flash_attention_sinks(io.q, kv_rows, range, io.sinks, io.out, shape);
         return Ok(());
     };
     let (q_w, kv_w) = (
         spec.n_heads * spec.head_dim,
         spec.n_kv_heads * spec.head_dim,
     );
-    let AttnIo { q, k, v, out } = io;
+    let AttnIo {
+        q,
+        k,
+        v,
+        sinks,
+        out,
+    } = io;
     for span in round.spans().iter() {
         let r = span.rows.clone();
         append(ks, kv, span, &k[r.start * kv_w..r.end * kv_w], kv_w)?;
@@ -74,11 +82,24 @@ pub(crate) fn attention(
             map: row_map(&span.cache, kv.block_tokens),
         };
         let shape = shape_of(spec, span.len(), Some(span), round);
-        let range = KeyRange::Causal { offset: span.past };
+        let range = causal(span.past, spec.window);
         let o = &mut out[r.start * q_w..r.end * q_w];
-        attention::flash_attention(&q[r.start * q_w..r.end * q_w], rows, range, o, shape);
+        let q = &q[r.start * q_w..r.end * q_w];
+        attention::flash_attention_sinks(q, rows, range, sinks, o, shape);
     }
     Ok(())
+}
+
+/// The causal key range after `past` keys, within a sliding window when the
+/// layer has one.
+fn causal(past: usize, window: Option<usize>) -> KeyRange<'static> {
+    match window {
+        Some(window) => KeyRange::Sliding {
+            offset: past,
+            window,
+        },
+        None => KeyRange::Causal { offset: past },
+    }
 }
 
 /// A sequence's cache rows as the attention kernels read them.

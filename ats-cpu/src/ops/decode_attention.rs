@@ -35,11 +35,12 @@ pub(crate) fn scratch_bytes(s: &AttnShape, splits: usize, threads: usize) -> u64
     4 * (splits as u64 * states + splits.min(threads.max(1)) as u64 * task)
 }
 
-/// [`super::attention::flash_attention`] over `splits` key splits.
+/// [`super::attention::flash_attention_sinks`] over `splits` key splits.
 pub(crate) fn split_attention(
     q: &[f32],
     kv: KvRows<'_>,
     range: KeyRange<'_>,
+    sinks: Option<&[f32]>,
     out: &mut [f32],
     s: AttnShape,
     splits: usize,
@@ -50,12 +51,18 @@ pub(crate) fn split_attention(
     let states = s.n_queries * nh;
     // per split: acc[states][hd], then m[states], then l[states]
     let stride = states * (hd + 2);
-    let per = s.n_keys.div_ceil(splits);
+    // the splits share the keys some query sees (all of them but with a
+    // sliding window, whose earlier keys are never read)
+    let (k_lo, k_hi) = (0..s.n_queries)
+        .map(|r| range.of(r, s.n_keys))
+        .fold((s.n_keys, 0), |(a, b), (lo, hi)| (a.min(lo), b.max(hi)));
+    let k_lo = k_lo.min(k_hi);
+    let per = (k_hi - k_lo).div_ceil(splits);
     let mut parts = vec![0f32; splits * stride];
     parts.par_chunks_mut(stride).enumerate().for_each_init(
         || (vec![0f32; ROWS * kvw], vec![0f32; ROWS * kvw]),
         |(kb, vb), (i, part)| {
-            let (a, b) = (i * per, ((i + 1) * per).min(s.n_keys));
+            let (a, b) = (k_lo + i * per, (k_lo + (i + 1) * per).min(k_hi));
             let (acc, ml) = part.split_at_mut(states * hd);
             let (m, l) = ml.split_at_mut(states);
             m.fill(f32::NEG_INFINITY);
@@ -90,7 +97,7 @@ pub(crate) fn split_attention(
             }
         },
     );
-    // out = sum_i acc_i e^(m_i - M) / sum_i l_i e^(m_i - M)
+    // out = sum_i acc_i e^(m_i - M) / (sum_i l_i e^(m_i - M) + e^(sink - M))
     for idx in 0..states {
         let o = &mut out[idx * hd..][..hd];
         o.fill(0.0);
@@ -100,7 +107,9 @@ pub(crate) fn split_attention(
         if mx == f32::NEG_INFINITY {
             continue; // no key in range: zeros, as the general path gives
         }
-        let mut total = 0.0;
+        let sink = sinks.map(|sk| sk[idx % nh]);
+        let mx = sink.map_or(mx, |x| mx.max(x));
+        let mut total = sink.map_or(0.0, |x| (x - mx).exp());
         for i in 0..splits {
             let p = &parts[i * stride..][..stride];
             let mi = p[states * hd + idx];

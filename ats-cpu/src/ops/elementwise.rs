@@ -27,6 +27,23 @@ pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
     }
 }
 
+/// gpt-oss's clamped SwiGLU: `g = min(gate, limit)`, `u = clamp(up, -limit,
+/// limit)`, `out = g * sigmoid(alpha g) * (u + 1)`. NaN stays NaN (as
+/// PyTorch's clamp keeps it), rather than becoming the bound.
+pub fn swiglu_oai(gate: &[f32], up: &[f32], alpha: f32, limit: f32, out: &mut [f32]) {
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        let g = if g > limit { limit } else { g };
+        let u = if u > limit {
+            limit
+        } else if u < -limit {
+            -limit
+        } else {
+            u
+        };
+        *o = g / (1.0 + (-alpha * g).exp()) * (u + 1.0);
+    }
+}
+
 /// Exact GELU, `x * Phi(x)`.
 pub fn gelu_erf(x: f32) -> f32 {
     0.5 * x * (1.0 + erf(x / std::f32::consts::SQRT_2))
@@ -89,5 +106,19 @@ mod tests {
         let mut out = [0.0; 2];
         swiglu(&[1.0, 0.0], &[2.0, 3.0], &mut out);
         assert_eq!(out, [2.0 * silu(1.0), 0.0]);
+    }
+
+    #[test]
+    fn clamped_swiglu_clamps_gate_above_and_up_both_ways() {
+        let glu = |g: f32| g / (1.0 + (-1.702 * g).exp());
+        let gate = [1.0f32, 9.0, -9.0, 1.0, f32::NAN];
+        let up = [2.0f32, 0.5, 0.5, -20.0, 1.0];
+        let mut out = [0.0; 5];
+        swiglu_oai(&gate, &up, 1.702, 7.0, &mut out);
+        assert_eq!(out[0], glu(1.0) * 3.0);
+        assert_eq!(out[1], glu(7.0) * 1.5); // gate clamped to 7
+        assert_eq!(out[2], glu(-9.0) * 1.5); // not clamped below
+        assert_eq!(out[3], glu(1.0) * -6.0); // up clamped to -7
+        assert!(out[4].is_nan());
     }
 }

@@ -203,10 +203,24 @@ pub(crate) fn run(args: &NodeArgs<'_>, isa: Isa, device: &str) -> Result<(), Dev
                 (Some(_), Some(kv)) => Some((kv, storage(kv.k)?, storage(kv.v)?)),
                 _ => None,
             };
+            let sinks = if spec.sinks {
+                let sk = wf32(0)?;
+                if sk.len() < spec.n_heads {
+                    return Err(err(format!(
+                        "{} sink logits for {} heads",
+                        sk.len(),
+                        spec.n_heads
+                    )));
+                }
+                Some(sk)
+            } else {
+                None
+            };
             let io = cached_attention::AttnIo {
                 q: input(0)?,
                 k: input(1)?,
                 v: input(2)?,
+                sinks: sinks.as_deref(),
                 out,
             };
             cached_attention::attention(spec, round, io, cache).map_err(err)?;
@@ -227,19 +241,56 @@ pub(crate) fn run(args: &NodeArgs<'_>, isa: Isa, device: &str) -> Result<(), Dev
             let n = x.len() / m.cols;
             let mut logits = vec![0.0; n * n_expert];
             matmul(&m, x, n, &mut logits, isa).map_err(|e| err(e.to_string()))?;
+            if args.weights.len() > 1 {
+                let b = wf32(1)?;
+                if b.len() < *n_expert {
+                    return Err(err(format!(
+                        "{} router biases for {n_expert} experts",
+                        b.len()
+                    )));
+                }
+                for row in logits.chunks_exact_mut(*n_expert) {
+                    for (o, &bb) in row.iter_mut().zip(b.iter()) {
+                        *o += bb;
+                    }
+                }
+            }
             moe::route(&logits, *n_expert, *top_k, *norm_topk, out);
         }
-        Op::MoeExperts { n_expert, top_k } => {
+        Op::MoeExperts {
+            n_expert,
+            top_k,
+            act,
+            biases,
+        } => {
             let (gb, ga) = wbytes(0)?;
             let (ub, ua) = wbytes(1)?;
             let (db, da) = wbytes(2)?;
+            let (n_embd, n_ff) = (ga.info.cols(), ga.info.rows());
+            let bias = if *biases {
+                let (g, u, d) = (wf32(3)?, wf32(4)?, wf32(5)?);
+                let want = [n_ff * n_expert, n_ff * n_expert, n_embd * n_expert];
+                if [g.len(), u.len(), d.len()] != want {
+                    return Err(err(format!(
+                        "expert biases of {}, {}, {} values, want {want:?}",
+                        g.len(),
+                        u.len(),
+                        d.len()
+                    )));
+                }
+                Some([g, u, d])
+            } else {
+                None
+            };
             let w = moe::Experts {
                 gate: (gb, ga.info.dtype),
                 up: (ub, ua.info.dtype),
                 down: (db, da.info.dtype),
                 n_expert: *n_expert,
-                n_embd: ga.info.cols(),
-                n_ff: ga.info.rows(),
+                n_embd,
+                n_ff,
+                act: *act,
+                biases: bias.as_ref().map(|[g, u, d]| [&g[..], &u[..], &d[..]]),
             };
             moe::experts(input(0)?, input(1)?, *top_k, &w, out, isa)
                 .map_err(|e| err(e.to_string()))?;

@@ -2,8 +2,9 @@
 
 use crate::matmul::{Isa, MatmulError, WeightMatrix, matmul};
 use ats_core::dtype::DType;
+use ats_core::graph::ExpertAct;
 
-use super::elementwise::swiglu;
+use super::elementwise::{swiglu, swiglu_oai};
 
 /// Softmax over each row of router logits, top-k (ties to the lower id),
 /// optional renormalisation. Writes `top_k` ids (as f32) then `top_k` weights per row.
@@ -47,6 +48,11 @@ pub struct Experts<'a> {
     pub n_embd: usize,
     /// Expert FFN size.
     pub n_ff: usize,
+    /// How gate and up combine.
+    pub act: ExpertAct,
+    /// Per-expert biases of gate, up (`n_expert x n_ff`) and down
+    /// (`n_expert x n_embd`), when the experts have them.
+    pub biases: Option<[&'a [f32]; 3]>,
 }
 
 fn expert_matrix(
@@ -66,9 +72,10 @@ fn expert_matrix(
     }
 }
 
-/// `out[t] = sum_k w[t,k] * down_e(silu(gate_e x[t]) * up_e x[t])` for the
-/// routed experts `e = ids[t,k]`; tokens are gathered per expert so each
-/// expert's weights are read once per call.
+/// `out[t] = sum_k w[t,k] * down_e(act(gate_e x[t], up_e x[t]))` for the
+/// routed experts `e = ids[t,k]` (each product plus its expert's bias when
+/// there are biases); tokens are gathered per expert so each expert's
+/// weights are read once per call.
 pub fn experts(
     x: &[f32],
     routing: &[f32],
@@ -115,8 +122,15 @@ pub fn experts(
             &mut u,
             isa,
         )?;
+        if let Some([bg, bu, _]) = w.biases {
+            add_rows(&mut g, &bg[e * f..(e + 1) * f]);
+            add_rows(&mut u, &bu[e * f..(e + 1) * f]);
+        }
         let mut a = vec![0.0; n * f];
-        swiglu(&g, &u, &mut a);
+        match w.act {
+            ExpertAct::SwiGlu => swiglu(&g, &u, &mut a),
+            ExpertAct::SwiGluOai { alpha, limit } => swiglu_oai(&g, &u, alpha, limit, &mut a),
+        }
         let mut y = vec![0.0; n * d];
         matmul(
             &expert_matrix(w.down.0, w.down.1, e, w.n_expert, d, f),
@@ -125,6 +139,9 @@ pub fn experts(
             &mut y,
             isa,
         )?;
+        if let Some([_, _, bd]) = w.biases {
+            add_rows(&mut y, &bd[e * d..(e + 1) * d]);
+        }
         for (i, &(t, wt)) in toks.iter().enumerate() {
             for (o, &v) in out[t * d..(t + 1) * d]
                 .iter_mut()
@@ -135,6 +152,15 @@ pub fn experts(
         }
     }
     Ok(())
+}
+
+/// Adds `bias` to every row of `x` (rows of `bias.len()`).
+fn add_rows(x: &mut [f32], bias: &[f32]) {
+    for row in x.chunks_exact_mut(bias.len().max(1)) {
+        for (o, &b) in row.iter_mut().zip(bias) {
+            *o += b;
+        }
+    }
 }
 
 #[cfg(test)]

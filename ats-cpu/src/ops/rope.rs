@@ -24,12 +24,13 @@ pub fn rope(x: &mut [f32], spec: &RopeSpec, positions: &Positions, freq_factors:
         })
         .collect();
     let mut cs = vec![(0.0f32, 0.0f32); n_pairs];
+    let mscale = spec.mscale();
     for (r, row) in x.chunks_exact_mut(width).enumerate() {
         for (i, &(c, inv)) in sources.iter().enumerate() {
             // text rounds of an M-RoPE model may carry one component only
             let c = if positions.components > c { c } else { 0 };
             let angle = positions.get(r, c) as f32 * inv;
-            cs[i] = (angle.cos(), angle.sin());
+            cs[i] = (angle.cos() * mscale, angle.sin() * mscale);
         }
         for head in row.chunks_exact_mut(spec.head_dim) {
             match spec.kind {
@@ -63,6 +64,7 @@ mod tests {
             head_dim: 8,
             rot_dim: 8,
             theta: 10000.0,
+            yarn: None,
         }
     }
 

@@ -2,9 +2,12 @@
 // more than one tile ever exists. A block takes one KV head and a chunk of
 // query rows (Q-chunking); the query heads that share the KV head (GQA) are
 // processed together, so each key/value tile is loaded once for all of them.
-// Masks: causal (with the cache offset), full, and segments (windows: keys
-// of the query's own segment only). Long key ranges with few queries
-// (decode) are split across blocks and merged by attn_combine.
+// Masks: causal (with the cache offset; with a sliding window, only the
+// last `window` keys up to the query's own), full, and segments (windows:
+// keys of the query's own segment only). Optional sink logits, one per query
+// head, count in each softmax's sum with no value (gpt-oss). Long key ranges
+// with few queries (decode) are split across blocks and merged by
+// attn_combine.
 //
 // Dynamic shared memory (floats): Q[R][D], K[BK][D+1], V[BK][D], S[R][BK+1],
 // then per vector: m, l, corr, and per vector the key bounds (2 ints).
@@ -23,10 +26,11 @@ template <>
 __device__ __forceinline__ float kv_load<float>(const float* p, u64 i) { return p[i]; }
 
 __device__ __forceinline__ void key_bounds(int mask, int qi, int offset, int n_keys,
-                                           const int* bounds, int n_bounds, int* lo, int* hi) {
+                                           const int* bounds, int n_bounds, int window, int* lo,
+                                           int* hi) {
     if (mask == MASK_CAUSAL) {
-        *lo = 0;
         *hi = min(offset + qi + 1, n_keys);
+        *lo = window > 0 ? min(max(offset + qi + 1 - window, 0), *hi) : 0;
     } else if (mask == MASK_FULL) {
         *lo = 0;
         *hi = n_keys;
@@ -41,6 +45,20 @@ __device__ __forceinline__ void key_bounds(int mask, int qi, int offset, int n_k
         *lo = min(l, h);
         *hi = h;
     }
+}
+
+// The attention output of a query vector of head h from its softmax state
+// (running max m, sum l, unnormalised accumulator acc): acc / l, or with a
+// sink logit s for the head, acc e^(m-M) / (l e^(m-M) + e^(s-M)) with
+// M = max(m, s). No key seen: 0.
+__device__ __forceinline__ float attn_finish(float acc, float m, float l,
+                                             const float* __restrict__ sinks, int h) {
+    if (m == NEG_INF || !(l > 0.0f)) return 0.0f;
+    if (!sinks) return acc / l;
+    const float s = sinks[h];
+    const float M = fmaxf(m, s);
+    const float c = expf(m - M);
+    return acc * c / (l * c + expf(s - M));
 }
 
 // The cache row of a sequence's key `key`: through its block table (blocks
@@ -59,7 +77,7 @@ __device__ void attn_impl(const float* __restrict__ q, const KV* __restrict__ k,
                           int n_keys, int n_heads, int n_kv, int D, float scale, int mask,
                           int offset, const int* __restrict__ bounds, int n_bounds, int R,
                           int BK, int split_keys, const unsigned* __restrict__ blocks,
-                          int block_shift) {
+                          int block_shift, int window, const float* __restrict__ sinks) {
     DYN_SHARED(float, smem);
     const int group = n_heads / n_kv;
     const int qr = R / group;  // query rows per block
@@ -82,7 +100,8 @@ __device__ void attn_impl(const float* __restrict__ q, const KV* __restrict__ k,
 
     for (int r = tid; r < R; r += T) {
         int a = 0, b = 0;
-        if (r < nv) key_bounds(mask, row0 + r / group, offset, n_keys, bounds, n_bounds, &a, &b);
+        if (r < nv)
+            key_bounds(mask, row0 + r / group, offset, n_keys, bounds, n_bounds, window, &a, &b);
         lo[r] = a;
         hi[r] = b;
         ml_m[r] = NEG_INF;
@@ -181,8 +200,8 @@ __device__ void attn_impl(const float* __restrict__ q, const KV* __restrict__ k,
                         part_ml[2 * slot + 1] = ml_l[r];
                     }
                 } else {
-                    const float l = ml_l[r];
-                    out[(u64)row * q_w + (u64)h * D + d] = l > 0.0f ? acc[a] / l : 0.0f;
+                    out[(u64)row * q_w + (u64)h * D + d] =
+                        attn_finish(acc[a], ml_m[r], ml_l[r], sinks, h);
                 }
             }
         }
@@ -193,10 +212,10 @@ __device__ void attn_impl(const float* __restrict__ q, const KV* __restrict__ k,
     const float *q, const KVT *k, const KVT *v, float *out, float *part_o, float *part_ml,         \
         int n_q, int n_keys, int n_heads, int n_kv, int D, float scale, int mask, int offset,     \
         const int *bounds, int n_bounds, int R, int BK, int split_keys, const unsigned *blocks, \
-        int block_shift
+        int block_shift, int window, const float *sinks
 #define ATTN_CALL \
     q, k, v, out, part_o, part_ml, n_q, n_keys, n_heads, n_kv, D, scale, mask, offset, bounds, \
-        n_bounds, R, BK, split_keys, blocks, block_shift
+        n_bounds, R, BK, split_keys, blocks, block_shift, window, sinks
 
 #define KVT u16
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_f16kv(ATTN_ARGS) {
@@ -209,15 +228,22 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_f32kv(ATTN_ARGS)
 }
 #undef KVT
 
-// Merges the key splits: out = sum_s o_s e^(m_s - M) / sum_s l_s e^(m_s - M).
+// Merges the key splits: out = sum_s o_s e^(m_s - M) / sum_s l_s e^(m_s - M)
+// (plus e^(sink - M) in the sum with sinks, M then covering the sink too).
 // One block per (query row, head), threads over the head's columns.
 extern "C" __global__ void attn_combine(const float* __restrict__ part_o,
                                         const float* __restrict__ part_ml, float* __restrict__ out,
-                                        int n_q, int n_heads, int D, int n_split) {
+                                        int n_q, int n_heads, int D, int n_split,
+                                        const float* __restrict__ sinks) {
     const u64 slot = blockIdx.x;  // row * n_heads + h
     float M = NEG_INF;
     for (int s = 0; s < n_split; s++) M = fmaxf(M, part_ml[2 * ((u64)s * n_q * n_heads + slot)]);
     float L = 0.0f;
+    if (sinks && M != NEG_INF) {
+        const float sink = sinks[slot % n_heads];
+        M = fmaxf(M, sink);
+        L = expf(sink - M);
+    }
     for (int s = 0; s < n_split; s++) {
         const u64 i = 2 * ((u64)s * n_q * n_heads + slot);
         if (part_ml[i] != NEG_INF) L += part_ml[i + 1] * expf(part_ml[i] - M);
@@ -300,7 +326,7 @@ __device__ void attn_decode_impl(const float* __restrict__ q, const KV* __restri
                                  float* __restrict__ part_o, float* __restrict__ part_ml, int n_q,
                                  int n_keys, int n_heads, int n_kv, float scale, int mask,
                                  int offset, int split_keys, const unsigned* __restrict__ blocks,
-                                 int block_shift) {
+                                 int block_shift, int window, const float* __restrict__ sinks) {
     constexpr int D = DL * WARP;
     constexpr int KS = D < 8 ? D : 8;  // key columns per load in the scores
     DYN_SHARED(float, smem);
@@ -318,15 +344,20 @@ __device__ void attn_decode_impl(const float* __restrict__ q, const KV* __restri
         const int vi = i / D, d = i % D;
         qs[i] = q[(u64)(vi / group) * q_w + (u64)(g * group + vi % group) * D + d];
     }
-    int hi[DEC_MAX_VECS];  // keys vector vi sees: 0..hi
-    int k_end = 0;
+    int lo[DEC_MAX_VECS], hi[DEC_MAX_VECS];  // keys vector vi sees: lo..hi
+    int k_beg = n_keys, k_end = 0;
 #pragma unroll
     for (int vi = 0; vi < DEC_MAX_VECS; vi++) {
         hi[vi] = vi >= nv ? 0 : mask == MASK_CAUSAL ? min(offset + vi / group + 1, n_keys) : n_keys;
+        lo[vi] = vi < nv && mask == MASK_CAUSAL && window > 0
+                     ? min(max(offset + vi / group + 1 - window, 0), hi[vi])
+                     : 0;
+        if (vi < nv) k_beg = min(k_beg, lo[vi]);
         k_end = max(k_end, hi[vi]);
     }
-    const int s0 = blockIdx.y * split_keys;
-    const int s1 = min(s0 + split_keys, k_end);
+    // splits before the first key any vector sees start there (and end at once)
+    const int s0 = max((int)blockIdx.y * split_keys, k_beg);
+    const int s1 = min((int)blockIdx.y * split_keys + split_keys, k_end);
     __syncthreads();
 
     float m[DEC_MAX_VECS], l[DEC_MAX_VECS], o[DEC_MAX_VECS][DL];
@@ -363,7 +394,7 @@ __device__ void attn_decode_impl(const float* __restrict__ q, const KV* __restri
         for (int vi = 0; vi < DEC_MAX_VECS; vi++) {
             p[vi] = 0.0f;
             if (vi >= nv) continue;
-            const float sc = key < s1 && key < hi[vi] ? s[vi] * scale : NEG_INF;
+            const float sc = key < s1 && key >= lo[vi] && key < hi[vi] ? s[vi] * scale : NEG_INF;
             const float mn = fmaxf(m[vi], warp_max(sc));
             if (mn == NEG_INF) continue;  // warp-uniform: nothing seen yet
             const float c = expf(m[vi] - mn);  // 0 when nothing was seen before
@@ -425,7 +456,7 @@ __device__ void attn_decode_impl(const float* __restrict__ q, const KV* __restri
                 part_ml[2 * slot + 1] = L;
             }
         } else {
-            out[(u64)row * q_w + (u64)h * D + d] = L > 0.0f ? O / L : 0.0f;
+            out[(u64)row * q_w + (u64)h * D + d] = attn_finish(O, M, L, sinks, h);
         }
     }
 }
@@ -433,10 +464,10 @@ __device__ void attn_decode_impl(const float* __restrict__ q, const KV* __restri
 #define DEC_ARGS                                                                          \
     const float *q, const KVT *k, const KVT *v, float *out, float *part_o, float *part_ml, \
         int n_q, int n_keys, int n_heads, int n_kv, float scale, int mask, int offset,     \
-        int split_keys, const unsigned *blocks, int block_shift
+        int split_keys, const unsigned *blocks, int block_shift, int window, const float *sinks
 #define DEC_CALL                                                                             \
     q, k, v, out, part_o, part_ml, n_q, n_keys, n_heads, n_kv, scale, mask, offset, split_keys, \
-        blocks, block_shift
+        blocks, block_shift, window, sinks
 
 #define DEC_KERNEL(SUFFIX, DL)                                                                  \
     extern "C" __global__ void __launch_bounds__(DEC_THREADS) attn_decode_##SUFFIX(DEC_ARGS) { \

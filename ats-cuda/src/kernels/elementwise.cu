@@ -19,6 +19,19 @@ extern "C" __global__ void swiglu_f32(const float* gate, const float* up, float*
     GRID_STRIDE(i, n) out[i] = silu(gate[i]) * up[i];
 }
 
+// gpt-oss's clamped SwiGLU, as the CPU reference: gate clamped above, up
+// both ways, then gate * sigmoid(alpha gate) * (up + 1). NaN passes through.
+extern "C" __global__ void swiglu_oai_f32(const float* gate, const float* up, float* out, u64 n,
+                                          float alpha, float limit) {
+    GRID_STRIDE(i, n) {
+        float g = gate[i], u = up[i];
+        if (g > limit) g = limit;
+        if (u > limit) u = limit;
+        else if (u < -limit) u = -limit;
+        out[i] = g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
+    }
+}
+
 // erf in f64 from the same Chebyshev fit as the CPU reference (relative error
 // below 1.2e-7), so both sides round alike.
 __device__ __forceinline__ float erf_ref(float xf) {

@@ -6,6 +6,7 @@
 //   the tiles the grouped matmul (matmul.cu, mm_moe_*) runs over.
 // - moe_combine: out[t] = sum over slots, in increasing expert id, of
 //   weight * expert output (the CPU reference's summation order).
+// - moe_bias: adds each routed slot's expert bias to its product row.
 
 // One warp per token; dynamic shared memory: (blockDim.x / 32) * n_expert floats.
 extern "C" __global__ void moe_topk(const float* __restrict__ logits, float* __restrict__ out,
@@ -130,5 +131,20 @@ extern "C" __global__ void moe_combine(const float* __restrict__ routing,
                 acc = __fadd_rn(acc, __fmul_rn(r[top_k + best], y[(t * top_k + best) * cols + d]));
         }
         out[i] = acc;
+    }
+}
+
+// y[slot, c] += bias[e, c] for the expert e that slot (token slot / top_k,
+// choice slot % top_k) was routed to; slots routed nowhere are left alone.
+extern "C" __global__ void moe_bias(float* __restrict__ y, const float* __restrict__ bias,
+                                    const float* __restrict__ routing, int slots, int cols,
+                                    int n_expert, int top_k) {
+    const u64 n = (u64)slots * cols;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (u64)gridDim.x * blockDim.x) {
+        const u64 s = i / cols, c = i % cols;
+        const u64 t = s / top_k, k = s % top_k;
+        const int e = expert_of(routing[t * 2 * top_k + k], n_expert);
+        if (e < n_expert) y[i] = y[i] + bias[(u64)e * cols + c];
     }
 }

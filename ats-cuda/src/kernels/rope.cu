@@ -1,7 +1,8 @@
 // Rotary position embeddings, out of place: out = rope(x). The host fills the
 // per-pair table (inverse frequency computed exactly as the CPU reference
-// does, and which position component each pair rotates by), so the kernel
-// only looks up, divides by the optional frequency factor, and rotates.
+// does, YaRN included, and which position component each pair rotates by),
+// so the kernel only looks up, divides by the optional frequency factor, and
+// rotates.
 
 #define ROPE_MAX_PAIRS 128
 #define ROPE_NORMAL 0
@@ -12,6 +13,8 @@ struct RopeTable {
     // position component of the pair, and the index of its frequency factor
     int component[ROPE_MAX_PAIRS];
     int factor_index[ROPE_MAX_PAIRS];
+    // scale of cos and sin (YaRN's magnitude correction; 1 without it)
+    float mscale;
 };
 
 // x, out: rows of n_heads * head_dim; positions: `components` ints per row.
@@ -42,7 +45,7 @@ extern "C" __global__ void rope_f32(const float* __restrict__ x, float* __restri
         float inv = table.inv_freq[pair];
         if (factors) inv = inv / factors[table.factor_index[pair]];
         const float angle = (float)positions[r * components + table.component[pair]] * inv;
-        const float c = cosf(angle), s = sinf(angle);
+        const float c = cosf(angle) * table.mscale, s = sinf(angle) * table.mscale;
         const int step = mode == ROPE_NORMAL ? 1 : n_pairs;
         if (first) {
             const float a = x[e], b = x[e + step];

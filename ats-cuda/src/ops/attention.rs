@@ -42,6 +42,25 @@ pub(crate) fn attention(
     if nq == 0 {
         return Ok(());
     }
+    let window = match (spec.window, &spec.mask) {
+        (None, _) => 0i32,
+        (Some(w), Mask::Causal) if w > 0 => i32::try_from(w).unwrap_or(i32::MAX),
+        (Some(w), m) => {
+            return Err(n.err(format!(
+                "a sliding window of {w} keys needs a causal mask, not {m:?}"
+            )));
+        }
+    };
+    let sinks = if spec.sinks {
+        let (p, len) = n.weight_f32(0, scratch)?;
+        if len < nh {
+            return Err(n.err(format!("{len} sink logits for {nh} heads")));
+        }
+        p
+    } else {
+        0u64
+    };
+    let extras = Extras { window, sinks };
     let r = n.args.round;
     let Some(kv) = spec.cache.and(n.args.kv.as_ref()) else {
         if spec.cache.is_some() {
@@ -68,7 +87,7 @@ pub(crate) fn attention(
             blocks: (0, 0),
             f16: false,
         };
-        return attend(n, scratch, spec, &call);
+        return attend(n, scratch, spec, &call, &extras);
     };
     let es = kv.dtype.size();
     let kp = n.dev.ptr_of(kv.k, 0, kv.capacity * kv_w * es)?;
@@ -111,9 +130,16 @@ pub(crate) fn attention(
             blocks: (table, shift),
             f16: kv.dtype == KvType::F16,
         };
-        attend(n, scratch, spec, &call)?;
+        attend(n, scratch, spec, &call, &extras)?;
     }
     Ok(())
+}
+
+/// The sliding window (0: none) and the sink logits' address (0: none),
+/// the same for every call of a node.
+struct Extras {
+    window: i32,
+    sinks: u64,
 }
 
 /// `log2(block_tokens)`: the kernels address blocks by shifts.
@@ -148,6 +174,7 @@ fn attend(
     scratch: &mut Carver,
     spec: &AttnSpec,
     call: &Call,
+    x: &Extras,
 ) -> Result<(), DeviceError> {
     let (hd, nh, nkv) = (spec.head_dim, spec.n_heads, spec.n_kv_heads);
     if spec.mask != Mask::Segments
@@ -162,7 +189,7 @@ fn attend(
             scratch.free_for(2) / 4, // part_o and part_ml below
         )
     {
-        return decode(n, scratch, spec, call, &l);
+        return decode(n, scratch, spec, call, &l, x);
     }
     let (nq, n_keys) = (call.n_q, call.n_keys);
     let Keys { q, k: kp, v: vp, o } = call.keys;
@@ -227,14 +254,17 @@ fn attend(
         .arg(&bk)
         .arg(&sk)
         .arg(&table)
-        .arg(&shift);
+        .arg(&shift)
+        .arg(&x.window)
+        .arg(&x.sinks);
     // SAFETY: q and o hold nq rows of nh*hd floats; k and v hold the rows of
     // n_keys keys of nkv*hd (cache, through the block table, or inputs,
     // checked by the caller); the shared memory matches the tiles; partial
-    // buffers hold splits*nq*nh slots when splitting.
+    // buffers hold splits*nq*nh slots when splitting; sinks, when not null,
+    // hold nh floats (checked by the caller).
     drv(name, unsafe { b.launch(cfg) }).map_err(|e| n.cu(e))?;
     if splits > 1 {
-        combine(n, part_o, part_ml, o, [nq, nh, hd, splits])?;
+        combine(n, part_o, part_ml, o, [nq, nh, hd, splits], x.sinks)?;
     }
     Ok(())
 }
@@ -255,6 +285,7 @@ fn decode(
     spec: &AttnSpec,
     call: &Call,
     l: &geometry::DecodeLaunch,
+    x: &Extras,
 ) -> Result<(), DeviceError> {
     let (hd, nh, nkv) = (spec.head_dim, spec.n_heads, spec.n_kv_heads);
     let (nq, n_keys) = (call.n_q, call.n_keys);
@@ -297,15 +328,17 @@ fn decode(
         .arg(&offset)
         .arg(&sk)
         .arg(&table)
-        .arg(&shift);
+        .arg(&shift)
+        .arg(&x.window)
+        .arg(&x.sinks);
     // SAFETY: q and o hold nq rows of nh*hd floats, k and v the rows of
     // n_keys keys of nkv*hd cache elements through the block table (checked
     // by the caller); the head size is the kernel's (decode_launch picks the
     // instantiation); the shared memory matches its layout; the partial
-    // buffers hold splits*nq*nh slots.
+    // buffers hold splits*nq*nh slots; sinks, when not null, nh floats.
     drv(&name, unsafe { b.launch(cfg) }).map_err(|e| n.cu(e))?;
     if l.splits > 1 {
-        combine(n, part_o, part_ml, t.o, [nq, nh, hd, l.splits])?;
+        combine(n, part_o, part_ml, t.o, [nq, nh, hd, l.splits], x.sinks)?;
     }
     Ok(())
 }
@@ -317,6 +350,7 @@ fn combine(
     part_ml: u64,
     o: u64,
     [nq, nh, hd, splits]: [usize; 4],
+    sinks: u64,
 ) -> Result<(), DeviceError> {
     let f = n
         .dev
@@ -336,9 +370,10 @@ fn combine(
         .arg(&a)
         .arg(&h)
         .arg(&d)
-        .arg(&s);
+        .arg(&s)
+        .arg(&sinks);
     // SAFETY: the partial buffers were written for every (split, row, head);
-    // o holds nq*nh*hd floats.
+    // o holds nq*nh*hd floats; sinks, when not null, nh floats.
     drv("attn_combine", unsafe { b.launch(cfg) }).map_err(|e| n.cu(e))?;
     Ok(())
 }

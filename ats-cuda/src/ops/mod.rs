@@ -286,7 +286,18 @@ pub(crate) fn run(
             top_k,
             norm_topk,
         } => moe::router(&n, &mut scratch, *n_expert, *top_k, *norm_topk),
-        Op::MoeExperts { n_expert, top_k } => moe::experts(&n, &mut scratch, *n_expert, *top_k),
+        Op::MoeExperts {
+            n_expert,
+            top_k,
+            act,
+            biases,
+        } => {
+            let kind = moe::ExpertKind {
+                act: *act,
+                biases: *biases,
+            };
+            moe::experts(&n, &mut scratch, *n_expert, *top_k, kind)
+        }
         Op::SelectRows => rows::select(&n, st),
         Op::PermuteRows { group, perm } => rows::permute(&n, st, *group, perm),
         Op::MergeRows { .. } => rows::merge(&n),

@@ -1,11 +1,13 @@
-//! Mixture of experts: the router (logits, then top-k on the device) and the
-//! routed SwiGLU experts. The experts never read expert ids on the host:
+//! Mixture of experts: the router (logits with an optional bias, then top-k
+//! on the device) and the routed gated experts (SwiGLU, or gpt-oss's clamped
+//! SwiGLU with per-expert biases). The experts never read expert ids on the host:
 //! `moe_index` groups the routed (token, slot) pairs by expert on the
 //! device, and the grouped matmul `mm_moe_*` runs one tile of tokens per
 //! block over the expert they were routed to. Tokens go in chunks so the
 //! per-slot buffers fit the scratch area.
 
 use ats_core::device::DeviceError;
+use ats_core::graph::ExpertAct;
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 use super::{Node, WeightRef, dtype_suffix, launch_n, matmul};
@@ -49,8 +51,17 @@ pub(crate) fn router(
     if nt == 0 {
         return Ok(());
     }
+    let bias = if n.args.weights.len() > 1 {
+        let (b, len) = n.weight_f32(1, scratch)?;
+        if len < n_expert {
+            return Err(n.err(format!("{len} router biases for {n_expert} experts")));
+        }
+        b
+    } else {
+        0
+    };
     let logits = scratch.take(nt * n_expert * 4).map_err(|e| n.err(e))?;
-    matmul::product(n.dev, &w, x, nt, logits, 0, scratch).map_err(|e| n.cu(e))?;
+    matmul::product(n.dev, &w, x, nt, logits, bias, scratch).map_err(|e| n.cu(e))?;
     let f = n
         .dev
         .kernels
@@ -70,11 +81,35 @@ pub(crate) fn router(
     Ok(())
 }
 
+/// What the experts do beyond their three stacked products: how gate and
+/// up combine, and whether each product adds its expert's bias.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ExpertKind {
+    pub act: ExpertAct,
+    pub biases: bool,
+}
+
+/// Per-expert biases of gate, up and down on the device (f32).
+#[derive(Clone, Copy, Debug)]
+struct Biases {
+    gate: u64,
+    up: u64,
+    down: u64,
+}
+
+/// The activation and biases the expert products share.
+#[derive(Clone, Copy, Debug)]
+struct Post {
+    act: ExpertAct,
+    biases: Option<Biases>,
+}
+
 pub(crate) fn experts(
     n: &Node<'_>,
     scratch: &mut Carver,
     n_expert: usize,
     top_k: usize,
+    kind: ExpertKind,
 ) -> Result<(), DeviceError> {
     let (x, nt, d) = n.input(0)?;
     let (routing, rr, rc) = n.input(1)?;
@@ -106,6 +141,28 @@ pub(crate) fn experts(
     if nt == 0 {
         return Ok(());
     }
+    let biases = if kind.biases {
+        let mut bias = |i: usize, len: usize| -> Result<u64, DeviceError> {
+            let (p, got) = n.weight_f32(i, scratch)?;
+            if got != len * n_expert {
+                return Err(n.err(format!(
+                    "expert bias {i} holds {got} values, not {n_expert} x {len}"
+                )));
+            }
+            Ok(p)
+        };
+        Some(Biases {
+            gate: bias(3, f)?,
+            up: bias(4, f)?,
+            down: bias(5, d)?,
+        })
+    } else {
+        None
+    };
+    let post = Post {
+        act: kind.act,
+        biases,
+    };
     if nt <= MV_MAX_TOKENS
         && [&gate, &up, &down]
             .iter()
@@ -116,10 +173,9 @@ pub(crate) fn experts(
             n.dev,
             &mut c,
             [&gate, &up, &down],
-            x,
-            routing,
-            o,
+            [x, routing, o],
             [nt, d, n_expert, top_k],
+            post,
         )
         .map_err(|e| n.cu(e));
     }
@@ -141,14 +197,15 @@ pub(crate) fn experts(
             let xc = x + (t0 * d * 4) as u64;
             grouped(n.dev, &gate, xc, g, meta, n_expert, top_k, slots)?;
             grouped(n.dev, &up, xc, u, meta, n_expert, top_k, slots)?;
-            launch_n(
-                n.dev,
-                Module::Elementwise,
-                "swiglu_f32",
-                &[g, u, g],
-                (slots * f) as u64,
-            )?;
+            let sh = SlotShape {
+                routing: r,
+                slots,
+                n_expert,
+                top_k,
+            };
+            post.activate(n.dev, &sh, [g, u], f)?;
             grouped(n.dev, &down, g, y, meta, n_expert, 1, slots)?;
+            post.add_down(n.dev, &sh, y, d)?;
             combine(n.dev, r, y, o + (t0 * d * 4) as u64, tc, n_expert, top_k, d)
         };
         run(&mut c).map_err(|e| n.cu(e))?;
@@ -163,10 +220,9 @@ fn routed_matvecs(
     dev: &CudaDevice,
     c: &mut Carver,
     [gate, up, down]: [&WeightRef; 3],
-    x: u64,
-    routing: u64,
-    o: u64,
+    [x, routing, o]: [u64; 3],
     [nt, d, n_expert, top_k]: [usize; 4],
+    post: Post,
 ) -> Result<(), CudaError> {
     let (slots, f) = (nt * top_k, gate.rows);
     let le = |e: String| CudaError::Launch(e);
@@ -181,15 +237,96 @@ fn routed_matvecs(
     };
     r.product(dev, gate, x, top_k, g)?;
     r.product(dev, up, x, top_k, u)?;
-    launch_n(
-        dev,
-        Module::Elementwise,
-        "swiglu_f32",
-        &[g, u, g],
-        (slots * f) as u64,
-    )?;
+    let sh = SlotShape {
+        routing,
+        slots,
+        n_expert,
+        top_k,
+    };
+    post.activate(dev, &sh, [g, u], f)?;
     r.product(dev, down, g, 1, y)?;
+    post.add_down(dev, &sh, y, d)?;
     combine(dev, routing, y, o, nt, n_expert, top_k, d)
+}
+
+/// Routed slots (token `s / top_k`, choice `s % top_k`) and their routing.
+struct SlotShape {
+    routing: u64,
+    slots: usize,
+    n_expert: usize,
+    top_k: usize,
+}
+
+impl Post {
+    /// `g = act(g + b_gate, u + b_up)` over `slots x f` products.
+    fn activate(
+        &self,
+        dev: &CudaDevice,
+        sh: &SlotShape,
+        [g, u]: [u64; 2],
+        f: usize,
+    ) -> Result<(), CudaError> {
+        if let Some(b) = self.biases {
+            bias(dev, sh, g, b.gate, f)?;
+            bias(dev, sh, u, b.up, f)?;
+        }
+        let n = (sh.slots * f) as u64;
+        match self.act {
+            ExpertAct::SwiGlu => launch_n(dev, Module::Elementwise, "swiglu_f32", &[g, u, g], n),
+            ExpertAct::SwiGluOai { alpha, limit } => {
+                let func = dev
+                    .kernels
+                    .function(Module::Elementwise, "swiglu_oai_f32")?;
+                let mut b = dev.streams.compute.launch_builder(&func);
+                b.arg(&g).arg(&u).arg(&g).arg(&n).arg(&alpha).arg(&limit);
+                // SAFETY: g and u hold n floats (slots x f); out aliases gate
+                // element for element, each read before it is written.
+                drv("swiglu_oai_f32", unsafe {
+                    b.launch(geometry::elementwise(n, dev.sm_count))
+                })?;
+                Ok(())
+            }
+        }
+    }
+
+    /// `y += b_down` of each slot's expert, over `slots x d` outputs.
+    fn add_down(
+        &self,
+        dev: &CudaDevice,
+        sh: &SlotShape,
+        y: u64,
+        d: usize,
+    ) -> Result<(), CudaError> {
+        match self.biases {
+            Some(b) => bias(dev, sh, y, b.down, d),
+            None => Ok(()),
+        }
+    }
+}
+
+/// `moe_bias`: each slot's row of `y` (`cols` wide) plus its expert's bias row.
+fn bias(dev: &CudaDevice, sh: &SlotShape, y: u64, b: u64, cols: usize) -> Result<(), CudaError> {
+    let f = dev.kernels.function(Module::Moe, "moe_bias")?;
+    let cfg = geometry::elementwise((sh.slots * cols) as u64, dev.sm_count);
+    let (s, c, e, k) = (
+        sh.slots as i32,
+        cols as i32,
+        sh.n_expert as i32,
+        sh.top_k as i32,
+    );
+    let mut lb = dev.streams.compute.launch_builder(&f);
+    lb.arg(&y)
+        .arg(&b)
+        .arg(&sh.routing)
+        .arg(&s)
+        .arg(&c)
+        .arg(&e)
+        .arg(&k);
+    // SAFETY: y holds slots x cols floats, b n_expert x cols (checked by
+    // `experts`), the routing a row of 2 top_k floats per token of the
+    // slots; ids past the experts add nothing.
+    drv("moe_bias", unsafe { lb.launch(cfg) })?;
+    Ok(())
 }
 
 /// The routing of a decode round's slots.

@@ -23,6 +23,8 @@ pub struct RopeTable {
     pub component: [i32; ROPE_MAX_PAIRS],
     /// Frequency-factor index of each pair.
     pub factor_index: [i32; ROPE_MAX_PAIRS],
+    /// Scale of cos and sin ([`RopeSpec::mscale`]).
+    pub mscale: f32,
 }
 
 // SAFETY: plain old data with the C layout of the kernel's struct.
@@ -45,6 +47,7 @@ pub fn table(spec: &RopeSpec, components: usize) -> Result<(usize, RopeTable), S
         inv_freq: [0.0; ROPE_MAX_PAIRS],
         component: [0; ROPE_MAX_PAIRS],
         factor_index: [0; ROPE_MAX_PAIRS],
+        mscale: spec.mscale(),
     };
     for i in 0..n_pairs {
         let (c, j) = spec.pair_source(i);
@@ -131,6 +134,7 @@ mod tests {
             head_dim,
             rot_dim,
             theta: 10000.0,
+            yarn: None,
         }
     }
 
@@ -164,6 +168,15 @@ mod tests {
 
     #[test]
     fn the_table_has_the_kernel_layout() {
-        assert_eq!(std::mem::size_of::<RopeTable>(), 12 * ROPE_MAX_PAIRS);
+        // three per-pair arrays of 4-byte values, then the cos/sin scale
+        assert_eq!(std::mem::size_of::<RopeTable>(), 12 * ROPE_MAX_PAIRS + 4);
+        let t = RopeTable {
+            inv_freq: [0.0; ROPE_MAX_PAIRS],
+            component: [0; ROPE_MAX_PAIRS],
+            factor_index: [0; ROPE_MAX_PAIRS],
+            mscale: 1.0,
+        };
+        let base = &t as *const RopeTable as usize;
+        assert_eq!(&t.mscale as *const f32 as usize - base, 12 * ROPE_MAX_PAIRS);
     }
 }

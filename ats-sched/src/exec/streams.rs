@@ -73,7 +73,13 @@ fn routed_after(
         let Some(router) = n.inputs.get(1).and_then(|&v| producers[v]) else {
             continue;
         };
-        for &w in n.weights.iter().filter(|w| streamed.contains_key(w)) {
+        // stacked expert matrices copy only the routed experts; per-expert
+        // biases (`[n_expert, out]`, one matrix) are small and copy whole
+        for &w in n
+            .weights
+            .iter()
+            .filter(|&&w| streamed.contains_key(&w) && g.weights[w].n_mats() > 1)
+        {
             out.entry(router).or_default().push((w, top_k));
         }
     }

@@ -99,7 +99,9 @@ pub fn build_items(g: &Graph, n_ctx: usize, kv_elem: usize) -> (Vec<Item>, Vec<u
                     it.kv_bytes = (2 * n_ctx * g.kv_caches[c].row_width() * kv_elem) as u64;
                 }
             }
-            Op::MoeExperts { n_expert, top_k } => it.experts = Some((*n_expert, *top_k)),
+            Op::MoeExperts {
+                n_expert, top_k, ..
+            } => it.experts = Some((*n_expert, *top_k)),
             _ => {}
         }
     }

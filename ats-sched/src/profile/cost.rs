@@ -32,7 +32,9 @@ pub fn op_key(g: &Graph, node: usize, shape: RoundShape) -> OpKey {
             key.m = wi.rows();
             key.k = wi.cols();
         }
-        Op::MoeExperts { n_expert, top_k } => {
+        Op::MoeExperts {
+            n_expert, top_k, ..
+        } => {
             let wi = w(0).expect("experts have weights");
             key.dtype = Some(wi.dtype.name().to_string());
             key.m = wi.rows();

@@ -98,8 +98,10 @@ pub(super) fn attention_micro(
         head_dim: hd,
         scale: 1.0 / (hd as f32).sqrt(),
         mask: Mask::Causal,
+        window: None,
+        sinks: false,
     };
-    let out = b.attention("attention", 0, k, v, spec);
+    let out = b.attention("attention", [0, k, v], spec, None);
     Micro {
         graph: Arc::new(b.finish(out)),
         host,
