@@ -20,6 +20,10 @@ pub struct SynthArgs {
     /// Random seed.
     #[arg(long = "seed", default_value_t = 1)]
     seed: u64,
+    /// All-zero weights in a sparse file (no disk, instant): for
+    /// `--sim-machine ...,compute=off` runs, which never read a weight.
+    #[arg(long = "zeros")]
+    zeros: bool,
 }
 
 pub fn run(a: SynthArgs) -> Result<()> {
@@ -31,8 +35,12 @@ pub fn run(a: SynthArgs) -> Result<()> {
         );
     };
     let t = std::time::Instant::now();
-    spec.write(&a.out, a.seed)
-        .with_context(|| format!("cannot write {}", a.out.display()))?;
+    if a.zeros {
+        spec.write_zeros(&a.out)
+    } else {
+        spec.write(&a.out, a.seed)
+    }
+    .with_context(|| format!("cannot write {}", a.out.display()))?;
     println!(
         "wrote {} ({} parameters, {}) in {:.1} s",
         a.out.display(),
