@@ -18,7 +18,7 @@
 use std::sync::{Mutex, MutexGuard};
 
 use super::spec::MachineSpec;
-use super::timing::{Work, cpu_parts, gpu_secs};
+use super::timing::{Work, cpu_fixed_secs, cpu_parts, gpu_secs};
 
 /// A stream of the GPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -238,7 +238,7 @@ impl Model {
         let h = &self.spec.host;
         let sc = &self.spec.scenario;
         let mut st = self.st();
-        let start = st.host + h.dispatch_us * 1e-6;
+        let start = st.host + cpu_fixed_secs(h, w);
         let origin = st.origin;
         let bg = st.background_dma * 1e9;
         let mem = h.mem_gbps * 1e9;
@@ -429,6 +429,21 @@ impl Model {
         }
     }
 
+    /// The routed-expert copy kernel on the transfer stream: `experts`
+    /// experts of `bytes` in all, SMs reading mapped host memory at a rate
+    /// that grows with the experts copied at once. Not logged among the
+    /// weight copies (the CUDA backend cannot time it as a copy of a known
+    /// number of bytes either).
+    pub(crate) fn routed_copy(&self, bytes: usize, experts: usize) {
+        let g = &self.spec.gpu;
+        let mut st = self.st();
+        st.host += g.launch_us * 1e-6;
+        let start = st.transfer.max(st.host) + g.kernel_us * 1e-6;
+        let own = (g.routed_expert_gbps * experts.max(1) as f64).min(g.routed_max_gbps) * 1e9;
+        let end = self.transfer(&mut st, start, bytes as f64, Dir::H2d, own, true);
+        st.transfer = end;
+    }
+
     /// An event after the work submitted so far to `s`: the moment the
     /// stream reaches it.
     pub(crate) fn record(&self, s: StreamId) -> f64 {
@@ -493,6 +508,8 @@ mod tests {
             flops: 2.0 * bytes,
             bytes,
             tokens: 1.0,
+            expert_products: 0.0,
+            expert_tokens: 0.0,
         }
     }
 

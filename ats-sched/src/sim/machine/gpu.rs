@@ -256,6 +256,7 @@ impl Device for VirtualGpu {
         let n_expert = src.len / per_expert.max(1);
         let hit = ats_core::graph::experts_chosen(&ids, rows, top_k, n_expert);
         let mut bytes = 0usize;
+        let mut experts = 0usize;
         for (e, _) in hit.iter().enumerate().filter(|x| *x.1) {
             let off = e * per_expert;
             if self.compute() {
@@ -263,8 +264,9 @@ impl Device for VirtualGpu {
                     .write(&inner, off, &src.bytes()[off..off + per_expert])?;
             }
             bytes += per_expert;
+            experts += 1;
         }
-        self.model.engine_copy(bytes, false, false, false, true);
+        self.model.routed_copy(bytes, experts);
         Ok(())
     }
 

@@ -30,6 +30,10 @@ pub struct HostSpec {
     pub mem_gbps: f64,
     /// Fixed cost of one op on the CPU (a thread-pool fork and join), us.
     pub dispatch_us: f64,
+    /// Fixed cost of each routed expert's matrix product on the CPU, us
+    /// (ATS's CPU MoE kernel runs the chosen experts one after another,
+    /// each of the three products its own fork and join over small matrices).
+    pub expert_us: f64,
 }
 
 /// The GPU.
@@ -64,6 +68,16 @@ pub struct GpuSpec {
     pub launch_us: f64,
     /// Host time of one host-device synchronisation, us.
     pub sync_us: f64,
+    /// Rate of the routed-expert copy kernel per expert it copies, GB/s
+    /// (one block row per expert, SMs reading mapped host memory: few
+    /// experts, little parallelism).
+    pub routed_expert_gbps: f64,
+    /// Most the routed-expert copy kernel reaches, GB/s.
+    pub routed_max_gbps: f64,
+    /// Tokens a routed-expert kernel processes per expert at least (a
+    /// tiled kernel pads each expert's few tokens to its tile; 1: a kernel
+    /// that runs each token's choices as matrix-vector products).
+    pub moe_tile_tokens: f64,
 }
 
 /// The PCIe link between host and GPU.
@@ -197,9 +211,9 @@ pub const PRESETS: [&str; 5] = [
 
 /// The keys a spec accepts after its name (or in its file), for `--help`.
 pub const MACHINE_KEYS: &str = "cores=N, core_gflops=X, core_attn_gflops=X, core_gbps=X, \
-mem_gbps=X, dispatch_us=X (host); vram=SIZE, gpu_gbps=X, matvec_eff=F, elem_eff=F, \
+mem_gbps=X, dispatch_us=X, expert_us=X (host); vram=SIZE, gpu_gbps=X, matvec_eff=F, elem_eff=F, \
 gemm_tflops=X, gemm_ramp=N, attn_tflops=X, attn_ramp=N, kernel_us=X, attn_us=X, launch_us=X, \
-sync_us=X (GPU); pcie=genGxL, h2d_gbps=X, d2h_gbps=X, pageable_gbps=X, sm_copy_gbps=X, \
+sync_us=X, routed_expert_gbps=X, routed_max_gbps=X, moe_tile=N (GPU); pcie=genGxL, h2d_gbps=X, d2h_gbps=X, pageable_gbps=X, sm_copy_gbps=X, \
 copy_us=X (link); cpuload=T:F;.. (share of cores taken from T seconds), gpuload=T:F;.. \
 (share of SM time), gamevram=SIZE, pcieslow=T:F;.. (link slowdown >= 1), thermal=T:F;.. \
 (GPU clock share from T), cputhermal=T:F;.. (CPU clock share); compute=on|off";
@@ -320,6 +334,10 @@ impl MachineSpec {
             "core_gbps" => self.host.core_gbps = pos(v)?,
             "mem_gbps" => self.host.mem_gbps = pos(v)?,
             "dispatch_us" => self.host.dispatch_us = nonneg(v)?,
+            "expert_us" => self.host.expert_us = nonneg(v)?,
+            "routed_expert_gbps" => self.gpu.routed_expert_gbps = pos(v)?,
+            "routed_max_gbps" => self.gpu.routed_max_gbps = pos(v)?,
+            "moe_tile" => self.gpu.moe_tile_tokens = pos(v)?,
             "vram" => self.gpu.memory = parse_size(v).map_err(|e| format!("{what}: {e}"))?,
             "gpu_gbps" => self.gpu.mem_gbps = pos(v)?,
             "matvec_eff" => self.gpu.matvec_eff = frac(v)?,
@@ -403,6 +421,7 @@ impl MachineSpec {
             ("core_gbps", h.core_gbps),
             ("mem_gbps", h.mem_gbps),
             ("dispatch_us", h.dispatch_us),
+            ("expert_us", h.expert_us),
         ] {
             let _ = writeln!(o, "{k}={v}");
         }
@@ -420,6 +439,9 @@ impl MachineSpec {
             ("attn_us", g.attn_us),
             ("launch_us", g.launch_us),
             ("sync_us", g.sync_us),
+            ("routed_expert_gbps", g.routed_expert_gbps),
+            ("routed_max_gbps", g.routed_max_gbps),
+            ("moe_tile", g.moe_tile_tokens),
         ] {
             let _ = writeln!(o, "{k}={v}");
         }
@@ -500,6 +522,8 @@ fn rtx3060_laptop() -> MachineSpec {
             // DDR4-3200 dual channel: 51.2 GB/s peak (JEDEC); ~70% sustained
             mem_gbps: 51.2 * 0.7,
             dispatch_us: 5.0,
+            // assumed: two fork-joins' worth per expert product
+            expert_us: 10.0,
         },
         gpu: GpuSpec {
             name: "RTX 3060 Laptop GPU".into(),
@@ -526,6 +550,12 @@ fn rtx3060_laptop() -> MachineSpec {
             // cuLaunchKernel costs 2-5 us of host time (CUDA C Best Practices)
             launch_us: 4.0,
             sync_us: 10.0,
+            // assumed as fitted on the H200 (same kernel geometry), capped
+            // at half the link
+            routed_expert_gbps: 0.39,
+            routed_max_gbps: 12.5,
+            // the decode MoE kernel of 2026-12-01 (one grid row per choice)
+            moe_tile_tokens: 1.0,
         },
         // the i7-11800H's 16 CPU lanes are PCIe 4.0 (Intel ARK 213803); the
         // RTX 3060 Laptop GPU is a PCIe 4.0 x16 part
@@ -554,6 +584,8 @@ fn rtx4090_desktop() -> MachineSpec {
             // memory speed, amd.com); ~75% sustained
             mem_gbps: 83.2 * 0.75,
             dispatch_us: 4.0,
+            // assumed: two fork-joins' worth per expert product
+            expert_us: 8.0,
         },
         gpu: GpuSpec {
             name: "RTX 4090".into(),
@@ -574,6 +606,10 @@ fn rtx4090_desktop() -> MachineSpec {
             attn_us: 8.0,
             launch_us: 3.0,
             sync_us: 8.0,
+            routed_expert_gbps: 0.39,
+            routed_max_gbps: 12.5,
+            // the decode MoE kernel of 2026-12-01 (one grid row per choice)
+            moe_tile_tokens: 1.0,
         },
         // the RTX 4090 is a PCIe 4.0 x16 card (Ada whitepaper)
         link: LinkSpec::pcie(4, 16).expect("gen4"),
@@ -601,6 +637,8 @@ fn gen5_desktop(generation: u32, name: &str) -> MachineSpec {
             // DDR5-6400 dual channel: 102.4 GB/s peak; ~75% sustained
             mem_gbps: 102.4 * 0.75,
             dispatch_us: 4.0,
+            // assumed: two fork-joins' worth per expert product
+            expert_us: 8.0,
         },
         gpu: GpuSpec {
             name: "RTX 5090".into(),
@@ -621,6 +659,9 @@ fn gen5_desktop(generation: u32, name: &str) -> MachineSpec {
             attn_us: 8.0,
             launch_us: 3.0,
             sync_us: 8.0,
+            routed_expert_gbps: 0.39,
+            routed_max_gbps: 0.5 * LinkSpec::pcie(generation, 16).expect("gen3 or gen5").h2d_gbps,
+            moe_tile_tokens: 1.0,
         },
         // the RTX 5090 is a PCIe 5.0 x16 card; the study sets the slot to gen 3
         link: LinkSpec::pcie(generation, 16).expect("gen3 or gen5"),
@@ -639,13 +680,22 @@ fn h200_host() -> MachineSpec {
         host: HostSpec {
             name: "16 host cores of the lent H200 machine".into(),
             cores: 16,
-            // fitted: `layers` at 2G decoded ~3.66 GB of CPU-resident weights
-            // a token at 15.2-18.0 tokens/s: ~55-66 GB/s on 16 threads
+            // fitted to the 2026-12-01 runs (docs/gpu-results.md): `layers`
+            // at 2G decoded its ~3.5 GB of CPU weights at 15.2-18.0 tokens/s
+            // and ATS's static plan its ~3.7 GB in 55-56 ms a token: about
+            // 80 GB/s on 16 threads, a server's memory that PCIe traffic
+            // does not saturate
             core_gflops: ZEN3_CORE_GFLOPS,
-            core_attn_gflops: 25.0,
-            core_gbps: 8.0,
-            mem_gbps: 60.0,
-            dispatch_us: 8.0,
+            // `layers` prompts (512-token batches whose CPU-cached layers
+            // attend on the CPU) ran 340-439 tokens/s at 2G and 607 at 4G
+            core_attn_gflops: 10.0,
+            core_gbps: 5.0,
+            mem_gbps: 200.0,
+            // qwen3-30b-a3b under `layers` (nearly all on the CPU) decoded at
+            // 13.0-14.3 tokens/s against ~30 ms of memory traffic: per-op
+            // and per-expert fork-joins on 16 threads
+            dispatch_us: 20.0,
+            expert_us: 20.0,
         },
         gpu: GpuSpec {
             name: "H200 (ATS kernels of 2026-12-01)".into(),
@@ -654,24 +704,36 @@ fn h200_host() -> MachineSpec {
             memory: 143_771 << 20,
             sms: 132,
             mem_gbps: 4800.0,
-            // fitted to the quick profile's one-token products: Q4_K
-            // 2048x2048 24.3 us, 8192x2048 39.9 us; Q6_K 24.4 / 45.5 us: about
-            // 18 us fixed plus ~470 GB/s (~10% of the 4.8 TB/s)
-            matvec_eff: 470.0 / 4800.0,
+            // fitted: the all-resident llama-8b decode (8G) ran 27.4-30.6 ms
+            // a token (32.7-36.5 tokens/s), of which 32 attention kernels
+            // ~6.7 ms (the profile's 225-277 us less its sync): the products
+            // move 4.9 GB at ~240 GB/s (5% of the 4.8 TB/s)
+            matvec_eff: 0.05,
             elem_eff: 0.05,
             // the profile measured 148-221 TFLOP/s for products at 2048
             // tokens and 10-18 at 128 (cuBLAS on f16 activations)
             gemm_tflops: 185.0,
             gemm_ramp_tokens: 2048.0,
-            // fitted: decode attention 225 us at 256 keys, 277 at 2048 (one
-            // query row per head: ~0.56 TFLOP/s); prompts far faster
+            // fitted: decode attention 225 us at 256 keys, 277 at 2048
+            // (the profile, with its ~15 us of launch and sync)
             attn_tflops: 8.0,
             attn_ramp_tokens: 16.0,
-            kernel_us: 12.0,
-            attn_us: 210.0,
+            kernel_us: 4.0,
+            attn_us: 205.0,
             launch_us: 5.0,
             // the quick profile's switch cost: 10.4 us
             sync_us: 10.4,
+            // fitted: qwen3-30b-a3b's GPU-only decode (8 of 128 experts a
+            // layer copied by the routed-copy kernel) ran 338-375 ms a token,
+            // ~1.17 GB: ~3.1 GB/s for 8 experts; `layers` prompts of
+            // 512-token batches, every expert copied, 164-210 tokens/s: the
+            // link's rate
+            routed_expert_gbps: 0.39,
+            routed_max_gbps: 48.3,
+            // the runs' MoE kernel tiled 64 tokens, one routed token in each
+            // tile at decode (docs/gpu-results.md: static decode 49-63 ms
+            // against 10-14 ms estimated)
+            moe_tile_tokens: 64.0,
         },
         link: LinkSpec {
             generation: 5,
