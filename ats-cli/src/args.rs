@@ -25,6 +25,11 @@ pub struct DeviceArgs {
     /// Use a simulated GPU (no real GPU needed), optionally with settings.
     #[arg(long = "sim-gpu", value_name = "SPEC", num_args = 0..=1, default_missing_value = "", long_help = SIM_HELP)]
     pub sim_gpu: Option<String>,
+    /// Run on a machine model in virtual time: a preset (rtx3060-laptop,
+    /// rtx4090-desktop, pcie-gen3-desktop, pcie-gen5-desktop, h200-host) or
+    /// a file, then key=value overrides and load scenarios.
+    #[arg(long = "sim-machine", value_name = "NAME|FILE", long_help = SIM_MACHINE_HELP, conflicts_with = "sim_gpu")]
+    pub sim_machine: Option<String>,
     /// Fail instead of running on the CPU when --vram is given and no GPU can be used.
     #[arg(long = "require-gpu")]
     pub require_gpu: bool,
@@ -87,7 +92,7 @@ impl ModelArgs {
         if self.batch == Some(0) {
             usage_bail!("--batch-size must be at least 1");
         }
-        let mut run = RunConfig::for_model(spec, crate::load::threads(self.devices.threads)?);
+        let mut run = RunConfig::for_model(spec, crate::load::run_threads(&self.devices)?);
         if let Some(c) = self.ctx {
             run.n_ctx = c;
         }
@@ -138,6 +143,23 @@ compute and transfer threads, throttled copies. Alone, it is a default simulated
 settings: mem=SIZE, copy=GB/s, speed=X (relative to one CPU thread), launch=US, sync=US, \
 slow=T:F;T:F (kernel slowdown factor F from T seconds), copyslow=T:F;... (copy slowdown). \
 --vram sets its budget.";
+
+const SIM_MACHINE_HELP: &str = "Run on a machine model in virtual time: every op computes \
+for real (exact logits), but each op's, copy's and synchronisation's duration comes from a model \
+of the machine (CPU cores and memory bandwidth shared with PCIe traffic, the GPU's rates, the \
+link's generation and width, launch and sync costs), so timings are the same on any machine \
+under any load, and every report says they are simulated. NAME is a preset: rtx3060-laptop, \
+rtx4090-desktop, pcie-gen3-desktop, pcie-gen5-desktop, h200-host; FILE holds base=NAME then \
+key=value lines. Comma-separated overrides follow, e.g. \
+rtx3060-laptop,pcie=gen3x8,cpuload=20:0.5;40:0,thermal=60:0.7 (quote the semicolons). Keys: \
+cores, core_gflops, core_attn_gflops, core_gbps, mem_gbps, dispatch_us; vram, gpu_gbps, \
+matvec_eff, elem_eff, gemm_tflops, gemm_ramp, attn_tflops, attn_ramp, kernel_us, attn_us, \
+launch_us, sync_us; pcie=genGxL, h2d_gbps, d2h_gbps, pageable_gbps, sm_copy_gbps, copy_us; \
+scenario scripts T:V;T:V over virtual seconds: cpuload (share of cores other programs take), \
+gpuload (share of SM time), pcieslow (link slowdown >= 1), thermal and cputhermal (clock share); \
+gamevram=SIZE (VRAM another program holds); compute=off (time only, no logits: for models too \
+large to compute here). --vram is ATS's budget; --threads the host threads (default: the \
+preset's cores).";
 
 fn parse_kv(s: &str) -> Result<KvType, String> {
     match s {

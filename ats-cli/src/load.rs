@@ -16,7 +16,7 @@ use ats_sched::profile::{
     CostModel, DeviceProfile, Profile, default_profile_path, hardware_fingerprint, load_profile,
 };
 use ats_sched::session::Session;
-use ats_sched::sim::{SimGpu, SimGpuConfig};
+use ats_sched::sim::{MachineSpec, SimGpu, SimGpuConfig, VirtualMachine};
 use ats_sched::size::fmt_bytes;
 use tracing::info;
 
@@ -41,18 +41,40 @@ pub fn threads(flag: Option<usize>) -> Result<usize> {
     }
 }
 
+/// The host threads a run uses: on a machine model (`--sim-machine`) the
+/// modelled threads (`--threads`, else the preset's cores), else this
+/// machine's ([`threads`]).
+pub fn run_threads(args: &DeviceArgs) -> Result<usize> {
+    match &args.sim_machine {
+        Some(spec) => {
+            let spec = MachineSpec::parse(spec).map_err(anyhow::Error::msg)?;
+            match args.threads {
+                Some(0) => usage_bail!("--threads must be at least 1"),
+                Some(n) => Ok(n),
+                None => Ok(spec.host.cores),
+            }
+        }
+        None => threads(args.threads),
+    }
+}
+
 /// The machine of a run, with the simulated GPU's settings when its GPU is one.
 pub struct Built {
     /// The devices by role.
     pub machine: Machine,
     /// Settings of the simulated GPU, if the GPU is one.
     pub sim: Option<SimGpuConfig>,
+    /// The machine model, when the run is on one (`--sim-machine`).
+    pub vm: Option<VirtualMachine>,
 }
 
 /// The host CPU and, when asked for and available, a GPU. Without a usable
 /// GPU for `--vram`, one line on stderr says so and the run stays on the
 /// CPU, whatever the verbosity; `--require-gpu` makes it an error instead.
 pub fn machine(args: &DeviceArgs) -> Result<Built> {
+    if let Some(spec) = &args.sim_machine {
+        return sim_machine(spec, args);
+    }
     let host: Arc<dyn Device> = Arc::new(CpuDevice::new(threads(args.threads)?)?);
     let (gpu, sim): (Option<Arc<dyn Device>>, _) = match &args.sim_gpu {
         Some(spec) => {
@@ -74,7 +96,50 @@ pub fn machine(args: &DeviceArgs) -> Result<Built> {
     Ok(Built {
         machine: Machine::new(host, gpu)?,
         sim,
+        vm: None,
     })
+}
+
+/// A machine model from `--sim-machine SPEC`: the host runs `--threads`
+/// threads (default: the preset's cores), the GPU's budget is `--vram`;
+/// the ops compute on every core of this machine.
+fn sim_machine(spec: &str, args: &DeviceArgs) -> Result<Built> {
+    let model_threads = run_threads(args)?;
+    let spec = MachineSpec::parse(spec).map_err(anyhow::Error::msg)?;
+    let real = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if !crate::logging::quiet() {
+        eprintln!(
+            "ats: SIMULATED machine, timed in virtual time: {}; {} host threads modelled",
+            spec.summary(),
+            model_threads
+        );
+    }
+    crate::report::set_simulated(spec.name.clone());
+    let vm = VirtualMachine::new(
+        spec,
+        model_threads,
+        args.vram,
+        Arc::new(CpuDevice::with_isa(
+            real,
+            ats_cpu::matmul::Isa::detect(),
+            "cpu",
+        )?),
+        sim_kernels(real)?,
+    );
+    Ok(Built {
+        machine: vm.machine().clone(),
+        sim: None,
+        vm: Some(vm),
+    })
+}
+
+/// A real CPU device for a modelled device's kernels.
+fn sim_kernels(threads: usize) -> Result<Arc<dyn Device>> {
+    Ok(Arc::new(CpuDevice::with_isa(
+        threads,
+        ats_cpu::matmul::Isa::detect(),
+        "sim-kernels",
+    )?))
 }
 
 /// A simulated GPU from `--sim-gpu SPEC`, its budget `--vram` if given.
@@ -109,6 +174,20 @@ pub fn real_device_names(machine: &Machine) -> Vec<String> {
 /// The machine's profile (or `--profile FILE`), turned into a cost model for
 /// its devices; a simulated GPU's profile is derived from the CPU's.
 pub fn cost_model(args: &ModelArgs, built: &Built) -> Result<CostModel> {
+    if let Some(vm) = &built.vm {
+        if args.profile.is_some() {
+            anyhow::bail!(
+                "--profile with --sim-machine: a machine model is profiled in virtual time, not from a file"
+            );
+        }
+        let real = std::thread::available_parallelism().map_or(1, |n| n.get());
+        return vm
+            // a quick profile, as the H200 runs it is fitted to were planned with
+            .cost_model(true, &|_| {
+                sim_kernels(real).expect("a CPU device for the profile's kernels")
+            })
+            .map_err(anyhow::Error::msg);
+    }
     let m = &built.machine;
     let profile = read_profile(args, m)?;
     let of = |d: &Arc<dyn Device>| {

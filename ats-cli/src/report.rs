@@ -6,6 +6,20 @@ use ats_sched::session::{Session, Timings};
 use ats_sched::size::fmt_bytes;
 
 /// The timings block printed after a run.
+/// What the run's machine model is, when it runs on one (`--sim-machine`):
+/// every timing it reports is the model's virtual time.
+static SIMULATED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Records that the run is on a machine model (said with every timing).
+pub fn set_simulated(summary: String) {
+    let _ = SIMULATED.set(summary);
+}
+
+/// The machine model the run is on, if any.
+pub fn simulated() -> Option<&'static str> {
+    SIMULATED.get().map(String::as_str)
+}
+
 pub fn print_timings(load_ms: f64, t: &Timings) {
     if crate::logging::json() {
         tracing::info!(
@@ -23,6 +37,11 @@ pub fn print_timings(load_ms: f64, t: &Timings) {
     }
     let per = |ms: f64, n: usize| if n > 0 { ms / n as f64 } else { 0.0 };
     eprintln!();
+    if let Some(m) = simulated() {
+        eprintln!(
+            "ats: SIMULATED timings (virtual time of the machine model {m}; load time is wall time)"
+        );
+    }
     eprintln!("ats: load time       = {load_ms:10.2} ms");
     eprintln!(
         "ats: prompt eval     = {:10.2} ms / {:5} tokens ({:8.2} ms per token, {:8.2} tokens per second)",

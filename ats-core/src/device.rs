@@ -319,6 +319,16 @@ pub enum Stream {
     Transfer,
 }
 
+/// Seconds on the wall clock since a process-wide epoch (the first call):
+/// the clock of every real device ([`Device::now`]).
+pub fn wall_clock() -> f64 {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    EPOCH
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_secs_f64()
+}
+
 /// A compute device: the CPU, a CUDA GPU, a simulated GPU.
 pub trait Device: Send + Sync {
     /// Static facts.
@@ -420,6 +430,21 @@ pub trait Device: Send + Sync {
     /// nothing here).
     fn drain_timings(&self) -> DeviceTimings {
         DeviceTimings::default()
+    }
+
+    /// The device's clock, in seconds since an arbitrary epoch: what the
+    /// executor, the cost model and the re-scheduler time work with. Real
+    /// devices read the wall clock ([`wall_clock`]); devices of a machine
+    /// model answer the model's virtual time, which advances only by the
+    /// modelled durations of the work submitted to them.
+    fn now(&self) -> f64 {
+        wall_clock()
+    }
+
+    /// Whether [`Device::now`] is a model's virtual clock rather than the
+    /// wall clock (reports say the timings are simulated).
+    fn virtual_time(&self) -> bool {
+        false
     }
 
     /// The error for an optional capability this device lacks.

@@ -176,6 +176,18 @@ impl Machine {
         }
     }
 
+    /// The machine's clock: the host's ([`Device::now`]), in seconds. Work
+    /// is timed by it: on real devices the wall clock, under a machine model
+    /// the virtual time the host thread has reached.
+    pub fn now(&self) -> f64 {
+        self.host.now()
+    }
+
+    /// Whether the machine's clock is a model's virtual time.
+    pub fn virtual_time(&self) -> bool {
+        self.host.virtual_time()
+    }
+
     /// The names of the devices, host first (`cpu + sim-gpu`).
     pub fn describe(&self) -> String {
         self.iter()

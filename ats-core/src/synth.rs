@@ -266,6 +266,53 @@ impl SynthSpec {
     }
 }
 
+impl SynthSpec {
+    /// Writes a file of this model's shape whose weights are all zero,
+    /// stored sparsely (the data takes no disk and no time to write): for
+    /// machine models that only time the work (`compute=off`), where a
+    /// model of billions of parameters is planned and run without reading
+    /// a weight. With `vocab`, the donor's tokenizer goes in as
+    /// [`SynthSpec::write_with`] puts it.
+    pub fn write_zeros(&self, path: &Path, vocab: Option<&DonorVocab>) -> io::Result<()> {
+        let f = std::fs::File::create(path)?;
+        let mut out = SparseZeros { f, len: 0 };
+        let zeros = vec![0u8; 1 << 20];
+        self.writer_with(vocab)?.write(&mut out, |_, ts, w| {
+            let mut left = ts.bytes()?;
+            while left > 0 {
+                let n = left.min(zeros.len() as u64) as usize;
+                w.write_all(&zeros[..n])?;
+                left -= n as u64;
+            }
+            Ok(())
+        })?;
+        out.f.set_len(out.len)
+    }
+}
+
+/// A file writer that skips runs of zeros with a seek (a sparse file).
+struct SparseZeros {
+    f: std::fs::File,
+    len: u64,
+}
+
+impl Write for SparseZeros {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        use std::io::{Seek, SeekFrom};
+        if buf.iter().all(|&b| b == 0) {
+            self.f.seek(SeekFrom::Current(buf.len() as i64))?;
+        } else {
+            self.f.write_all(buf)?;
+        }
+        self.len += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.f.flush()
+    }
+}
+
 /// Writes `writer`'s file to `path`, each tensor's data from `data` with a
 /// generator seeded by `seed`.
 fn write_random(
@@ -475,6 +522,17 @@ mod tests {
         let n = moe.n_params() as f64 / 1e9;
         assert!((30.0..31.0).contains(&n), "{n}");
         let one = SynthSpec::preset("llama-1b").unwrap();
+        let dir = std::env::temp_dir().join(format!("ats-zeros-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("zeros.gguf");
+        p.write_zeros(&path, None).unwrap();
+        let spec = crate::spec::ModelSpec::open(&path).unwrap();
+        assert_eq!(spec.hp.n_layer, p.n_layer);
+        assert_eq!(
+            spec.gguf.file_len(),
+            std::fs::metadata(&path).unwrap().len()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
         assert!((1.2..1.3).contains(&(one.n_params() as f64 / 1e9)));
     }
 }

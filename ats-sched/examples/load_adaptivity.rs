@@ -1,104 +1,195 @@
-//! The load experiment: decode TPOT over time while, on a simulated machine,
-//! CPU pressure comes first and then GPU plus copy pressure, with the
-//! static plan (no re-planning) against the load-aware re-scheduler.
+//! The load experiment on the machine model (`rtx3060-laptop`), in virtual
+//! time: decode TPOT through phases of other programs' load, with the
+//! static policy (plans fixed after the first decode audition) against the
+//! load-aware re-scheduler; and TPOT as the generation grows under a
+//! thermal wall (ATSInfer's Figure 12).
 //!
-//! `cargo run --release -p ats-sched --example load_adaptivity [-- SECONDS]`
+//! `cargo run --release -p ats-sched --example load_adaptivity [-- load|thermal [MODEL [VRAM_GB]]]`
+//! (MODEL: a synth preset, default `llama-8b`; timing only, `compute=off`).
 
 mod common;
 
-use std::time::Instant;
+use ats_sched::config::Policy;
+use ats_sched::rescheduler::ReschedConfig;
+use ats_sched::session::Session;
+use common::{machine, median, prompt, session, zeros_model};
 
-use ats_sched::sim::{SimGpuConfig, Slowdown};
-use common::{SimMachine, engine, write_model};
+/// Phase boundaries in scenario seconds: normal, CPU pressure, GPU + PCIe
+/// pressure, normal again.
+const PHASES: [(f64, f64, &str); 4] = [
+    (0.0, 25.0, "normal"),
+    (25.0, 55.0, "CPU pressure"),
+    (55.0, 85.0, "GPU+PCIe pressure"),
+    (85.0, 110.0, "normal again"),
+];
 
-fn main() {
-    let total: f64 = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(80.0);
-    let dir = tempfile::tempdir().expect("temp dir");
-    let spec = write_model(dir.path());
-    // phases: normal, CPU pressure x2.5, GPU and copy pressure x3, normal
-    let (p1, p2, p3) = (total * 0.2, total * 0.45, total * 0.75);
-    let machine = SimMachine {
-        cpu_dilation: 6.0,
-        cpu_slow: Slowdown::steps(vec![(0.0, 1.0), (p1, 2.5), (p2, 1.0)]),
-        gpu: SimGpuConfig {
-            copy_gbps: 3.0,
-            speed: 1.0,
-            launch_us: 10.0,
-            sync_us: 20.0,
-            compute_slowdown: Slowdown::steps(vec![(0.0, 1.0), (p2, 3.0), (p3, 1.0)]),
-            copy_slowdown: Slowdown::steps(vec![(0.0, 1.0), (p2, 3.0), (p3, 1.0)]),
-            ..SimGpuConfig::default()
-        },
-    };
-    println!("time_s,policy,tpot_ms,replans,refreshes,relayouts,decode_plan");
+/// Other programs: 70% of the cores from 25 s to 55 s; then a game taking
+/// 60% of the SM time and the link 3x slower until 85 s.
+const LOAD: &str = "cpuload=25:0.7;55:0,gpuload=55:0.6;85:0,pcieslow=55:3;85:1";
+
+/// Seconds skipped at the start of each phase (the re-scheduler's reaction).
+const SETTLE: f64 = 3.0;
+
+struct Sample {
+    t: f64,
+    tpot: f64,
+}
+
+fn policy(load_aware: bool) -> ReschedConfig {
+    if load_aware {
+        ReschedConfig::default()
+    } else {
+        ReschedConfig {
+            epsilon: 1e12,
+            ..ReschedConfig::default()
+        }
+    }
+}
+
+/// Decodes until the scenario clock reaches `until`, resetting the context
+/// every `reset` tokens; returns (scenario seconds, TPOT) per round.
+fn drive(
+    e: &mut Session,
+    vm: &ats_sched::sim::VirtualMachine,
+    until: f64,
+    reset: usize,
+) -> Vec<Sample> {
+    let mut out = Vec::new();
+    let p = prompt(e, 64);
+    e.prefill(&p, false).expect("prefill");
+    let mut n = 0usize;
+    while vm.scenario_time() < until {
+        if n > 0 && n.is_multiple_of(reset) {
+            e.reset();
+            e.prefill(&p, false).expect("prefill");
+        }
+        let t0 = e.now();
+        e.decode(100 + (n % 1000) as u32).expect("decode");
+        out.push(Sample {
+            t: vm.scenario_time(),
+            tpot: e.now() - t0,
+        });
+        n += 1;
+    }
+    out
+}
+
+fn phase_median(s: &[Sample], a: f64, b: f64) -> f64 {
+    let v: Vec<f64> = s
+        .iter()
+        .filter(|x| x.t >= a + SETTLE && x.t < b)
+        .map(|x| x.tpot)
+        .collect();
+    median(&v) * 1e3
+}
+
+fn load(model_name: &str, vram_gb: f64) {
+    let dir = std::env::temp_dir().join("ats-load-adaptivity");
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let model = zeros_model(&dir, model_name);
+    let spec = format!("rtx3060-laptop,compute=off,{LOAD}");
+    println!("policy,t_s,tpot_ms,replans,relayouts,decode_plan");
     let mut summary = Vec::new();
     for load_aware in [false, true] {
         let name = if load_aware { "load-aware" } else { "static" };
-        let (mut e, _gpu) = engine(&spec, &machine, 0.35, 512, load_aware);
-        // the scripts' clocks started with the devices: measure from now
-        let t0 = Instant::now();
-        let mut samples: Vec<(f64, f64)> = Vec::new();
-        let mut ctx = 0;
-        e.prefill(&[1, 2, 3, 4], false).expect("prefill");
-        while t0.elapsed().as_secs_f64() < total {
-            if ctx > 400 {
-                e.reset();
-                e.prefill(&[1, 2, 3, 4], false).expect("prefill");
-                ctx = 0;
-            }
-            let t = Instant::now();
-            e.decode(5 + (ctx % 1000) as u32).expect("decode");
-            let tp = t.elapsed().as_secs_f64();
-            let now = t0.elapsed().as_secs_f64();
-            samples.push((now, tp));
+        let vm = machine(&spec, 8, (vram_gb * 1e9) as u64);
+        let mut e = session(&model, &vm, Policy::Ats, 1024, policy(load_aware)).expect("session");
+        vm.start_scenario();
+        let s = drive(&mut e, &vm, PHASES[3].1, 400);
+        let st = e.planner().replan_stats().clone();
+        for x in s.iter().step_by(10) {
             println!(
-                "{now:.2},{name},{:.3},{},{},{},{:?}",
-                tp * 1e3,
-                e.planner().replan_stats().replans,
-                e.planner().replan_stats().refreshes,
-                e.planner().replan_stats().relayouts,
-                e.plan_set().tiers[0].kind
+                "{name},{:.2},{:.3},{},{},{}",
+                x.t,
+                x.tpot * 1e3,
+                st.replans,
+                st.relayouts,
+                e.plan_set().tiers[0].kind.name()
             );
-            ctx += 1;
         }
-        let phase = |a: f64, b: f64| {
-            // skip the first seconds of each phase: the re-scheduler's tau
-            let v: Vec<f64> = samples
-                .iter()
-                .filter(|s| s.0 >= a + 2.0 && s.0 < b)
-                .map(|s| s.1)
-                .collect();
-            let mut v2 = v.clone();
-            v2.sort_by(f64::total_cmp);
-            if v2.is_empty() {
-                f64::NAN
-            } else {
-                v2[v2.len() / 2] * 1e3
-            }
-        };
-        summary.push((
-            name,
-            phase(0.0, p1),
-            phase(p1, p2),
-            phase(p2, p3),
-            phase(p3, total),
-            e.planner().replan_stats().replans,
-        ));
+        let phases: Vec<f64> = PHASES.iter().map(|p| phase_median(&s, p.0, p.1)).collect();
+        summary.push((name, phases, st.replans, st.relayouts, s.len()));
     }
-    eprintln!("| policy | normal | CPU pressure | GPU+copy pressure | normal again | re-plans |");
-    eprintln!("| --- | ---: | ---: | ---: | ---: | ---: |");
-    for (name, a, b, c, d, r) in &summary {
-        eprintln!("| {name} | {a:.2} ms | {b:.2} ms | {c:.2} ms | {d:.2} ms | {r} |");
-    }
-    let (s, l) = (&summary[0], &summary[1]);
-    let removed =
-        |base_s: f64, hi_s: f64, base_l: f64, hi_l: f64| 1.0 - (hi_l - base_l) / (hi_s - base_s);
+    eprintln!("model {model_name}, --vram {vram_gb}G, machine {spec}");
     eprintln!(
-        "TPOT increase removed by the load-aware policy: CPU pressure {:.0}%, GPU+copy pressure {:.0}%",
-        100.0 * removed(s.1, s.2, l.1, l.2),
-        100.0 * removed(s.1, s.3, l.1, l.3)
+        "| policy | normal | CPU pressure | GPU+PCIe pressure | normal again | re-plans | moves | rounds |"
     );
+    eprintln!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for (name, p, r, m, n) in &summary {
+        eprintln!(
+            "| {name} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {r} | {m} | {n} |",
+            p[0], p[1], p[2], p[3]
+        );
+    }
+    let (s, l) = (&summary[0].1, &summary[1].1);
+    let removed = |i: usize| 100.0 * (1.0 - (l[i] - l[0]) / (s[i] - s[0]));
+    eprintln!(
+        "TPOT increase removed: CPU pressure {:.0}%, GPU+PCIe pressure {:.0}%; load-aware / static per phase: {}; re-plans per second {:.3}",
+        removed(1),
+        removed(2),
+        (0..4)
+            .map(|i| format!("{:.3}", l[i] / s[i]))
+            .collect::<Vec<_>>()
+            .join(", "),
+        summary[1].2 as f64 / PHASES[3].1
+    );
+}
+
+/// TPOT per 128 generated tokens as one generation grows past a thermal
+/// wall (GPU clock to 60% and CPU clock to 75% after 30 s).
+fn thermal(model_name: &str, vram_gb: f64) {
+    let dir = std::env::temp_dir().join("ats-load-adaptivity");
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let model = zeros_model(&dir, model_name);
+    let spec = "rtx3060-laptop,compute=off,thermal=30:0.6,cputhermal=30:0.75";
+    let n_gen = 2048;
+    let mut cols = Vec::new();
+    for load_aware in [false, true] {
+        let vm = machine(spec, 8, (vram_gb * 1e9) as u64);
+        let mut e =
+            session(&model, &vm, Policy::Ats, n_gen + 128, policy(load_aware)).expect("session");
+        vm.start_scenario();
+        let p = prompt(&e, 64);
+        e.prefill(&p, false).expect("prefill");
+        let mut per = Vec::new();
+        let mut chunk = Vec::new();
+        for i in 0..n_gen {
+            let t0 = e.now();
+            e.decode(100 + (i % 1000) as u32).expect("decode");
+            chunk.push(e.now() - t0);
+            if chunk.len() == 128 {
+                per.push((vm.scenario_time(), median(&chunk) * 1e3));
+                chunk.clear();
+            }
+        }
+        cols.push((per, e.planner().replan_stats().replans));
+    }
+    eprintln!("model {model_name}, --vram {vram_gb}G, machine {spec}");
+    eprintln!(
+        "| tokens | static: time s | static TPOT ms | load-aware: time s | load-aware TPOT ms |"
+    );
+    eprintln!("| ---: | ---: | ---: | ---: | ---: |");
+    for i in 0..cols[0].0.len() {
+        let (a, b) = (cols[0].0[i], cols[1].0[i]);
+        eprintln!(
+            "| {} | {:.1} | {:.2} | {:.1} | {:.2} |",
+            (i + 1) * 128,
+            a.0,
+            a.1,
+            b.0,
+            b.1
+        );
+    }
+    eprintln!("re-plans: static {}, load-aware {}", cols[0].1, cols[1].1);
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let mode = args.get(1).map_or("load", String::as_str);
+    let model = args.get(2).map_or("llama-8b", String::as_str);
+    let vram: f64 = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(4.0);
+    match mode {
+        "thermal" => thermal(model, vram),
+        _ => load(model, vram),
+    }
 }

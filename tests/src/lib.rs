@@ -323,3 +323,28 @@ pub fn gpu_if(on_gpu: bool) -> ats_core::machine::DeviceId {
         ats_core::machine::DeviceId::Host
     }
 }
+
+/// A machine model (`--sim-machine SPEC`) with ATS on `threads` host
+/// threads and a GPU budget of `vram` bytes; its ops compute on this
+/// machine's CPU (two threads per device).
+pub fn sim_machine(
+    spec: &str,
+    threads: usize,
+    vram: Option<u64>,
+) -> ats_sched::sim::VirtualMachine {
+    let spec = ats_sched::sim::MachineSpec::parse(spec).unwrap_or_else(|e| panic!("{e}"));
+    ats_sched::sim::VirtualMachine::new(spec, threads, vram, cpu(2), sim_kernels())
+}
+
+/// A real CPU device for a simulated device's kernels (its own ledger).
+pub fn sim_kernels() -> std::sync::Arc<dyn ats_core::device::Device> {
+    std::sync::Arc::new(
+        ats_cpu::CpuDevice::with_isa(2, ats_cpu::matmul::Isa::detect(), "sim-kernels").unwrap(),
+    )
+}
+
+/// The cost model a run on `vm` plans with: its profile in virtual time.
+pub fn sim_cost(vm: &ats_sched::sim::VirtualMachine) -> ats_sched::profile::CostModel {
+    vm.cost_model(true, &|_| sim_kernels())
+        .unwrap_or_else(|e| panic!("{e}"))
+}

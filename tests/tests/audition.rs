@@ -2,6 +2,11 @@
 //! GPU, the decode audition keeps the fastest plan and a later re-plan does
 //! not undo it; a re-plan from live costs moves weights off the GPU; the
 //! logits never change and the budget holds.
+//!
+//! The machine is a machine model in virtual time (`--sim-machine`): its
+//! GPU is far slower than its CPU, and every time the engine measures comes
+//! from the model, so the outcomes are exact and the same under any load on
+//! the machine running the tests.
 
 use std::sync::Arc;
 
@@ -13,25 +18,17 @@ use ats_sched::config::Policy;
 use ats_sched::planner::PlanKind;
 use ats_sched::profile::{CostModel, DeviceProfile, OpKey, Sample};
 use ats_sched::session::Session;
-use ats_sched::sim::SimGpuConfig;
-use ats_tests::{engine_on, host_only, sim_gpu_with, try_engine_with_cost, with_gpu};
+use ats_sched::sim::VirtualMachine;
+use ats_tests::{engine_on, host_only, sim_machine, try_engine_with_cost};
 
-/// A simulated GPU 30 times slower than one CPU thread, with slow copies,
-/// while the engine's cost model (no profile) takes it for a fast GPU. The
-/// margin is wide because a loaded machine slows the CPU but not the
-/// simulated GPU's sleeps (at 10x, a busy machine flipped the outcome).
-fn slow_gpu(budget: u64) -> Arc<dyn Device> {
-    sim_gpu_with(
-        SimGpuConfig {
-            memory: budget,
-            speed: 1.0 / 30.0,
-            copy_gbps: 0.5,
-            launch_us: 0.0,
-            sync_us: 0.0,
-            ..SimGpuConfig::default()
-        },
-        1,
-    )
+/// A laptop whose GPU runs kernels at a hundredth of its bandwidth with
+/// half a millisecond per launch, over a PCIe 1.0 x1 link, while the
+/// engine's cost model takes it for a fast GPU.
+const SLOW_GPU: &str = "rtx3060-laptop,matvec_eff=0.01,elem_eff=0.01,gemm_tflops=0.05,\
+attn_tflops=0.01,kernel_us=500,pcie=gen1x1";
+
+fn slow_gpu(budget: u64) -> VirtualMachine {
+    sim_machine(SLOW_GPU, 4, Some(budget))
 }
 
 fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
@@ -58,6 +55,7 @@ fn synthetic(dir: &std::path::Path) -> Arc<ModelSpec> {
 /// A CPU-only reference engine and an engine on the CPU and a slow
 /// simulated GPU (half the model's bytes) that the cost model believes fast.
 fn engines(spec: &Arc<ModelSpec>, policy: Policy) -> (Session, Session, Arc<dyn Device>) {
+    let vm = slow_gpu(spec.gguf.file_len() / 2);
     let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
     let base = engine_on(
         spec.clone(),
@@ -67,10 +65,10 @@ fn engines(spec: &Arc<ModelSpec>, policy: Policy) -> (Session, Session, Arc<dyn 
         Policy::Ats,
         false,
     );
-    let gpu = slow_gpu(spec.gguf.file_len() / 2);
+    let gpu = vm.machine().gpu().unwrap().clone();
     let e = try_engine_with_cost(
         spec.clone(),
-        with_gpu(cpu, gpu.clone()),
+        vm.machine().clone(),
         believed_fast(),
         64,
         KvType::F32,
@@ -127,8 +125,16 @@ fn believed_fast() -> CostModel {
 fn a_misjudged_gpu_loses_the_audition_and_stays_lost() {
     let dir = tempfile::tempdir().unwrap();
     let spec = synthetic(dir.path());
+    let first = audition(&spec);
+    // virtual time: the same run measures the same to the last bit
+    assert_eq!(audition(&spec), first);
+}
+
+/// Runs the audition on the slow GPU and checks what it decided; returns
+/// its report.
+fn audition(spec: &Arc<ModelSpec>) -> ats_sched::planner::audition::AuditionReport {
     let ids: Vec<u32> = (0..48).map(|i| (i * 37 + 5) % 1024).collect();
-    let (mut base, mut e, _) = engines(&spec, Policy::Ats);
+    let (mut base, mut e, _) = engines(spec, Policy::Ats);
     let first = e.plan_set().tiers[0].clone();
     assert_eq!(first.tier, 1);
     assert_ne!(
@@ -167,6 +173,13 @@ fn a_misjudged_gpu_loses_the_audition_and_stays_lost() {
     e.force_replan().unwrap();
     assert_eq!(e.plan_set().tiers[0].kind, PlanKind::Static);
     assert!(!e.planner().auditioning());
+    // the static plan ran faster than every other candidate
+    for (i, c) in report.entries.iter().enumerate() {
+        if i != report.winner {
+            assert!(c.measured_secs > winner.measured_secs, "{report:?}");
+        }
+    }
+    report
 }
 
 #[test]

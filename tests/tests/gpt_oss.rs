@@ -162,6 +162,7 @@ fn greedy_generation_through_the_sampler_reproduces_hf() {
         },
         stop: vec![],
         ignore_eos: true,
+        ..GenParams::default()
     };
     let g = e
         .generate(&r.ids("input_ids"), &params, &mut |_| true)

@@ -1,28 +1,25 @@
 //! Re-planning keeps the KV cache: logits after a forced re-plan, and after
 //! moving every KV cache between devices, equal those of an undisturbed run.
+//! The GPU is a machine model's (virtual time), so which plans the
+//! audition and the re-plans pick is the same on every run.
 
 use std::sync::Arc;
 
 use ats_core::device::{Device, HostMemory, KvType};
 use ats_core::machine::DeviceId;
+use ats_core::machine::Machine;
 use ats_core::round::Round;
 use ats_core::spec::ModelSpec;
 use ats_cpu::CpuDevice;
 use ats_sched::config::Policy;
 use ats_sched::exec::{ExecConfig, ExecPlan, Executor, WeightHome};
-use ats_sched::sim::SimGpuConfig;
-use ats_tests::{Reference, engine_on, fixtures, host_only, sim_gpu_with, with_gpu};
+use ats_tests::{Reference, engine_on, fixtures, host_only, sim_machine};
 
-fn sim(budget: u64) -> Arc<dyn Device> {
-    sim_gpu_with(
-        SimGpuConfig {
-            memory: budget,
-            launch_us: 0.0,
-            sync_us: 0.0,
-            ..SimGpuConfig::default()
-        },
-        1,
-    )
+/// A laptop of the machine model with a GPU budget of `budget` bytes.
+fn sim(budget: u64) -> Machine {
+    sim_machine("rtx3060-laptop", 2, Some(budget))
+        .machine()
+        .clone()
 }
 
 #[test]
@@ -40,7 +37,7 @@ fn logits_survive_a_forced_replan() {
     );
     let mut e = engine_on(
         spec.clone(),
-        with_gpu(cpu.clone(), sim(spec.gguf.file_len() / 2)),
+        sim(spec.gguf.file_len() / 2),
         64,
         KvType::F32,
         Policy::Ats,
@@ -87,7 +84,7 @@ fn moving_kv_caches_between_devices_keeps_their_contents() {
     let mut ex = Executor::new(
         graph.clone(),
         host.clone(),
-        with_gpu(cpu.clone(), sim(1 << 30)),
+        sim(1 << 30),
         cfg,
         on_gpu(&graph),
     )

@@ -16,7 +16,7 @@ use ats_core::round::Round;
 use ats_core::spec::ModelSpec;
 use ats_core::synth::SynthSpec;
 use ats_sched::config::Policy;
-use ats_tests::{cpu, engine_on, host_only, max_abs_diff, sim_gpu, with_gpu};
+use ats_tests::{cpu, engine_on, host_only, max_abs_diff, sim_machine, with_gpu};
 
 /// A device that refuses its next allocation once armed, and is otherwise `inner`.
 struct FailNextAlloc {
@@ -89,6 +89,12 @@ impl Device for FailNextAlloc {
     fn drain_timings(&self) -> DeviceTimings {
         self.inner.drain_timings()
     }
+    fn now(&self) -> f64 {
+        self.inner.now()
+    }
+    fn virtual_time(&self) -> bool {
+        self.inner.virtual_time()
+    }
 }
 
 /// The `tiny` synthetic model with 16 layers (about 9 MB of Q4_K/Q6_K):
@@ -110,11 +116,13 @@ fn a_change_the_executor_refuses_is_counted_and_the_answer_is_unchanged() {
     let dir = tempfile::tempdir().unwrap();
     let spec = synthetic(dir.path());
     let ids: Vec<u32> = (0..32).map(|i| (i * 53 + 3) % 1024).collect();
+    // a machine model in virtual time: the audition's choices are the same every run
+    let vm = sim_machine("rtx3060-laptop", 2, Some(spec.gguf.file_len() / 2));
     let gpu = Arc::new(FailNextAlloc {
-        inner: sim_gpu(spec.gguf.file_len() / 2, 1),
+        inner: vm.machine().gpu().unwrap().clone(),
         armed: AtomicBool::new(false),
     });
-    let machine = with_gpu(cpu(2), gpu.clone());
+    let machine = with_gpu(vm.machine().host().clone(), gpu.clone());
     let mut e = engine_on(spec.clone(), machine, 64, KvType::F32, Policy::Ats, false);
     assert!(
         e.plan_set().layout.streaming,

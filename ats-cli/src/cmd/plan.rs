@@ -21,7 +21,10 @@ pub struct PlanArgs {
 pub fn run(a: PlanArgs) -> Result<()> {
     let spec = load::open_model(&a.model)?;
     let mut margs = a.model.clone();
-    let built = if margs.devices.vram.is_some() && margs.devices.sim_gpu.is_none() {
+    let built = if margs.devices.vram.is_some()
+        && margs.devices.sim_gpu.is_none()
+        && margs.devices.sim_machine.is_none()
+    {
         let strict = DeviceArgs {
             require_gpu: true,
             ..margs.devices.clone()
@@ -50,6 +53,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
         let j = serde_json::json!({
             "model": margs.model.display().to_string(),
             "policy": margs.policy.name(),
+            "simulated": crate::report::simulated(),
             "n_ctx": run.n_ctx,
             "devices": built.machine.iter().map(|(_, d)| d.info().name.clone()).collect::<Vec<_>>(),
             "budget_bytes": r.budget_bytes,
@@ -64,6 +68,10 @@ pub fn run(a: PlanArgs) -> Result<()> {
         });
         println!("{}", serde_json::to_string_pretty(&j)?);
         return Ok(());
+    }
+    if let Some(m) = crate::report::simulated() {
+        println!("SIMULATED machine {m}: estimates from its profile in virtual time");
+        println!();
     }
     print_tensors(&r);
     print_regions(&r);

@@ -25,6 +25,10 @@ pub struct SynthArgs {
     /// runs from text and llama.cpp can load it.
     #[arg(long = "vocab-from", value_name = "DONOR.gguf")]
     vocab_from: Option<PathBuf>,
+    /// All-zero weights in a sparse file (no disk, instant): for
+    /// `--sim-machine ...,compute=off` runs, which never read a weight.
+    #[arg(long = "zeros")]
+    zeros: bool,
 }
 
 pub fn run(a: SynthArgs) -> Result<()> {
@@ -48,8 +52,12 @@ pub fn run(a: SynthArgs) -> Result<()> {
         None => spec,
     };
     let t = std::time::Instant::now();
-    spec.write_with(&a.out, a.seed, vocab.as_ref())
-        .with_context(|| format!("cannot write {}", a.out.display()))?;
+    if a.zeros {
+        spec.write_zeros(&a.out, vocab.as_ref())
+    } else {
+        spec.write_with(&a.out, a.seed, vocab.as_ref())
+    }
+    .with_context(|| format!("cannot write {}", a.out.display()))?;
     println!(
         "wrote {} ({} parameters, {}) in {:.1} s",
         a.out.display(),

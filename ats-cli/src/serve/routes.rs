@@ -165,6 +165,10 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
 async fn health(State(app): State<Arc<App>>) -> Response {
     let mut v = serde_json::to_value(app.queue.stats()).unwrap_or_default();
     v["status"] = "ok".into();
+    if let Some(m) = crate::report::simulated() {
+        // every timing this server reports is the machine model's virtual time
+        v["simulated"] = m.into();
+    }
     Json(v).into_response()
 }
 

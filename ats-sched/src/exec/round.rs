@@ -1,13 +1,11 @@
 //! Running one round: input rows in, the schedule's steps in order (weight
 //! copies streaming beside them), the output read back, timings collected.
 
-use std::sync::Arc;
-use std::time::Instant;
-
 use ats_core::device::{Buffer, KvArg, NodeArgs, WeightArg};
 use ats_core::graph::Op;
 use ats_core::machine::DeviceId;
 use ats_core::round::Round;
+use std::sync::Arc;
 
 use super::schedule::Instance;
 use super::streams::RoundStreams;
@@ -20,7 +18,7 @@ impl Executor {
         round: &Arc<Round>,
         p: usize,
     ) -> Result<Vec<f32>, ExecError> {
-        let t0 = Instant::now();
+        let t0 = self.machine.now();
         self.check_round(round)?;
         if p >= self.plans.len() {
             return Err(ExecError::Plan(format!("plan {p} of {}", self.plans.len())));
@@ -55,7 +53,7 @@ impl Executor {
             }
         }
         let out = self.read_output(&s)?;
-        stats.total_secs = t0.elapsed().as_secs_f64();
+        stats.total_secs = self.machine.now() - t0;
         self.collect_device_timings(&mut stats);
         self.last_stats = stats;
         Ok(out)
@@ -139,7 +137,7 @@ impl Executor {
             weights: &weights,
             kv: self.kv_arg(&n.op),
         };
-        let t = Instant::now();
+        let t = self.machine.now();
         dev.run(&args)?;
         if self.profile_nodes {
             dev.synchronize()?;
@@ -147,7 +145,7 @@ impl Executor {
         if self.profile_nodes || !dev.supports_async() {
             stats
                 .node_secs
-                .push((io.node, io.device, t.elapsed().as_secs_f64()));
+                .push((io.node, io.device, self.machine.now() - t));
         }
         match io.device {
             DeviceId::Gpu => self.after_gpu_node(io.node, &out_buf, round.n_rows, rs, stats),
@@ -174,16 +172,18 @@ impl Executor {
     /// Reads the graph output and waits for every device to finish the round.
     fn read_output(&self, s: &Schedule) -> Result<Vec<f32>, ExecError> {
         let out = s.instances[s.output];
-        let mut bytes = vec![0u8; out.bytes];
-        self.device(out.device)?
-            .read(&self.buffer(s, s.output), 0, &mut bytes)?;
+        // read straight into the floats (the activations are native f32,
+        // as the input rows are written)
+        let mut values = vec![0f32; out.bytes / 4];
+        self.device(out.device)?.read(
+            &self.buffer(s, s.output),
+            0,
+            bytemuck::cast_slice_mut(&mut values),
+        )?;
         for (_, d) in self.machine.iter() {
             d.synchronize()?;
         }
-        Ok(bytes
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect())
+        Ok(values)
     }
 
     /// Adds the device-timed spans of the finished round to `stats`.

@@ -5,7 +5,6 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::Instant;
 
 use ats_core::device::{Buffer, Device, Event, HostBytes, Stream, WeightData};
 use ats_core::graph::{NodeId, Op, WeightId};
@@ -277,11 +276,11 @@ impl Executor {
             rs.ready
                 .insert(w, Some(dev.record_event(Stream::Transfer)?));
         } else {
-            let t = Instant::now();
+            let t = self.machine.now();
             dev.write(dst, 0, self.weight_bytes(w))?;
             stats
                 .copy_secs
-                .push((w, info.bytes, t.elapsed().as_secs_f64()));
+                .push((w, info.bytes, self.machine.now() - t));
             rs.ready.insert(w, None);
         }
         Ok(())
@@ -308,13 +307,11 @@ impl Executor {
         stats: &mut RoundStats,
     ) -> Result<Option<Event>, ExecError> {
         let dev = self.device(DeviceId::Gpu)?;
-        let t = Instant::now();
+        let t = self.machine.now();
         if r.router_dev == DeviceId::Host {
             let bytes = self.copy_experts_chosen_on_host(dev.as_ref(), r, freed.as_ref())?;
             if !dev.supports_async() {
-                stats
-                    .copy_secs
-                    .push((r.w, bytes, t.elapsed().as_secs_f64()));
+                stats.copy_secs.push((r.w, bytes, self.machine.now() - t));
                 return Ok(None);
             }
             return Ok(Some(dev.record_event(Stream::Transfer)?));
@@ -324,7 +321,7 @@ impl Executor {
             dev.write(&self.temp[r.slot], 0, full.bytes())?;
             stats
                 .copy_secs
-                .push((r.w, full.len as u64, t.elapsed().as_secs_f64()));
+                .push((r.w, full.len as u64, self.machine.now() - t));
             return Ok(None);
         }
         if let Some(ev) = &freed {

@@ -26,6 +26,9 @@ pub struct BenchOptions {
     pub cpu_threads: Vec<usize>,
     /// Repetitions per sample (the median is kept).
     pub reps: usize,
+    /// Leave the micro-benchmarks' weights zero: for machine models, whose
+    /// devices only time the work (see [`crate::sim::machine`]).
+    pub zero_weights: bool,
 }
 
 impl BenchOptions {
@@ -40,13 +43,20 @@ impl BenchOptions {
             quick,
             cpu_threads: if quick { vec![max_threads] } else { t },
             reps: if quick { 3 } else { 5 },
+            zero_weights: false,
         }
     }
 }
 
 /// Runs a micro-benchmark on device `d` of `machine` and returns the median
 /// seconds of its node.
-fn time_micro(machine: &Machine, d: DeviceId, m: &Micro, reps: usize) -> Result<f64, ExecError> {
+fn time_micro(
+    machine: &Machine,
+    d: DeviceId,
+    m: &Micro,
+    opts: &BenchOptions,
+) -> Result<f64, ExecError> {
+    let reps = opts.reps;
     let g = &m.graph;
     let home = match d {
         DeviceId::Host => WeightHome::Host,
@@ -69,7 +79,11 @@ fn time_micro(machine: &Machine, d: DeviceId, m: &Micro, reps: usize) -> Result<
         GraphInput::Tokens => 1,
     };
     let round = Arc::new(Round {
-        input_rows: Some(Arc::new(vec![0.01; m.tokens * cols])),
+        // a device that only times the work needs no input values
+        input_rows: Some(Arc::new(vec![
+            if opts.zero_weights { 0.0 } else { 0.01 };
+            m.tokens * cols
+        ])),
         n_rows: m.tokens,
         positions: Positions::linear(m.past, m.tokens),
         past: m.past,
@@ -153,24 +167,49 @@ pub fn profile_devices(
     opts: &BenchOptions,
     progress: &mut dyn FnMut(&str, usize, usize),
 ) -> Result<Profile, String> {
+    profile_devices_with(machine, make_cpu, opts, progress, &|| {
+        Box::new(CopyTraffic::start())
+    })
+}
+
+/// [`profile_devices`] with the copy traffic of the contended CPU samples
+/// made by `traffic` (alive while its guard is): a machine model starts
+/// modelled PCIe traffic instead of a thread copying memory.
+pub fn profile_devices_with(
+    machine: &Machine,
+    make_cpu: &dyn Fn(usize) -> Result<Arc<dyn Device>, String>,
+    opts: &BenchOptions,
+    progress: &mut dyn FnMut(&str, usize, usize),
+    traffic: &dyn Fn() -> Box<dyn std::any::Any>,
+) -> Result<Profile, String> {
     let t0 = Instant::now();
-    let micros = micro_set(opts.quick);
-    let names: Vec<String> = machine.iter().map(|(_, d)| d.info().name.clone()).collect();
-    let real_gpu = machine
-        .gpu()
-        .is_some_and(|g| g.info().kind == DeviceKind::Gpu);
-    let large = if real_gpu {
-        large_batch_set(opts.quick)
-    } else {
-        Vec::new()
+    let sets = || {
+        // a real GPU (or a model of one) also measures large batches
+        let gpu_like = machine
+            .gpu()
+            .is_some_and(|g| g.info().kind == DeviceKind::Gpu || g.virtual_time());
+        let large = if gpu_like {
+            large_batch_set(opts.quick)
+        } else {
+            Vec::new()
+        };
+        (micro_set(opts.quick), large)
     };
+    let (micros, large) = if opts.zero_weights {
+        super::micros::with_zero_weights(sets)
+    } else {
+        sets()
+    };
+    let names: Vec<String> = machine.iter().map(|(_, d)| d.info().name.clone()).collect();
     let gpu_runs = machine.gpu().map_or(0, |_| micros.len() + large.len());
     let mut count = Progress {
         done: 0,
         total: micros.len() * (opts.cpu_threads.len() + 1) + gpu_runs,
         report: progress,
     };
-    let mut devices = vec![profile_host(machine, make_cpu, opts, &micros, &mut count)?];
+    let mut devices = vec![profile_host(
+        machine, make_cpu, opts, &micros, &mut count, traffic,
+    )?];
     if let Some(gpu) = machine.gpu() {
         let all: Vec<&Micro> = micros.iter().chain(&large).collect();
         devices.push(profile_gpu(machine, gpu.as_ref(), opts, &all, &mut count)?);
@@ -206,6 +245,7 @@ fn profile_host(
     opts: &BenchOptions,
     micros: &[Micro],
     count: &mut Progress<'_>,
+    traffic: &dyn Fn() -> Box<dyn std::any::Any>,
 ) -> Result<DeviceProfile, String> {
     let e = |x: ExecError| x.to_string();
     let host = machine.host();
@@ -224,15 +264,15 @@ fn profile_host(
         let alone = Machine::host_only(dev).map_err(|x| x.to_string())?;
         for m in micros {
             count.step(&format!("cpu x{threads}"));
-            let s = time_micro(&alone, DeviceId::Host, m, opts.reps).map_err(e)?;
+            let s = time_micro(&alone, DeviceId::Host, m, opts).map_err(e)?;
             cpu.samples.push(sample_of(m, threads, false, s));
         }
     }
-    let _traffic = CopyTraffic::start();
+    let _traffic = traffic();
     let alone = Machine::host_only(host.clone()).map_err(|x| x.to_string())?;
     for m in micros {
         count.step("cpu under copy traffic");
-        let s = time_micro(&alone, DeviceId::Host, m, opts.reps).map_err(e)?;
+        let s = time_micro(&alone, DeviceId::Host, m, opts).map_err(e)?;
         cpu.samples.push(sample_of(m, full, true, s));
     }
     Ok(cpu)
@@ -254,7 +294,7 @@ fn profile_gpu(
     };
     for m in micros {
         count.step(&gpu.info().name);
-        let s = time_micro(machine, DeviceId::Gpu, m, opts.reps).map_err(e)?;
+        let s = time_micro(machine, DeviceId::Gpu, m, opts).map_err(e)?;
         dp.samples.push(sample_of(m, 1, false, s));
     }
     let bytes = if opts.quick { 16 << 20 } else { 64 << 20 };
@@ -273,10 +313,11 @@ fn bandwidth(
 ) -> Result<(Option<f64>, f64, f64), ats_core::device::DeviceError> {
     let buf = dev.alloc(Region::Workspace, bytes, "bandwidth test")?;
     let data = vec![7u8; bytes];
-    let t = Instant::now();
+    // timed by the device's own clock (a machine model's virtual time)
+    let t = dev.now();
     dev.write(&buf, 0, &data)?;
     dev.synchronize()?;
-    let pageable = bytes as f64 / t.elapsed().as_secs_f64() / 1e9;
+    let pageable = bytes as f64 / (dev.now() - t) / 1e9;
     let pinned = if dev.supports_async() {
         let host: Arc<dyn HostMemory> = Arc::new(Backing::Owned(data.clone()));
         let _ = dev.pin_host(&host)?;
@@ -285,17 +326,17 @@ fn bandwidth(
             offset: 0,
             len: bytes,
         };
-        let t = Instant::now();
+        let t = dev.now();
         dev.copy_async(&buf, 0, &src)?;
         dev.synchronize()?;
-        Some(bytes as f64 / t.elapsed().as_secs_f64() / 1e9)
+        Some(bytes as f64 / (dev.now() - t) / 1e9)
     } else {
         None
     };
     let mut back = vec![0u8; bytes];
-    let t = Instant::now();
+    let t = dev.now();
     dev.read(&buf, 0, &mut back)?;
-    let d2h = bytes as f64 / t.elapsed().as_secs_f64() / 1e9;
+    let d2h = bytes as f64 / (dev.now() - t) / 1e9;
     Ok((pinned, pageable, d2h))
 }
 

@@ -221,12 +221,27 @@ fn log_dist(a: usize, b: usize) -> f64 {
 
 impl CostModel {
     /// A model from the host's profile and the GPU's (if the machine has
-    /// one), each with the thread count the device runs with.
+    /// one), each with the thread count the device runs with. A GPU's
+    /// samples are of the whole device (the profile records them at one
+    /// "thread"), so its count is taken as 1 whatever is given: a count of
+    /// SMs here once scaled every GPU estimate down by it (found by the
+    /// machine model of the H200 host: its all-resident decode estimated at
+    /// 2.5 ms against 21 ms run).
     pub fn new(host: (DeviceProfile, usize), gpu: Option<(DeviceProfile, usize)>) -> CostModel {
+        let gpu_threads = |p: &DeviceProfile, t: usize| {
+            if p.samples.iter().all(|s| s.threads == 1) {
+                1
+            } else {
+                t
+            }
+        };
         CostModel {
             devices: PerDevice {
                 host: Some(DeviceCosts::new(host.0, host.1)),
-                gpu: gpu.map(|(p, t)| DeviceCosts::new(p, t)),
+                gpu: gpu.map(|(p, t)| {
+                    let t = gpu_threads(&p, t);
+                    DeviceCosts::new(p, t)
+                }),
             },
             live: HashMap::new(),
             scale: PerDevice::default(),

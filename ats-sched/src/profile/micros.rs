@@ -37,6 +37,21 @@ fn weight(name: &str, dtype: DType, ne: Vec<usize>, offset: &mut u64) -> WeightI
     w
 }
 
+thread_local! {
+    /// Whether micro-benchmarks get random weights (a real device) or
+    /// zeros (a machine model that only times them: no data is read).
+    static RANDOM_WEIGHTS: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+}
+
+/// Runs `f` with micro-benchmark weights left zero (for devices that only
+/// model time: generating random tensors of every shape takes seconds).
+pub(super) fn with_zero_weights<R>(f: impl FnOnce() -> R) -> R {
+    let before = RANDOM_WEIGHTS.with(|c| c.replace(false));
+    let out = f();
+    RANDOM_WEIGHTS.with(|c| c.set(before));
+    out
+}
+
 fn weights_backing(ws: &[&WeightInfo]) -> Arc<Backing> {
     let end = ws
         .iter()
@@ -44,6 +59,9 @@ fn weights_backing(ws: &[&WeightInfo]) -> Arc<Backing> {
         .max()
         .unwrap_or(0);
     let mut data = vec![0u8; end as usize];
+    if !RANDOM_WEIGHTS.with(|c| c.get()) {
+        return Arc::new(Backing::Owned(data));
+    }
     for (i, w) in ws.iter().enumerate() {
         let n = w.ne.iter().product::<usize>();
         let a = (3.0 / w.cols() as f32).sqrt();

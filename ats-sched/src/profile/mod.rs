@@ -7,7 +7,7 @@ mod cost;
 mod micros;
 mod store;
 
-pub use bench::{BenchOptions, profile_devices};
+pub use bench::{BenchOptions, profile_devices, profile_devices_with};
 pub use cost::{CostModel, op_key};
 pub use store::{default_profile_path, hardware_fingerprint, load_profile, save_profile};
 

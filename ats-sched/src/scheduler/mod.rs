@@ -13,7 +13,6 @@ mod request;
 pub use request::{Event, Request, RequestId};
 
 use std::collections::VecDeque;
-use std::time::Instant;
 
 use ats_core::sampling::TokenLogprob;
 
@@ -71,14 +70,18 @@ struct Running {
     /// The token to feed next (once the prompt is in).
     next: Option<u32>,
     decoder: Decoder,
-    submitted: Instant,
+    /// When it was submitted, on the session's clock ([`Session::now`]).
+    submitted: f64,
     timings: Timings,
 }
 
 /// Admits requests and runs their rounds on a session.
 pub struct Scheduler {
     cfg: SchedulerConfig,
-    waiting: VecDeque<(RequestId, Request, Instant)>,
+    /// Requests not started, each with when it was submitted on the
+    /// session's clock (`None` until the next [`Scheduler::step`] sees it:
+    /// [`Scheduler::submit`] has no session to read the clock of).
+    waiting: VecDeque<(RequestId, Request, Option<f64>)>,
     running: Vec<Running>,
     next_id: RequestId,
     last_round: Option<RoundRecord>,
@@ -124,7 +127,7 @@ impl Scheduler {
     pub fn submit(&mut self, req: Request) -> RequestId {
         let id = self.next_id;
         self.next_id += 1;
-        self.waiting.push_back((id, req, Instant::now()));
+        self.waiting.push_back((id, req, None));
         id
     }
 
@@ -181,6 +184,10 @@ impl Scheduler {
     /// Admits what fits, runs one round, and returns what happened.
     pub fn step(&mut self, session: &mut Session) -> Vec<Event> {
         let mut events = Vec::new();
+        let now = session.now();
+        for w in self.waiting.iter_mut().filter(|w| w.2.is_none()) {
+            w.2 = Some(now);
+        }
         self.admit(session, &mut events);
         if self.running.is_empty() {
             return events;
@@ -267,7 +274,7 @@ impl Scheduler {
                 next: None,
                 decoder: Decoder::new(&req.params),
                 req,
-                submitted,
+                submitted: submitted.unwrap_or_else(|| session.now()),
                 timings,
             });
         }
@@ -418,7 +425,7 @@ impl Scheduler {
             };
             let next = r.decoder.step(step, &tok, &mut emit);
             if r.timings.ttft_ms == 0.0 {
-                r.timings.ttft_ms = r.submitted.elapsed().as_secs_f64() * 1e3;
+                r.timings.ttft_ms = (session.now() - r.submitted) * 1e3;
             }
             match next {
                 Ok(Next::Feed(t)) => r.next = Some(t),

@@ -76,6 +76,7 @@ impl DecodeBreakdown {
         BreakdownReport {
             rounds: self.rounds,
             wall_ms: self.wall_secs * per * 1e3,
+            virtual_time: machine.virtual_time(),
             devices,
             copy_mb: self.copy_bytes as f64 * per / 1e6,
             copy_ms: self.copy_secs * per * 1e3,
@@ -90,8 +91,11 @@ impl DecodeBreakdown {
 pub struct BreakdownReport {
     /// Decode rounds it averages.
     pub rounds: usize,
-    /// Wall milliseconds per token.
+    /// Wall milliseconds per token (the machine's clock: virtual under a
+    /// machine model).
     pub wall_ms: f64,
+    /// Whether the times are a machine model's virtual time.
+    pub virtual_time: bool,
     /// Per device, its nodes' milliseconds per token.
     pub devices: Vec<DeviceShare>,
     /// Weight megabytes copied per token.
@@ -131,8 +135,10 @@ impl std::fmt::Display for BreakdownReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "decode per token ({} rounds): wall {:.2} ms",
-            self.rounds, self.wall_ms
+            "decode per token ({} rounds): {} {:.2} ms",
+            self.rounds,
+            if self.virtual_time { "virtual" } else { "wall" },
+            self.wall_ms
         )?;
         for d in &self.devices {
             write!(f, "; {} {:.2} ms (", d.device, d.ms)?;

@@ -1,8 +1,6 @@
 //! The generation loop: prefill, then sample and decode until an
 //! end-of-generation token, a stop string, the token limit or a full context.
 
-use std::time::Instant;
-
 use ats_core::grammar::Constraint;
 use ats_core::round::{EmbedOverride, Positions};
 use ats_core::sampling::{SamplerConfig, TokenLogprob};
@@ -110,9 +108,9 @@ impl Session {
         on_event: &mut dyn FnMut(GenEvent<'_>) -> bool,
     ) -> Result<Generation, SessionError> {
         let tok = self.tokenizer()?.clone();
-        let t0 = Instant::now();
+        let t0 = self.now();
         let mut logits = self.prefill_with(prompt, false, embeds)?;
-        let prompt_ms = Session::ms_since(t0);
+        let prompt_ms = self.ms_since(t0);
         let mut decoder = Decoder::new(params);
         let mut ttft_ms = 0.0;
         let (mut decode_rounds, mut decode_ms) = (0usize, 0.0f64);
@@ -131,13 +129,13 @@ impl Session {
             };
             let next = decoder.step(step, &tok, &mut emit)?;
             if decode_rounds == 0 && ttft_ms == 0.0 {
-                ttft_ms = Session::ms_since(t0);
+                ttft_ms = self.ms_since(t0);
             }
             match next {
                 Next::Feed(id) => {
-                    let td = Instant::now();
+                    let td = self.now();
                     logits = self.decode(id)?;
-                    decode_ms += Session::ms_since(td);
+                    decode_ms += self.ms_since(td);
                     decode_rounds += 1;
                 }
                 Next::Stop(reason) => {

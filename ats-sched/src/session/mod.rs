@@ -29,7 +29,6 @@ pub use timings::Timings;
 use std::collections::HashMap;
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use ats_core::chat::ChatTemplate;
 use ats_core::device::HostMemory;
@@ -262,8 +261,14 @@ impl Session {
         Ok(())
     }
 
-    /// Time since `t` in milliseconds.
-    pub(crate) fn ms_since(t: Instant) -> f64 {
-        t.elapsed().as_secs_f64() * 1000.0
+    /// The machine's clock in seconds ([`Machine::now`]): the wall clock,
+    /// or a machine model's virtual time.
+    pub fn now(&self) -> f64 {
+        self.executor.machine().now()
+    }
+
+    /// Milliseconds on the machine's clock since `t` (a [`Session::now`]).
+    pub(crate) fn ms_since(&self, t: f64) -> f64 {
+        (self.now() - t) * 1000.0
     }
 }

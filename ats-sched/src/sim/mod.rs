@@ -1,4 +1,6 @@
-//! A simulated GPU, for machines without one: named as a simulation
+//! Simulated machines. [`machine`]: a whole machine in virtual time (the
+//! machine model behind `--sim-machine`). The rest of this module: a
+//! simulated GPU, for machines without one: named as a simulation
 //! everywhere it appears. It runs the CPU kernels of an inner device on its
 //! own worker threads (a compute stream and a transfer stream), keeps its own
 //! strictly budgeted ledger, and stretches kernels and copies to the speeds it
@@ -14,9 +16,11 @@
 
 mod config;
 mod device;
+pub mod machine;
 mod throttle;
 mod worker;
 
 pub use config::{SIM_GPU_KEYS, SimGpuConfig, Slowdown};
 pub use device::{SimGpu, SimStats};
+pub use machine::{MachineSpec, VirtualMachine};
 pub use throttle::Throttled;
