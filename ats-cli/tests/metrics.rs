@@ -28,8 +28,14 @@ fn parse(text: &str) -> Scrape {
         } else if let Some(rest) = line.strip_prefix("# TYPE ") {
             let (name, kind) = rest.split_once(' ').expect("TYPE has a kind");
             assert!(["counter", "gauge"].contains(&kind), "{line}");
-            assert!(helped.last().map(String::as_str) == Some(name), "HELP before TYPE: {line}");
-            assert!(types.insert(name.to_string(), kind.to_string()).is_none(), "{name} twice");
+            assert!(
+                helped.last().map(String::as_str) == Some(name),
+                "HELP before TYPE: {line}"
+            );
+            assert!(
+                types.insert(name.to_string(), kind.to_string()).is_none(),
+                "{name} twice"
+            );
         } else {
             assert!(!line.starts_with('#') && !line.is_empty(), "{line:?}");
             let (key, value) = line.rsplit_once(' ').expect("a sample has a value");
@@ -41,7 +47,10 @@ fn parse(text: &str) -> Scrape {
             );
             assert!(types.contains_key(name), "a sample before its TYPE: {line}");
             if types[name] == "counter" {
-                assert!(name.ends_with("_total"), "a counter's name ends in _total: {name}");
+                assert!(
+                    name.ends_with("_total"),
+                    "a counter's name ends in _total: {name}"
+                );
             }
             let v: f64 = value.parse().unwrap_or_else(|_| panic!("{line}"));
             assert!(samples.insert(key.to_string(), v).is_none(), "{key} twice");
@@ -65,7 +74,13 @@ fn scrape(server: &Server) -> Scrape {
         .call()
         .expect("answered");
     assert_eq!(r.status(), 200);
-    let ct = r.headers().get("content-type").unwrap().to_str().unwrap().to_string();
+    let ct = r
+        .headers()
+        .get("content-type")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
     assert!(ct.starts_with("text/plain; version=0.0.4"), "{ct}");
     parse(&r.body_mut().read_to_string().unwrap())
 }
@@ -92,26 +107,56 @@ fn metrics_count_requests_tokens_the_pool_and_each_ledger_region() {
     let m = scrape(&server);
     let usage = &v["usage"];
     assert_eq!(m.value("ats_requests_served_total"), 1.0);
-    assert_eq!(m.value("ats_requests_failed_total"), 0.0, "a 400 is no engine failure");
+    assert_eq!(
+        m.value("ats_requests_failed_total"),
+        0.0,
+        "a 400 is no engine failure"
+    );
     assert_eq!(m.value("ats_requests_running"), 0.0);
     assert_eq!(m.value("ats_requests_queued"), 0.0);
-    assert_eq!(m.value("ats_prompt_tokens_total"), usage["prompt_tokens"].as_f64().unwrap());
-    assert_eq!(m.value("ats_generated_tokens_total"), usage["completion_tokens"].as_f64().unwrap());
+    assert_eq!(
+        m.value("ats_prompt_tokens_total"),
+        usage["prompt_tokens"].as_f64().unwrap()
+    );
+    assert_eq!(
+        m.value("ats_generated_tokens_total"),
+        usage["completion_tokens"].as_f64().unwrap()
+    );
 
     let (_, st) = get(&server.url("/v1/ats/state"));
     let pool = &st["pool"];
-    assert_eq!(m.value("ats_kv_pool_blocks{state=\"total\"}"), pool["blocks"].as_f64().unwrap());
-    assert_eq!(m.value("ats_kv_pool_blocks{state=\"cached\"}"), pool["cached"].as_f64().unwrap());
-    assert_eq!(m.value("ats_kv_pool_block_tokens"), pool["block_tokens"].as_f64().unwrap());
+    assert_eq!(
+        m.value("ats_kv_pool_blocks{state=\"total\"}"),
+        pool["blocks"].as_f64().unwrap()
+    );
+    assert_eq!(
+        m.value("ats_kv_pool_blocks{state=\"cached\"}"),
+        pool["cached"].as_f64().unwrap()
+    );
+    assert_eq!(
+        m.value("ats_kv_pool_block_tokens"),
+        pool["block_tokens"].as_f64().unwrap()
+    );
     for d in st["devices"].as_array().unwrap() {
-        let id = format!("role=\"{}\",device=\"{}\"", d["role"].as_str().unwrap(), d["device"].as_str().unwrap());
+        let id = format!(
+            "role=\"{}\",device=\"{}\"",
+            d["role"].as_str().unwrap(),
+            d["device"].as_str().unwrap()
+        );
         let mut sum = 0.0;
         for r in d["regions"].as_array().unwrap() {
-            let key = format!("ats_memory_used_bytes{{{id},region=\"{}\"}}", r[0].as_str().unwrap());
+            let key = format!(
+                "ats_memory_used_bytes{{{id},region=\"{}\"}}",
+                r[0].as_str().unwrap()
+            );
             assert_eq!(m.value(&key), r[1].as_f64().unwrap(), "{key}");
             sum += m.value(&key);
         }
-        assert_eq!(sum, d["used_bytes"].as_f64().unwrap(), "regions add up to {id}'s use");
+        assert_eq!(
+            sum,
+            d["used_bytes"].as_f64().unwrap(),
+            "regions add up to {id}'s use"
+        );
         let budget = format!("ats_memory_budget_bytes{{{id}}}");
         match d["budget_bytes"].as_u64() {
             Some(b) => assert_eq!(m.value(&budget), b as f64),
@@ -119,7 +164,10 @@ fn metrics_count_requests_tokens_the_pool_and_each_ledger_region() {
         }
         assert!(m.value(&format!("ats_memory_peak_bytes{{{id}}}")) >= sum);
     }
-    assert_eq!(m.value("ats_memory_budget_bytes{role=\"gpu\",device=\"sim-gpu\"}"), 3e6);
+    assert_eq!(
+        m.value("ats_memory_budget_bytes{role=\"gpu\",device=\"sim-gpu\"}"),
+        3e6
+    );
     let replans = st["replans"]["replans"].as_f64().unwrap();
     assert_eq!(m.value("ats_replans_total{outcome=\"changed\"}"), replans);
     assert_eq!(m.types["ats_replans_total"], "counter");

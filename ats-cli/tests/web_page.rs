@@ -132,7 +132,10 @@ fn the_page_chats_reads_an_image_and_draws_a_split_model() {
     };
     let model = fixture("qwen2_vl/qwen2_vl-f32.gguf");
     let mmproj = fixture("qwen2_vl/mmproj-qwen2_vl-f32.gguf");
-    let profile = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/profile-quick-2cpu.json");
+    let profile = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/profile-quick-2cpu.json"
+    );
     // with this profile a simulated GPU 8 times one thread's speed holds
     // some of the fixture's layers in 3 MB, and not the rest
     let server = Server::start(

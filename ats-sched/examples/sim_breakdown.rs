@@ -82,13 +82,18 @@ fn main() {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let model = zeros_model(&dir, model_name);
     let vm = machine(&format!("{spec},compute=off"), 16, (vram * 1e9) as u64);
-    let mut e = session(&model, &vm, policy, p.max(n) + 8, ReschedConfig::default())
-        .expect("session");
+    let mut e =
+        session(&model, &vm, policy, p.max(n) + 8, ReschedConfig::default()).expect("session");
     let r = e.planner().report();
     println!(
         "{model_name} on {spec} at {vram}G, {}: resident {:.2} GB, max tier {}, temp slots {}",
         policy.name(),
-        r.tensors.iter().filter(|t| t.region == Some(ats_core::ledger::Region::Resident)).map(|t| t.bytes).sum::<u64>() as f64 / 1e9,
+        r.tensors
+            .iter()
+            .filter(|t| t.region == Some(ats_core::ledger::Region::Resident))
+            .map(|t| t.bytes)
+            .sum::<u64>() as f64
+            / 1e9,
         r.max_tier,
         r.streaming
     );
@@ -130,7 +135,11 @@ fn main() {
                 .map(|x| {
                     format!(
                         "{} {:.2} ms (est {:.2})",
-                        x.kinds.iter().map(|k| k.name()).collect::<Vec<_>>().join("/"),
+                        x.kinds
+                            .iter()
+                            .map(|k| k.name())
+                            .collect::<Vec<_>>()
+                            .join("/"),
                         x.measured_secs * 1e3,
                         x.est_secs * 1e3
                     )

@@ -49,7 +49,8 @@ pub fn zeros_model(dir: &Path, preset: &str) -> Arc<ModelSpec> {
     let spec = SynthSpec::preset(preset).expect("a synth preset");
     let path: PathBuf = dir.join(format!("{preset}-zeros.gguf"));
     if !path.exists() {
-        spec.write_zeros(&path, None).expect("writing the sparse model");
+        spec.write_zeros(&path, None)
+            .expect("writing the sparse model");
     }
     Arc::new(ModelSpec::open(&path).expect("reading it back"))
 }

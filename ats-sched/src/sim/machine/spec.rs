@@ -660,7 +660,10 @@ fn gen5_desktop(generation: u32, name: &str) -> MachineSpec {
             launch_us: 3.0,
             sync_us: 8.0,
             routed_expert_gbps: 0.39,
-            routed_max_gbps: 0.5 * LinkSpec::pcie(generation, 16).expect("gen3 or gen5").h2d_gbps,
+            routed_max_gbps: 0.5
+                * LinkSpec::pcie(generation, 16)
+                    .expect("gen3 or gen5")
+                    .h2d_gbps,
             moe_tile_tokens: 1.0,
         },
         // the RTX 5090 is a PCIe 5.0 x16 card; the study sets the slot to gen 3

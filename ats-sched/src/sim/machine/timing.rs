@@ -73,10 +73,7 @@ pub(crate) fn work_of(g: &Graph, node: usize, round: &Round, kv_f16: bool) -> Wo
             n_expert, top_k, ..
         } => {
             let hit = ats_core::graph::cost::expected_experts(n_expert, top_k, shape.n_tokens);
-            (
-                3.0 * hit,
-                (shape.n_tokens * top_k) as f64 / hit.max(1e-9),
-            )
+            (3.0 * hit, (shape.n_tokens * top_k) as f64 / hit.max(1e-9))
         }
         _ => (0.0, 0.0),
     };
