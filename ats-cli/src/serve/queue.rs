@@ -43,7 +43,7 @@ pub enum JobEvent {
     /// Log-probabilities of the tokens of the next `Text`.
     Logprobs(Vec<TokenLogprob>),
     /// The generation ended.
-    Done(Finished),
+    Done(Box<Finished>),
     /// The engine failed.
     Failed(String),
 }
@@ -139,7 +139,7 @@ pub type Embeddings = Result<Vec<Vec<f32>>, String>;
 /// Work on its way to the engine thread.
 enum Submission {
     /// A generation; its events go back on the channel.
-    Generate(Job, UnboundedSender<JobEvent>),
+    Generate(Box<Job>, UnboundedSender<JobEvent>),
     /// Embeddings, run between rounds.
     Embed(EmbedJob, tokio::sync::oneshot::Sender<Embeddings>),
 }
@@ -191,7 +191,7 @@ impl Queue {
     pub fn submit(&self, job: Job) -> Result<UnboundedReceiver<JobEvent>, ApiError> {
         self.admit()?;
         let (etx, erx) = unbounded_channel();
-        self.send(Submission::Generate(job, etx))?;
+        self.send(Submission::Generate(Box::new(job), etx))?;
         Ok(erx)
     }
 
@@ -317,7 +317,7 @@ impl Worker {
     /// run now (between rounds).
     fn accept(&mut self, work: Submission) {
         match work {
-            Submission::Generate(job, events) => self.accept_generation(job, events),
+            Submission::Generate(job, events) => self.accept_generation(*job, events),
             Submission::Embed(job, reply) => self.run_embeddings(job, reply),
         }
     }
@@ -461,7 +461,7 @@ impl Worker {
                 self.end(&l.name, outcome);
                 let _ = l
                     .events
-                    .send(JobEvent::Done(Finished::of(generation, l.vision)));
+                    .send(JobEvent::Done(Box::new(Finished::of(generation, l.vision))));
             }
             Event::Failed { error, .. } => {
                 let l = self.live.remove(&id).expect("looked up above");

@@ -587,7 +587,7 @@ async fn finish(mut rx: UnboundedReceiver<JobEvent>) -> Result<Finished, ApiErro
     while let Some(ev) = rx.recv().await {
         match ev {
             JobEvent::Text(_) | JobEvent::Logprobs(_) => {}
-            JobEvent::Done(f) => return Ok(f),
+            JobEvent::Done(f) => return Ok(*f),
             JobEvent::Failed(m) => return Err(ApiError::internal(m)),
         }
     }
