@@ -65,7 +65,7 @@ pub struct ImageInput {
 }
 
 /// An image ready for the encoder, or already encoded.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Prepared {
     Cached(Arc<ImageEmbedding>),
     Pixels(ImageKey, PixelValues),
@@ -73,7 +73,7 @@ enum Prepared {
 
 /// A conversation with images, rendered and preprocessed: what the engine
 /// thread encodes and feeds.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct VisionPrompt {
     rendered: GuardedText,
     images: Vec<Prepared>,

@@ -2,7 +2,9 @@
 //! jsonschema`): the scripts in `tests/openai/` run against the real binary
 //! on loopback, on SmolLM2 (structured output, logprobs, tools in the
 //! generic format) and on the qwen2 fixture with a template that renders
-//! tools (the Hermes format). Where python3, `openai` or `jsonschema` is
+//! tools (the Hermes format); the Responses API, embeddings, cached turns
+//! and n choices on SmolLM2; images in chat and Responses on the Qwen2-VL
+//! fixture. Where python3, `openai` or `jsonschema` is
 //! missing the tests say so and skip; `.ci/run` installs them.
 
 mod common;
@@ -121,4 +123,79 @@ fn tools_in_the_hermes_format_on_the_qwen2_fixture() {
 #[test]
 fn tools_in_the_llama3_format_on_the_qwen2_fixture() {
     tools_on_the_fixture("llama3-tools.jinja", "llama3");
+}
+
+#[test]
+fn responses_on_smollm2() {
+    let Some(server) = smollm2_server() else {
+        return;
+    };
+    run_script(&server, "responses.py");
+}
+
+#[test]
+fn embeddings_cached_turns_and_n_choices_on_smollm2() {
+    let Some(server) = smollm2_server() else {
+        return;
+    };
+    run_script(&server, "serving.py");
+}
+
+/// What `vlm` answers for the fixture's small image, greedily.
+fn vlm_answer(image: &Path) -> String {
+    let fixture = |p: &str| common::fixture(p).to_str().unwrap().to_string();
+    let out = common::run(&[
+        "vlm",
+        "-m",
+        &fixture("qwen2_vl/qwen2_vl-f32.gguf"),
+        "--mmproj",
+        &fixture("qwen2_vl/mmproj-qwen2_vl-f32.gguf"),
+        "--image",
+        image.to_str().unwrap(),
+        "-p",
+        "Describe the image.",
+        "-n",
+        "8",
+        "--temp",
+        "0",
+        "--ignore-eos",
+        "-t",
+        "1",
+    ]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    common::stdout(&out).trim_end_matches('\n').to_string()
+}
+
+#[test]
+fn images_in_chat_and_responses_on_the_qwen2_vl_fixture() {
+    if let Some(why) = missing_python() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let image = common::fixture("vl_images/small.png");
+    let want = vlm_answer(&image);
+    let mmproj = common::fixture("qwen2_vl/mmproj-qwen2_vl-f32.gguf");
+    let server = Server::start(
+        &common::fixture("qwen2_vl/qwen2_vl-f32.gguf"),
+        &["--mmproj", mmproj.to_str().unwrap()],
+    );
+    let out = Command::new("python3")
+        .arg(scripts().join("vision.py"))
+        .env("ATS_BASE_URL", &server.base)
+        .env("ATS_VLM_WANT", &want)
+        .env("ATS_IMAGE", &image)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .current_dir(scripts())
+        .output()
+        .expect("python3 runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "vision.py failed:\n{text}\nserver log:\n{}",
+        server.log()
+    );
 }

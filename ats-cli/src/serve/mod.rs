@@ -7,6 +7,8 @@
 //! (`request.rs`), build prompts (`prompt.rs`, `params.rs`) a few at a time
 //! and stream the answers back (`wire.rs`, `errors.rs`).
 
+mod chat;
+mod choices;
 mod embeddings;
 mod errors;
 #[cfg(test)]
@@ -19,6 +21,7 @@ mod params;
 mod prompt;
 mod queue;
 mod request;
+mod responses;
 mod routes;
 mod state;
 mod tools;
@@ -45,6 +48,7 @@ const EXAMPLES: &str = "Examples:
     -d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}], \"stream\": true}'
 
 Endpoints: POST /v1/chat/completions, POST /v1/completions, POST /v1/embeddings,
+POST /v1/responses (stateless),
 GET /v1/models, GET /health, GET /v1/ats/state (where the model sits, memory,
 recent rounds), GET /metrics (Prometheus), and GET / (a web page: a chat, and
 pictures of the engine state).

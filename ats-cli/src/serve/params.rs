@@ -32,11 +32,7 @@ pub fn gen_params(
     default_max: usize,
     d: &Defaults,
 ) -> Result<GenParams, ApiError> {
-    if let Some(n) = s.n
-        && n != 1
-    {
-        return Err(ApiError::unsupported("n", "only n=1 is served"));
-    }
+    super::choices::check_n(s.n)?;
     if s.logit_bias.as_ref().is_some_and(|m| !m.is_empty()) {
         return Err(ApiError::unsupported(
             "logit_bias",
@@ -219,7 +215,12 @@ mod tests {
             (0.5, -1.0, 256)
         );
         let n = Sampling {
-            n: Some(2),
+            n: Some(17),
+            ..Default::default()
+        };
+        assert_eq!(bad(n, None), "n");
+        let n = Sampling {
+            n: Some(0),
             ..Default::default()
         };
         assert_eq!(bad(n, None), "n");

@@ -35,7 +35,7 @@ pub struct Prompter {
 }
 
 /// A request's prompt.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum Prompt {
     /// Token ids.
     Text(Vec<u32>),

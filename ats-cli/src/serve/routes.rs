@@ -22,16 +22,16 @@ use tokio::sync::Semaphore;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
+use super::choices::{Ended, check_n, finish_all, sse_choices, submit_choices, usage_of};
 use super::errors::ApiError;
 use super::logprobs;
 use super::params::Defaults;
-use super::prompt::{PreparedChat, Prompt, Prompter};
+use super::prompt::{Prompt, Prompter};
 use super::queue::{Finished, Job, JobEvent, Queue};
-use super::request::{check_chat, check_completion};
-use super::tools::{ToolStream, call_deltas, wire_calls};
+use super::request::check_completion;
 use super::wire::{
-    AssistantMessage, ChatChoice, ChatChunk, ChatCompletion, ChatLogprobs, ChunkChoice, Completion,
-    CompletionChoice, CompletionLogprobs, Delta, ModelCard, ModelList, Sampling, TimingsOut, Usage,
+    Completion, CompletionChoice, CompletionLogprobs, ModelCard, ModelList, Sampling, TimingsOut,
+    Usage,
 };
 use ats_core::sampling::TokenLogprob;
 use ats_sched::session::StopReason;
@@ -82,6 +82,7 @@ pub fn router(app: Arc<App>, cors: Option<CorsLayer>) -> Router {
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
         .route("/v1/embeddings", post(super::embeddings::embeddings))
+        .route("/v1/responses", post(super::responses::responses))
         .route("/v1/models", get(models))
         .route("/health", get(health))
         .route("/v1/ats/state", get(engine_state))
@@ -192,7 +193,7 @@ async fn models(State(app): State<Arc<App>>) -> Json<ModelList> {
 }
 
 async fn chat_completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
-    respond(chat(app, headers, body).await)
+    respond(super::chat::chat(app, headers, body).await)
 }
 
 async fn completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
@@ -232,7 +233,7 @@ pub async fn prepared<T: Send + 'static>(
 }
 
 /// Queues a prepared job: its id, prompt length and events.
-fn submit(
+pub(super) fn submit(
     app: &App,
     kind: &str,
     prompt: Prompt,
@@ -248,161 +249,6 @@ fn submit(
     Ok((id, prompt_tokens, rx))
 }
 
-async fn chat(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
-    let body = read_body(&app, &headers, body).await?;
-    let PreparedChat {
-        prompt,
-        params,
-        sampling,
-        tools,
-    } = prepared(&app, body, |body, d, p| {
-        p.prepare_chat(check_chat(body, d)?)
-    })
-    .await?;
-    let want_logprobs = params.logprobs.is_some();
-    let (id, prompt_tokens, rx) = submit(&app, "chatcmpl", prompt, params)?;
-    let created = unix_now();
-    let model = app.model.clone();
-    let prompter = app.prompter.clone();
-    let lps =
-        move |l: &[TokenLogprob]| want_logprobs.then(|| logprobs::chat(prompter.tokenizer(), l));
-    if !sampling.stream.unwrap_or(false) {
-        let f = finish(rx).await?;
-        let (content, calls) = match &tools {
-            Some((format, specs)) => {
-                let a = format.parse(&f.text, specs);
-                let calls = wire_calls(&a);
-                (a.content, calls)
-            }
-            None => (f.text.clone(), Vec::new()),
-        };
-        return Ok(Json(ChatCompletion {
-            id,
-            object: "chat.completion",
-            created,
-            model,
-            choices: vec![ChatChoice {
-                index: 0,
-                finish_reason: chat_finish_reason(&f.stop, !calls.is_empty()),
-                message: AssistantMessage {
-                    role: "assistant",
-                    content: (calls.is_empty() || !content.is_empty()).then_some(content),
-                    tool_calls: (!calls.is_empty()).then_some(calls),
-                },
-                logprobs: lps(&f.logprobs),
-            }],
-            usage: Usage::new(prompt_tokens, f.timings.cached_tokens, f.completion_tokens),
-            timings: TimingsOut::of(&f),
-        })
-        .into_response());
-    }
-    let include_usage = include_usage(&sampling);
-    let chunk = move |delta: Delta,
-                      finish: Option<&'static str>,
-                      logprobs: Option<ChatLogprobs>,
-                      f: Option<&Finished>| {
-        serde_json::to_value(ChatChunk {
-            id: id.clone(),
-            object: "chat.completion.chunk",
-            created,
-            model: model.clone(),
-            choices: vec![ChunkChoice {
-                index: 0,
-                delta,
-                finish_reason: finish,
-                logprobs,
-            }],
-            usage: None,
-            timings: f.map(TimingsOut::of),
-        })
-        .unwrap_or_default()
-    };
-    let text = |t: String| Delta {
-        content: Some(t),
-        ..Delta::default()
-    };
-    // answers that may call tools show text only where no call can be
-    let mut calls = tools.map(|(format, specs)| (ToolStream::new(format), specs));
-    let mut held_lps: Vec<TokenLogprob> = Vec::new();
-    let frames = move |stage: Stage<'_>| match stage {
-        Stage::Start => vec![chunk(
-            Delta {
-                role: Some("assistant"),
-                content: Some(String::new()),
-                ..Delta::default()
-            },
-            None,
-            None,
-            None,
-        )],
-        Stage::Text(t, l) => {
-            held_lps.extend_from_slice(l);
-            let shown = match &mut calls {
-                Some((s, _)) => s.push(t),
-                None => t.to_string(),
-            };
-            // text held for calls, or none with no logprobs to send
-            if shown.is_empty() && (calls.is_some() || held_lps.is_empty()) {
-                return Vec::new();
-            }
-            vec![chunk(
-                text(shown),
-                None,
-                lps(&std::mem::take(&mut held_lps)),
-                None,
-            )]
-        }
-        Stage::End(f) => {
-            let mut out = Vec::new();
-            let mut made_calls = false;
-            if let Some((s, specs)) = calls.take() {
-                let (rest, answer) = s.finish(&f.text, &specs);
-                if !rest.is_empty() {
-                    out.push(chunk(
-                        text(rest),
-                        None,
-                        lps(&std::mem::take(&mut held_lps)),
-                        None,
-                    ));
-                }
-                if !answer.calls.is_empty() {
-                    made_calls = true;
-                    let delta = Delta {
-                        tool_calls: Some(call_deltas(wire_calls(&answer))),
-                        ..Delta::default()
-                    };
-                    out.push(chunk(delta, None, None, None));
-                }
-            }
-            let reason = chat_finish_reason(&f.stop, made_calls);
-            let mut last = chunk(Delta::default(), Some(reason), None, Some(f));
-            if include_usage {
-                out.push(last.clone());
-                // the usage chunk has no choices, as in OpenAI's stream
-                last["choices"] = serde_json::json!([]);
-                last["usage"] = serde_json::json!(Usage::new(
-                    prompt_tokens,
-                    f.timings.cached_tokens,
-                    f.completion_tokens
-                ));
-                last.as_object_mut().map(|o| o.remove("timings"));
-            }
-            out.push(last);
-            out
-        }
-    };
-    Ok(sse(rx, frames).into_response())
-}
-
-/// A chat answer's `finish_reason`: `tool_calls` when it made calls.
-fn chat_finish_reason(stop: &StopReason, made_calls: bool) -> &'static str {
-    if made_calls {
-        "tool_calls"
-    } else {
-        finish_reason(stop)
-    }
-}
-
 async fn completion(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
     let body = read_body(&app, &headers, body).await?;
     let (prompt, params, sampling) = prepared(&app, body, |body, d, p| {
@@ -410,8 +256,9 @@ async fn completion(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Res
         Ok((Prompt::Text(p.completion(raw)?), params, sampling))
     })
     .await?;
+    let n = check_n(sampling.n)?;
     let want_logprobs = params.logprobs.is_some();
-    let (id, prompt_tokens, rx) = submit(&app, "cmpl", prompt, params)?;
+    let c = submit_choices(&app, "cmpl", prompt, params, n)?;
     let created = unix_now();
     let model = app.model.clone();
     let prompter = app.prompter.clone();
@@ -419,68 +266,80 @@ async fn completion(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Res
     let lps = move |l: &[TokenLogprob], at: usize| -> Option<CompletionLogprobs> {
         want_logprobs.then(|| logprobs::completion(prompter.tokenizer(), l, at))
     };
-    let body = move |text: String,
-                     finish: Option<&'static str>,
-                     usage: Option<Usage>,
-                     logprobs: Option<CompletionLogprobs>,
-                     f: Option<&Finished>| Completion {
-        id: id.clone(),
-        object: "text_completion",
-        created,
-        model: model.clone(),
-        choices: vec![CompletionChoice {
-            text,
-            index: 0,
-            logprobs,
-            finish_reason: finish,
-        }],
-        usage,
-        timings: f.map(TimingsOut::of),
+    let id = c.id.clone();
+    let body = move |choices: Vec<CompletionChoice>, usage: Option<Usage>, f: Option<&Finished>| {
+        Completion {
+            id: id.clone(),
+            object: "text_completion",
+            created,
+            model: model.clone(),
+            choices,
+            usage,
+            timings: f.map(TimingsOut::of),
+        }
+    };
+    let choice = |index, text, finish, logprobs| CompletionChoice {
+        text,
+        index,
+        logprobs,
+        finish_reason: finish,
     };
     if !sampling.stream.unwrap_or(false) {
-        let f = finish(rx).await?;
-        let usage = Usage::new(prompt_tokens, f.timings.cached_tokens, f.completion_tokens);
-        let reason = finish_reason(&f.stop);
-        let l = lps(&f.logprobs, 0);
-        return Ok(
-            Json(body(f.text.clone(), Some(reason), Some(usage), l, Some(&f))).into_response(),
-        );
+        let fs = finish_all(c.rxs).await?;
+        let choices = fs
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let reason = Some(finish_reason(&f.stop));
+                choice(i, f.text.clone(), reason, lps(&f.logprobs, 0))
+            })
+            .collect();
+        let all: Vec<&Finished> = fs.iter().collect();
+        let usage = usage_of(c.prompt_tokens, &all);
+        return Ok(Json(body(choices, Some(usage), Some(&fs[0]))).into_response());
     }
     let include_usage = include_usage(&sampling);
-    let mut sent = 0;
-    let frames = move |stage: Stage<'_>| {
-        let v = match stage {
-            Stage::Start => return Vec::new(),
-            Stage::Text(t, l) => {
-                let l = lps(l, sent);
-                sent += t.len();
-                body(t.to_string(), None, None, l, None)
-            }
-            Stage::End(f) => {
-                let mut last = body(
-                    String::new(),
-                    Some(finish_reason(&f.stop)),
-                    None,
-                    None,
-                    Some(f),
-                );
-                if !include_usage {
-                    return vec![serde_json::to_value(last).unwrap_or_default()];
-                }
-                let first = serde_json::to_value(&last).unwrap_or_default();
-                last.choices.clear();
-                last.timings = None;
-                last.usage = Some(Usage::new(
-                    prompt_tokens,
-                    f.timings.cached_tokens,
-                    f.completion_tokens,
-                ));
-                return vec![first, serde_json::to_value(last).unwrap_or_default()];
-            }
-        };
-        vec![serde_json::to_value(v).unwrap_or_default()]
+    let ended: Ended = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let body = Arc::new(body);
+    let lps = Arc::new(lps);
+    let streams = c
+        .rxs
+        .into_iter()
+        .enumerate()
+        .map(|(i, rx)| {
+            let (body, lps, ended) = (body.clone(), lps.clone(), ended.clone());
+            let mut sent = 0;
+            let frames = move |stage: Stage<'_>| {
+                let v = match stage {
+                    Stage::Start => return Vec::new(),
+                    Stage::Text(t, l) => {
+                        let l = lps(l, sent);
+                        sent += t.len();
+                        body(vec![choice(i, t.to_string(), None, l)], None, None)
+                    }
+                    Stage::End(f) => {
+                        if let Ok(mut e) = ended.lock() {
+                            e.push((i, f.clone()));
+                        }
+                        let reason = Some(finish_reason(&f.stop));
+                        body(vec![choice(i, String::new(), reason, None)], None, Some(f))
+                    }
+                };
+                vec![serde_json::to_value(v).unwrap_or_default()]
+            };
+            (rx, frames)
+        })
+        .collect::<Vec<_>>();
+    let prompt_tokens = c.prompt_tokens;
+    let tail = move |done: &[(usize, Finished)]| {
+        if !include_usage || done.is_empty() {
+            return Vec::new();
+        }
+        let all: Vec<&Finished> = done.iter().map(|(_, f)| f).collect();
+        let last = body(Vec::new(), Some(usage_of(prompt_tokens, &all)), None);
+        vec![serde_json::to_value(last).unwrap_or_default()]
     };
-    Ok(sse(rx, frames).into_response())
+    Ok(sse_choices(streams, ended, tail).into_response())
 }
 
 /// The body of a JSON request, read within `--body-timeout` and
@@ -561,7 +420,7 @@ fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
     })
 }
 
-fn include_usage(s: &Sampling) -> bool {
+pub(super) fn include_usage(s: &Sampling) -> bool {
     s.stream_options
         .as_ref()
         .and_then(|o| o.include_usage)
@@ -569,21 +428,21 @@ fn include_usage(s: &Sampling) -> bool {
 }
 
 /// OpenAI's `finish_reason`: `length` when a limit cut the answer short.
-fn finish_reason(stop: &StopReason) -> &'static str {
+pub(super) fn finish_reason(stop: &StopReason) -> &'static str {
     match stop {
         StopReason::MaxTokens | StopReason::ContextFull => "length",
         StopReason::Eog | StopReason::StopString(_) | StopReason::Cancelled => "stop",
     }
 }
 
-fn unix_now() -> u64 {
+pub(super) fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
 }
 
 /// Waits for a job's end (non-streamed answers).
-async fn finish(mut rx: UnboundedReceiver<JobEvent>) -> Result<Finished, ApiError> {
+pub(super) async fn finish(mut rx: UnboundedReceiver<JobEvent>) -> Result<Finished, ApiError> {
     while let Some(ev) = rx.recv().await {
         match ev {
             JobEvent::Text(_) | JobEvent::Logprobs(_) => {}
@@ -595,7 +454,7 @@ async fn finish(mut rx: UnboundedReceiver<JobEvent>) -> Result<Finished, ApiErro
 }
 
 /// Where a stream is.
-enum Stage<'a> {
+pub(super) enum Stage<'a> {
     /// Before the first token.
     Start,
     /// New text, and the log-probabilities of its tokens (when asked for).
@@ -604,20 +463,35 @@ enum Stage<'a> {
     End(&'a Finished),
 }
 
-/// A job's events as server-sent events: `frames` turns each stage into
-/// JSON chunks; `[DONE]` ends a stream that finished, an error object one
-/// that failed. Dropping the stream (the client went away) drops `rx`, which
+/// A job's events as server-sent events made by `frames` (named events, as
+/// the Responses API sends), and `end` after the last one of a stream that
+/// finished. Dropping the stream (the client went away) drops `rx`, which
 /// cancels the generation.
-fn sse<F>(
+pub(super) fn sse_events<F>(
     rx: UnboundedReceiver<JobEvent>,
     frames: F,
+    end: Option<Event>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>>
 where
-    F: FnMut(Stage<'_>) -> Vec<serde_json::Value> + Send + 'static,
+    F: FnMut(Stage<'_>) -> Vec<Event> + Send + 'static,
+{
+    Sse::new(job_events(rx, frames, end)).keep_alive(KeepAlive::default())
+}
+
+/// A job's events made into server-sent events by `frames`, with `end`
+/// after the last frame of a job that finished.
+pub(super) fn job_events<F>(
+    rx: UnboundedReceiver<JobEvent>,
+    frames: F,
+    end: Option<Event>,
+) -> impl Stream<Item = Result<Event, Infallible>> + Send + 'static
+where
+    F: FnMut(Stage<'_>) -> Vec<Event> + Send + 'static,
 {
     struct St<F> {
         rx: UnboundedReceiver<JobEvent>,
         frames: F,
+        end: Option<Event>,
         pending: std::collections::VecDeque<Event>,
         /// Log-probabilities of the next text.
         logprobs: Vec<TokenLogprob>,
@@ -628,12 +502,13 @@ where
     let st = St {
         rx,
         frames,
+        end,
         pending: Default::default(),
         logprobs: Vec::new(),
         started: false,
         done: false,
     };
-    let stream = futures_util::stream::unfold(st, move |mut st| async move {
+    futures_util::stream::unfold(st, move |mut st| async move {
         loop {
             if let Some(e) = st.pending.pop_front() {
                 return Some((Ok(e), st));
@@ -643,21 +518,18 @@ where
             }
             if !st.started {
                 st.started = true;
-                st.pending
-                    .extend((st.frames)(Stage::Start).into_iter().map(data));
+                st.pending.extend((st.frames)(Stage::Start));
                 continue;
             }
             match st.rx.recv().await {
                 Some(JobEvent::Logprobs(l)) => st.logprobs.extend(l),
                 Some(JobEvent::Text(t)) => {
                     let l = std::mem::take(&mut st.logprobs);
-                    st.pending
-                        .extend((st.frames)(Stage::Text(&t, &l)).into_iter().map(data));
+                    st.pending.extend((st.frames)(Stage::Text(&t, &l)));
                 }
                 Some(JobEvent::Done(f)) => {
-                    st.pending
-                        .extend((st.frames)(Stage::End(&f)).into_iter().map(data));
-                    st.pending.push_back(Event::default().data("[DONE]"));
+                    st.pending.extend((st.frames)(Stage::End(&f)));
+                    st.pending.extend(st.end.take());
                     st.done = true;
                 }
                 Some(JobEvent::Failed(m)) => {
@@ -672,6 +544,5 @@ where
                 }
             }
         }
-    });
-    Sse::new(stream).keep_alive(KeepAlive::default())
+    })
 }

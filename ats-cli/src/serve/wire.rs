@@ -440,7 +440,7 @@ pub struct AssistantMessage {
 #[derive(Debug, Clone, Serialize)]
 pub struct ChatChoice {
     /// Always 0.
-    pub index: u32,
+    pub index: usize,
     /// The answer.
     pub message: AssistantMessage,
     /// `stop`, `length` or `tool_calls`.
@@ -486,7 +486,7 @@ pub struct Delta {
 #[derive(Debug, Clone, Serialize)]
 pub struct ChunkChoice {
     /// Always 0.
-    pub index: u32,
+    pub index: usize,
     /// What is new.
     pub delta: Delta,
     /// Set in the last chunk of the choice.
@@ -522,7 +522,7 @@ pub struct CompletionChoice {
     /// The text (new text, when streamed).
     pub text: String,
     /// Always 0.
-    pub index: u32,
+    pub index: usize,
     /// The tokens' log-probabilities, when asked for.
     pub logprobs: Option<CompletionLogprobs>,
     /// `stop` or `length`; null in streamed chunks before the last.

@@ -1,0 +1,264 @@
+//! `POST /v1/chat/completions`: a checked, rendered conversation run as
+//! `n` choices; each answer's tool calls read back in the template's format;
+//! whole, or streamed as chunks (text where no call can be, calls as
+//! `tool_calls` deltas, log-probabilities with the text they belong to).
+
+use std::sync::{Arc, Mutex};
+
+use ats_core::chat::tools::{ToolFormat, ToolSpec};
+use ats_core::sampling::TokenLogprob;
+use ats_sched::session::StopReason;
+use axum::Json;
+use axum::body::Body;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+
+use super::choices::{Ended, check_n, finish_all, sse_choices, submit_choices, usage_of};
+use super::errors::ApiError;
+use super::logprobs;
+use super::prompt::{PreparedChat, Prompter};
+use super::queue::Finished;
+use super::request::check_chat;
+use super::routes::{App, Stage, finish_reason, include_usage, prepared, read_body, unix_now};
+use super::tools::{ToolStream, call_deltas, wire_calls};
+use super::wire::{
+    AssistantMessage, ChatChoice, ChatChunk, ChatCompletion, ChatLogprobs, ChunkChoice, Delta,
+    TimingsOut,
+};
+
+/// The handler's work: checked, prepared, queued, answered.
+pub async fn chat(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let body = read_body(&app, &headers, body).await?;
+    let PreparedChat {
+        prompt,
+        params,
+        sampling,
+        tools,
+    } = prepared(&app, body, |body, d, p| {
+        p.prepare_chat(check_chat(body, d)?)
+    })
+    .await?;
+    let n = check_n(sampling.n)?;
+    let want_logprobs = params.logprobs.is_some();
+    let c = submit_choices(&app, "chatcmpl", prompt, params, n)?;
+    let reply = Reply {
+        id: c.id,
+        created: unix_now(),
+        model: app.model.clone(),
+        prompter: app.prompter.clone(),
+        want_logprobs,
+    };
+    if !sampling.stream.unwrap_or(false) {
+        let fs = finish_all(c.rxs).await?;
+        let choices = fs
+            .iter()
+            .enumerate()
+            .map(|(i, f)| reply.choice(i, f, tools.as_ref()))
+            .collect();
+        let all: Vec<&Finished> = fs.iter().collect();
+        return Ok(Json(ChatCompletion {
+            id: reply.id.clone(),
+            object: "chat.completion",
+            created: reply.created,
+            model: reply.model.clone(),
+            choices,
+            usage: usage_of(c.prompt_tokens, &all),
+            timings: TimingsOut::of(&fs[0]),
+        })
+        .into_response());
+    }
+    let reply = Arc::new(reply);
+    let ended: Ended = Arc::new(Mutex::new(Vec::new()));
+    let streams = c
+        .rxs
+        .into_iter()
+        .enumerate()
+        .map(|(i, rx)| {
+            let mut frames = ChoiceStream::new(reply.clone(), i, tools.clone(), ended.clone());
+            (rx, move |s: Stage<'_>| frames.frames(s))
+        })
+        .collect::<Vec<_>>();
+    let usage = include_usage(&sampling);
+    let prompt_tokens = c.prompt_tokens;
+    let tail = move |done: &[(usize, Finished)]| {
+        if !usage || done.is_empty() {
+            return Vec::new();
+        }
+        // the usage chunk has no choices, as in OpenAI's stream
+        let all: Vec<&Finished> = done.iter().map(|(_, f)| f).collect();
+        let mut last = reply.chunk(0, Delta::default(), None, None, None);
+        last["choices"] = serde_json::json!([]);
+        last["usage"] = serde_json::json!(usage_of(prompt_tokens, &all));
+        vec![last]
+    };
+    Ok(sse_choices(streams, ended, tail).into_response())
+}
+
+/// What every answer of a request shares.
+struct Reply {
+    id: String,
+    created: u64,
+    model: String,
+    prompter: Arc<Prompter>,
+    want_logprobs: bool,
+}
+
+impl Reply {
+    fn logprobs(&self, l: &[TokenLogprob]) -> Option<ChatLogprobs> {
+        self.want_logprobs
+            .then(|| logprobs::chat(self.prompter.tokenizer(), l))
+    }
+
+    /// Choice `index` of a whole answer.
+    fn choice(
+        &self,
+        index: usize,
+        f: &Finished,
+        tools: Option<&(ToolFormat, Vec<ToolSpec>)>,
+    ) -> ChatChoice {
+        let (content, calls) = match tools {
+            Some((format, specs)) => {
+                let a = format.parse(&f.text, specs);
+                let calls = wire_calls(&a);
+                (a.content, calls)
+            }
+            None => (f.text.clone(), Vec::new()),
+        };
+        ChatChoice {
+            index,
+            finish_reason: chat_finish_reason(&f.stop, !calls.is_empty()),
+            message: AssistantMessage {
+                role: "assistant",
+                content: (calls.is_empty() || !content.is_empty()).then_some(content),
+                tool_calls: (!calls.is_empty()).then_some(calls),
+            },
+            logprobs: self.logprobs(&f.logprobs),
+        }
+    }
+
+    /// One streamed chunk of choice `index`.
+    fn chunk(
+        &self,
+        index: usize,
+        delta: Delta,
+        finish: Option<&'static str>,
+        logprobs: Option<ChatLogprobs>,
+        f: Option<&Finished>,
+    ) -> serde_json::Value {
+        serde_json::to_value(ChatChunk {
+            id: self.id.clone(),
+            object: "chat.completion.chunk",
+            created: self.created,
+            model: self.model.clone(),
+            choices: vec![ChunkChoice {
+                index,
+                delta,
+                finish_reason: finish,
+                logprobs,
+            }],
+            usage: None,
+            timings: f.map(TimingsOut::of),
+        })
+        .unwrap_or_default()
+    }
+}
+
+/// One streamed choice: answers that may call tools show text only where
+/// no call can be.
+struct ChoiceStream {
+    reply: Arc<Reply>,
+    index: usize,
+    calls: Option<(ToolStream, Vec<ToolSpec>)>,
+    held_lps: Vec<TokenLogprob>,
+    ended: Ended,
+}
+
+impl ChoiceStream {
+    fn new(
+        reply: Arc<Reply>,
+        index: usize,
+        tools: Option<(ToolFormat, Vec<ToolSpec>)>,
+        ended: Ended,
+    ) -> ChoiceStream {
+        ChoiceStream {
+            reply,
+            index,
+            calls: tools.map(|(format, specs)| (ToolStream::new(format), specs)),
+            held_lps: Vec::new(),
+            ended,
+        }
+    }
+
+    fn frames(&mut self, stage: Stage<'_>) -> Vec<serde_json::Value> {
+        match stage {
+            Stage::Start => vec![self.chunk(Delta {
+                role: Some("assistant"),
+                content: Some(String::new()),
+                ..Delta::default()
+            })],
+            Stage::Text(t, l) => {
+                self.held_lps.extend_from_slice(l);
+                let shown = match &mut self.calls {
+                    Some((s, _)) => s.push(t),
+                    None => t.to_string(),
+                };
+                // text held for calls, or none with no logprobs to send
+                if shown.is_empty() && (self.calls.is_some() || self.held_lps.is_empty()) {
+                    return Vec::new();
+                }
+                vec![self.text(shown)]
+            }
+            Stage::End(f) => self.end(f),
+        }
+    }
+
+    fn chunk(&self, delta: Delta) -> serde_json::Value {
+        self.reply.chunk(self.index, delta, None, None, None)
+    }
+
+    /// Text, with the log-probabilities held for it.
+    fn text(&mut self, t: String) -> serde_json::Value {
+        let lps = self.reply.logprobs(&std::mem::take(&mut self.held_lps));
+        let delta = Delta {
+            content: Some(t),
+            ..Delta::default()
+        };
+        self.reply.chunk(self.index, delta, None, lps, None)
+    }
+
+    fn end(&mut self, f: &Finished) -> Vec<serde_json::Value> {
+        let mut out = Vec::new();
+        let mut made_calls = false;
+        if let Some((s, specs)) = self.calls.take() {
+            let (rest, answer) = s.finish(&f.text, &specs);
+            if !rest.is_empty() {
+                out.push(self.text(rest));
+            }
+            if !answer.calls.is_empty() {
+                made_calls = true;
+                out.push(self.chunk(Delta {
+                    tool_calls: Some(call_deltas(wire_calls(&answer))),
+                    ..Delta::default()
+                }));
+            }
+        }
+        let reason = chat_finish_reason(&f.stop, made_calls);
+        out.push(
+            self.reply
+                .chunk(self.index, Delta::default(), Some(reason), None, Some(f)),
+        );
+        if let Ok(mut e) = self.ended.lock() {
+            e.push((self.index, f.clone()));
+        }
+        out
+    }
+}
+
+/// A chat answer's `finish_reason`: `tool_calls` when it made calls.
+fn chat_finish_reason(stop: &StopReason, made_calls: bool) -> &'static str {
+    if made_calls {
+        "tool_calls"
+    } else {
+        finish_reason(stop)
+    }
+}

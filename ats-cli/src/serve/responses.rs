@@ -1,0 +1,645 @@
+//! `POST /v1/responses`, OpenAI's Responses API (what Codex CLI and newer
+//! agents speak), served statelessly: the request's `input` (a string, or
+//! message, function-call and function-call-output items with text and image
+//! parts) and `instructions` become a chat conversation, checked and
+//! rendered exactly as `/v1/chat/completions` does; the answer comes back as
+//! output items (a message, function calls), whole or as the Responses
+//! stream of named events. Nothing is stored, so `previous_response_id` is
+//! refused by name.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::sse::Event;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use super::errors::ApiError;
+use super::prompt::PreparedChat;
+use super::queue::Finished;
+use super::request::check_chat;
+use super::routes::{
+    App, Stage, finish, prepared, read_body, respond, sse_events, submit, unix_now,
+};
+use super::tools::{ToolStream, wire_calls};
+use super::wire::WireToolCall;
+
+/// The fields of a Responses request read here; the sampling fields
+/// (`temperature`, `top_p`, `stream`, ...) are read by the chat check.
+#[derive(Debug, Deserialize)]
+struct ResponsesRequest {
+    /// A string, or a list of input items.
+    input: Value,
+    /// A system message put first.
+    instructions: Option<String>,
+    /// Most tokens of the answer.
+    max_output_tokens: Option<u64>,
+    /// A stored response to continue (none is stored here).
+    previous_response_id: Option<String>,
+    /// A stored conversation (none is stored here).
+    conversation: Option<Value>,
+    /// Run in the background (not served: answers come on the request).
+    background: Option<bool>,
+    /// `{"format": {"type": "text" | "json_object" | "json_schema", ...}}`.
+    text: Option<Value>,
+    /// Function tools, in the Responses' flat form.
+    tools: Option<Vec<Value>>,
+    /// `auto`, `none`, `required` or `{"type": "function", "name": ...}`.
+    tool_choice: Option<Value>,
+    /// Stream named events.
+    stream: Option<bool>,
+}
+
+/// The handler.
+pub async fn responses(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+    respond(answer(app, headers, body).await)
+}
+
+async fn answer(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let body = read_body(&app, &headers, body).await?;
+    let (prepared_chat, echo) = prepared(&app, body, |body, d, p| {
+        let (chat, echo) = as_chat(body)?;
+        let check = check_chat(chat.to_string().as_bytes(), d).map_err(renamed)?;
+        Ok((p.prepare_chat(check).map_err(renamed)?, echo))
+    })
+    .await?;
+    let PreparedChat {
+        prompt,
+        params,
+        tools,
+        ..
+    } = prepared_chat;
+    let (id, prompt_tokens, rx) = submit(&app, "resp", prompt, params)?;
+    let head = Head {
+        id,
+        created_at: unix_now(),
+        model: app.model.clone(),
+        echo,
+        prompt_tokens,
+    };
+    if !head.echo.stream {
+        let f = finish(rx).await?;
+        let (text, calls) = match &tools {
+            Some((format, specs)) => {
+                let a = format.parse(&f.text, specs);
+                (a.content.clone(), wire_calls(&a))
+            }
+            None => (f.text.clone(), Vec::new()),
+        };
+        let msg_id = format!("msg_{}", head.id);
+        let mut output = Vec::new();
+        if calls.is_empty() || !text.is_empty() {
+            output.push(message_item(&msg_id, &text, "completed"));
+        }
+        output.extend(calls.iter().map(call_item));
+        return Ok(Json(head.response(Some(&f), output)).into_response());
+    }
+    let mut stream = EventStream {
+        head,
+        seq: 0,
+        text: String::new(),
+        calls: tools.map(|(format, specs)| (ToolStream::new(format), specs)),
+        opened: false,
+    };
+    let frames = move |stage: Stage<'_>| stream.frames(stage);
+    Ok(sse_events(rx, frames, None).into_response())
+}
+
+/// What the request asked for that the response object repeats.
+#[derive(Debug, Clone, Default)]
+struct Echo {
+    stream: bool,
+    instructions: Option<String>,
+    max_output_tokens: Option<u64>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    text: Value,
+    tools: Value,
+    tool_choice: Value,
+}
+
+/// The response's fixed parts.
+struct Head {
+    id: String,
+    created_at: u64,
+    model: String,
+    echo: Echo,
+    prompt_tokens: usize,
+}
+
+impl Head {
+    /// The response object: in progress (no `f`) or finished.
+    fn response(&self, f: Option<&Finished>, output: Vec<Value>) -> Value {
+        let e = &self.echo;
+        let (status, incomplete, usage) = match f {
+            None => ("in_progress", Value::Null, Value::Null),
+            Some(f) => {
+                let cut = super::routes::finish_reason(&f.stop) == "length";
+                (
+                    if cut { "incomplete" } else { "completed" },
+                    if cut {
+                        json!({"reason": "max_output_tokens"})
+                    } else {
+                        Value::Null
+                    },
+                    json!({
+                        "input_tokens": self.prompt_tokens,
+                        "input_tokens_details": {"cached_tokens": f.timings.cached_tokens},
+                        "output_tokens": f.completion_tokens,
+                        "output_tokens_details": {"reasoning_tokens": 0},
+                        "total_tokens": self.prompt_tokens + f.completion_tokens,
+                    }),
+                )
+            }
+        };
+        json!({
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": status,
+            "error": null,
+            "incomplete_details": incomplete,
+            "instructions": e.instructions,
+            "max_output_tokens": e.max_output_tokens,
+            "model": self.model,
+            "output": output,
+            "parallel_tool_calls": false,
+            "previous_response_id": null,
+            "reasoning": {"effort": null, "summary": null},
+            "store": false,
+            "temperature": e.temperature,
+            "text": e.text,
+            "tool_choice": e.tool_choice,
+            "tools": e.tools,
+            "top_p": e.top_p,
+            "truncation": "disabled",
+            "usage": usage,
+            "metadata": {},
+        })
+    }
+}
+
+/// A streamed response: the named events of the Responses API, numbered.
+struct EventStream {
+    head: Head,
+    seq: u64,
+    /// The message's text so far.
+    text: String,
+    /// The tool-call stream, when tools are in play.
+    calls: Option<(ToolStream, Vec<ats_core::chat::tools::ToolSpec>)>,
+    /// Whether the message item was opened.
+    opened: bool,
+}
+
+impl EventStream {
+    fn frames(&mut self, stage: Stage<'_>) -> Vec<Event> {
+        match stage {
+            Stage::Start => {
+                let r = self.head.response(None, Vec::new());
+                vec![
+                    self.event("response.created", json!({"response": r.clone()})),
+                    self.event("response.in_progress", json!({"response": r})),
+                ]
+            }
+            Stage::Text(t, _) => {
+                let shown = match &mut self.calls {
+                    Some((s, _)) => s.push(t),
+                    None => t.to_string(),
+                };
+                self.delta(&shown)
+            }
+            Stage::End(f) => self.end(f),
+        }
+    }
+
+    /// Text for the message item (opened with its first text).
+    fn delta(&mut self, shown: &str) -> Vec<Event> {
+        if shown.is_empty() {
+            return Vec::new();
+        }
+        let mut out = self.open();
+        self.text.push_str(shown);
+        out.push(self.event(
+            "response.output_text.delta",
+            json!({"item_id": self.msg_id(), "output_index": 0, "content_index": 0,
+                   "delta": shown, "logprobs": []}),
+        ));
+        out
+    }
+
+    fn open(&mut self) -> Vec<Event> {
+        if self.opened {
+            return Vec::new();
+        }
+        self.opened = true;
+        let item = message_item(&self.msg_id(), "", "in_progress");
+        vec![
+            self.event(
+                "response.output_item.added",
+                json!({"output_index": 0, "item": item}),
+            ),
+            self.event(
+                "response.content_part.added",
+                json!({"item_id": self.msg_id(), "output_index": 0, "content_index": 0,
+                       "part": text_part("")}),
+            ),
+        ]
+    }
+
+    fn end(&mut self, f: &Finished) -> Vec<Event> {
+        let mut out = Vec::new();
+        let mut calls: Vec<WireToolCall> = Vec::new();
+        if let Some((s, specs)) = self.calls.take() {
+            let (rest, answer) = s.finish(&f.text, &specs);
+            out.extend(self.delta(&rest));
+            calls = wire_calls(&answer);
+        }
+        let mut output = Vec::new();
+        if self.opened {
+            let id = self.msg_id();
+            let text = self.text.clone();
+            out.push(self.event(
+                "response.output_text.done",
+                json!({"item_id": id, "output_index": 0, "content_index": 0, "text": text, "logprobs": []}),
+            ));
+            out.push(self.event(
+                "response.content_part.done",
+                json!({"item_id": id, "output_index": 0, "content_index": 0, "part": text_part(&text)}),
+            ));
+            let item = message_item(&id, &text, "completed");
+            out.push(self.event(
+                "response.output_item.done",
+                json!({"output_index": 0, "item": item.clone()}),
+            ));
+            output.push(item);
+        }
+        for c in &calls {
+            let item = call_item(c);
+            let index = output.len();
+            out.push(self.event(
+                "response.output_item.added",
+                json!({"output_index": index, "item": item}),
+            ));
+            out.push(self.event(
+                "response.function_call_arguments.done",
+                json!({"item_id": item["id"], "output_index": index, "arguments": c.function.arguments}),
+            ));
+            out.push(self.event(
+                "response.output_item.done",
+                json!({"output_index": index, "item": item}),
+            ));
+            output.push(item);
+        }
+        let r = self.head.response(Some(f), output);
+        let kind = if r["status"] == "completed" {
+            "response.completed"
+        } else {
+            "response.incomplete"
+        };
+        out.push(self.event(kind, json!({"response": r})));
+        out
+    }
+
+    fn msg_id(&self) -> String {
+        format!("msg_{}", self.head.id)
+    }
+
+    /// One named event with its type and sequence number in its data.
+    fn event(&mut self, kind: &str, mut data: Value) -> Event {
+        data["type"] = kind.into();
+        data["sequence_number"] = self.seq.into();
+        self.seq += 1;
+        Event::default().event(kind).data(data.to_string())
+    }
+}
+
+fn text_part(text: &str) -> Value {
+    json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []})
+}
+
+/// The answer's message item.
+fn message_item(id: &str, text: &str, status: &str) -> Value {
+    let content = if status == "completed" {
+        vec![text_part(text)]
+    } else {
+        Vec::new()
+    };
+    json!({"type": "message", "id": id, "status": status, "role": "assistant", "content": content})
+}
+
+/// A function call item.
+fn call_item(c: &WireToolCall) -> Value {
+    json!({
+        "type": "function_call",
+        "id": format!("fc_{}", c.id),
+        "call_id": c.id,
+        "name": c.function.name,
+        "arguments": c.function.arguments,
+        "status": "completed",
+    })
+}
+
+/// Errors of the chat check name chat fields; here they are the input's.
+fn renamed(mut e: ApiError) -> ApiError {
+    if let Some(p) = &e.param {
+        let p = p
+            .replacen("messages", "input", 1)
+            .replacen("max_completion_tokens", "max_output_tokens", 1)
+            .replacen("response_format", "text.format", 1);
+        e.param = Some(p);
+    }
+    e
+}
+
+/// The request as a chat completions body (the fields both share kept as
+/// they are), and what the response repeats.
+fn as_chat(body: &[u8]) -> Result<(Value, Echo), ApiError> {
+    let req: ResponsesRequest = super::request::parse_object(body)?;
+    refuse_stored(&req)?;
+    let mut chat: Map<String, Value> = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("malformed JSON: {e}")))?;
+    for k in [
+        "input",
+        "instructions",
+        "max_output_tokens",
+        "text",
+        "tools",
+        "tool_choice",
+        "store",
+        "metadata",
+        "reasoning",
+        "truncation",
+        "include",
+        "parallel_tool_calls",
+        "prompt_cache_key",
+        "service_tier",
+    ] {
+        chat.remove(k);
+    }
+    let mut messages = Vec::new();
+    if let Some(i) = &req.instructions {
+        messages.push(json!({"role": "system", "content": i}));
+    }
+    messages.extend(input_messages(&req.input)?);
+    chat.insert("messages".into(), Value::Array(messages));
+    if let Some(n) = req.max_output_tokens {
+        chat.insert("max_completion_tokens".into(), n.into());
+    }
+    if let Some(f) = req.text.as_ref().and_then(|t| t.get("format")) {
+        chat.insert("response_format".into(), response_format(f)?);
+    }
+    if let Some(tools) = &req.tools {
+        let t = tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| chat_tool(i, t))
+            .collect::<Result<Vec<_>, _>>()?;
+        chat.insert("tools".into(), Value::Array(t));
+    }
+    if let Some(c) = &req.tool_choice {
+        chat.insert("tool_choice".into(), chat_tool_choice(c));
+    }
+    let echo = Echo {
+        stream: req.stream.unwrap_or(false),
+        instructions: req.instructions.clone(),
+        max_output_tokens: req.max_output_tokens,
+        temperature: chat.get("temperature").and_then(Value::as_f64),
+        top_p: chat.get("top_p").and_then(Value::as_f64),
+        text: req
+            .text
+            .clone()
+            .unwrap_or(json!({"format": {"type": "text"}})),
+        tools: Value::Array(req.tools.clone().unwrap_or_default()),
+        tool_choice: req.tool_choice.clone().unwrap_or(json!("auto")),
+    };
+    Ok((Value::Object(chat), echo))
+}
+
+/// Refuses what would need stored state.
+fn refuse_stored(req: &ResponsesRequest) -> Result<(), ApiError> {
+    if req.previous_response_id.is_some() {
+        return Err(ApiError::unsupported(
+            "previous_response_id",
+            "this server stores no responses (it is stateless): send the whole conversation in input",
+        ));
+    }
+    if req.conversation.is_some() {
+        return Err(ApiError::unsupported(
+            "conversation",
+            "this server stores no conversations: send the whole conversation in input",
+        ));
+    }
+    if req.background == Some(true) {
+        return Err(ApiError::unsupported(
+            "background",
+            "background responses are not served: the answer comes on the request",
+        ));
+    }
+    Ok(())
+}
+
+/// `input` as chat messages.
+fn input_messages(input: &Value) -> Result<Vec<Value>, ApiError> {
+    match input {
+        Value::String(s) => Ok(vec![json!({"role": "user", "content": s})]),
+        Value::Array(items) if !items.is_empty() => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| input_item(i, item))
+            .collect(),
+        _ => Err(ApiError::bad_param(
+            "input",
+            "input must be a string or a non-empty list of input items",
+        )),
+    }
+}
+
+/// One input item as a chat message.
+fn input_item(i: usize, item: &Value) -> Result<Value, ApiError> {
+    let param = format!("input[{i}]");
+    let kind = item
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("message");
+    match kind {
+        "message" => {
+            let role = item.get("role").cloned().unwrap_or(Value::Null);
+            let content = match item.get("content") {
+                Some(Value::Array(parts)) => Value::Array(
+                    parts
+                        .iter()
+                        .enumerate()
+                        .map(|(j, p)| content_part(&format!("{param}.content[{j}]"), p))
+                        .collect::<Result<_, _>>()?,
+                ),
+                Some(c) => c.clone(),
+                None => Value::Null,
+            };
+            Ok(json!({"role": role, "content": content}))
+        }
+        "function_call" => {
+            let field = |k: &str| {
+                item.get(k).and_then(Value::as_str).ok_or_else(|| {
+                    ApiError::bad_param(
+                        format!("{param}.{k}"),
+                        format!("a function_call needs a string {k}"),
+                    )
+                })
+            };
+            Ok(
+                json!({"role": "assistant", "content": null, "tool_calls": [{
+                    "id": field("call_id")?, "type": "function",
+                    "function": {"name": field("name")?, "arguments": field("arguments")?},
+                }]}),
+            )
+        }
+        "function_call_output" => {
+            let call_id = item.get("call_id").and_then(Value::as_str).ok_or_else(|| {
+                ApiError::bad_param(
+                    format!("{param}.call_id"),
+                    "a function_call_output needs a string call_id",
+                )
+            })?;
+            let output = match item.get("output") {
+                Some(Value::String(s)) => s.clone(),
+                Some(v) => v.to_string(),
+                None => String::new(),
+            };
+            Ok(json!({"role": "tool", "tool_call_id": call_id, "content": output}))
+        }
+        other => Err(ApiError::unsupported(
+            format!("{param}.type"),
+            format!(
+                "input items of type {other:?} are not served (message, function_call, function_call_output)"
+            ),
+        )),
+    }
+}
+
+/// A Responses content part as a chat content part.
+fn content_part(param: &str, p: &Value) -> Result<Value, ApiError> {
+    let kind = p.get("type").and_then(Value::as_str).unwrap_or("");
+    match kind {
+        "input_text" | "output_text" | "text" => Ok(json!({"type": "text", "text": p.get("text")})),
+        "input_image" => {
+            let url = p.get("image_url").and_then(Value::as_str).ok_or_else(|| {
+                ApiError::bad_param(
+                    format!("{param}.image_url"),
+                    "an input_image needs image_url, a base64 data URL (file_id is not served)",
+                )
+            })?;
+            let mut image = json!({"url": url});
+            if let Some(d) = p.get("detail") {
+                image["detail"] = d.clone();
+            }
+            Ok(json!({"type": "image_url", "image_url": image}))
+        }
+        other => Err(ApiError::unsupported(
+            format!("{param}.type"),
+            format!(
+                "content parts of type {other:?} are not served (input_text, input_image, output_text)"
+            ),
+        )),
+    }
+}
+
+/// `text.format` as a chat `response_format`.
+fn response_format(f: &Value) -> Result<Value, ApiError> {
+    Ok(match f.get("type").and_then(Value::as_str) {
+        Some("json_schema") => json!({"type": "json_schema", "json_schema": {
+            "name": f.get("name"), "schema": f.get("schema"), "strict": f.get("strict"),
+        }}),
+        Some(kind) => json!({"type": kind}),
+        None => {
+            return Err(ApiError::bad_param(
+                "text.format.type",
+                "text.format needs a type (text, json_object, json_schema)",
+            ));
+        }
+    })
+}
+
+/// A flat Responses function tool as a chat tool.
+fn chat_tool(i: usize, t: &Value) -> Result<Value, ApiError> {
+    match t.get("type").and_then(Value::as_str) {
+        Some("function") => Ok(json!({"type": "function", "function": {
+            "name": t.get("name"), "description": t.get("description"),
+            "parameters": t.get("parameters"), "strict": t.get("strict"),
+        }})),
+        other => Err(ApiError::unsupported(
+            format!("tools[{i}].type"),
+            format!("tools of type {other:?} are not served (function)"),
+        )),
+    }
+}
+
+/// `{"type": "function", "name": ...}` as chat's nested form.
+fn chat_tool_choice(c: &Value) -> Value {
+    match c.get("name") {
+        Some(name) => json!({"type": "function", "function": {"name": name}}),
+        None => c.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chat(body: Value) -> Result<Value, ApiError> {
+        as_chat(body.to_string().as_bytes()).map(|(c, _)| c)
+    }
+
+    #[test]
+    fn input_items_become_messages() {
+        let c = chat(json!({
+            "model": "m", "instructions": "be brief", "max_output_tokens": 5, "temperature": 0,
+            "input": [
+                {"role": "user", "content": [{"type": "input_text", "text": "hi"},
+                    {"type": "input_image", "image_url": "data:image/png;base64,AA", "detail": "low"}]},
+                {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1", "output": "42"},
+            ],
+        }))
+        .unwrap();
+        let m = &c["messages"];
+        assert_eq!(m[0], json!({"role": "system", "content": "be brief"}));
+        assert_eq!(m[1]["content"][1]["image_url"]["detail"], "low");
+        assert_eq!(m[2]["tool_calls"][0]["function"]["name"], "f");
+        assert_eq!(
+            m[3],
+            json!({"role": "tool", "tool_call_id": "c1", "content": "42"})
+        );
+        assert_eq!(c["max_completion_tokens"], 5);
+        assert_eq!(c["temperature"], 0);
+        assert!(c.get("input").is_none() && c.get("instructions").is_none());
+    }
+
+    #[test]
+    fn stored_state_is_refused_by_name() {
+        let e = chat(json!({"input": "hi", "previous_response_id": "resp_1"})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("previous_response_id"));
+        let e = chat(json!({"input": [{"type": "reasoning", "summary": []}]})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("input[0].type"));
+        let e = chat(json!({"input": []})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("input"));
+    }
+
+    #[test]
+    fn tools_and_formats_take_the_chat_form() {
+        let c = chat(json!({"input": "x",
+            "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+            "tool_choice": {"type": "function", "name": "f"},
+            "text": {"format": {"type": "json_schema", "name": "s", "schema": {"type": "object"}}}}))
+        .unwrap();
+        assert_eq!(c["tools"][0]["function"]["name"], "f");
+        assert_eq!(c["tool_choice"]["function"]["name"], "f");
+        assert_eq!(
+            c["response_format"]["json_schema"]["schema"]["type"],
+            "object"
+        );
+    }
+}
