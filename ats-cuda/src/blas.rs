@@ -42,6 +42,27 @@ pub enum GemmType {
     F16,
 }
 
+/// One product `y[n, N] = x[n, K] W[N, K]^T` (row-major) for [`Blas::gemm`].
+#[derive(Clone, Copy, Debug)]
+pub struct Gemm {
+    /// Element type of `w` and `x`.
+    pub ty: GemmType,
+    /// The weights: `rows` rows of `cols` elements.
+    pub w: CUdeviceptr,
+    /// Weight rows (N).
+    pub rows: usize,
+    /// Weight columns (K).
+    pub cols: usize,
+    /// The activations: `n` rows of `cols` elements.
+    pub x: CUdeviceptr,
+    /// Activation rows (n).
+    pub n: usize,
+    /// The output: `n` rows of `rows` floats, `ldy` floats apart.
+    pub y: CUdeviceptr,
+    /// Row stride of `y` in floats; at least `rows`.
+    pub ldy: usize,
+}
+
 impl Blas {
     /// A handle on `stream` using `workspace` (`ws_bytes` bytes of device memory
     /// that stays allocated while the handle lives). The caller has bound the
@@ -68,23 +89,22 @@ impl Blas {
         Ok(b)
     }
 
-    /// `y[n, N] = x[n, K] W[N, K]^T` (row-major), `y` with row stride `ldy`.
+    /// Runs the product `g` on the handle's stream.
     ///
     /// # Safety
     /// The pointers must be device memory of this context holding the
     /// matrices described, with `ldy >= rows`.
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn gemm(
-        &self,
-        ty: GemmType,
-        w: CUdeviceptr,
-        rows: usize,
-        cols: usize,
-        x: CUdeviceptr,
-        n: usize,
-        y: CUdeviceptr,
-        ldy: usize,
-    ) -> Result<(), CudaError> {
+    pub unsafe fn gemm(&self, g: &Gemm) -> Result<(), CudaError> {
+        let Gemm {
+            ty,
+            w,
+            rows,
+            cols,
+            x,
+            n,
+            y,
+            ldy,
+        } = *g;
         let (alpha, beta) = (1.0f32, 0.0f32);
         let dt = match ty {
             GemmType::F32 => sys::cudaDataType::CUDA_R_32F,

@@ -177,21 +177,48 @@ pub fn attn_tiles(d: usize, group: usize) -> Result<AttnTiles, String> {
     ))
 }
 
-/// How the keys are split across blocks when there are too few query tiles
-/// to fill the device (decode): `(splits, keys per split)`. Each split needs
-/// `n_q * n_heads * (d + 2)` floats of scratch, within `scratch_floats`.
-#[allow(clippy::too_many_arguments)]
-pub fn attn_splits(
-    q_tiles: usize,
-    n_kv: usize,
-    n_keys: usize,
-    sm_count: usize,
-    n_q: usize,
-    n_heads: usize,
-    d: usize,
-    scratch_floats: usize,
-) -> (usize, usize) {
+/// The shape of an attention call, as its launch sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttnDims {
+    /// Query rows.
+    pub n_q: usize,
+    /// Query heads.
+    pub n_heads: usize,
+    /// Key/value heads.
+    pub n_kv: usize,
+    /// Head size.
+    pub d: usize,
+    /// Keys attended over.
+    pub n_keys: usize,
+}
+
+/// What splitting the keys may use: the SMs to fill and the floats of
+/// scratch the partial results may take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SplitBudget {
+    /// Streaming multiprocessors of the device.
+    pub sm_count: usize,
+    /// Scratch floats for the splits' partial results.
+    pub scratch_floats: usize,
+}
+
+/// How the keys are split across blocks when `q_tiles` query tiles per KV
+/// head are too few to fill the device (decode): `(splits, keys per split)`.
+/// Each split needs `n_q * n_heads * (d + 2)` floats of scratch, within the
+/// budget's.
+pub fn attn_splits(dims: &AttnDims, q_tiles: usize, budget: SplitBudget) -> (usize, usize) {
     const MIN_KEYS_PER_SPLIT: usize = 256;
+    let AttnDims {
+        n_q,
+        n_heads,
+        n_kv,
+        d,
+        n_keys,
+    } = *dims;
+    let SplitBudget {
+        sm_count,
+        scratch_floats,
+    } = budget;
     let blocks = q_tiles * n_kv;
     let want = (2 * sm_count).div_ceil(blocks.max(1));
     let by_keys = n_keys.div_ceil(MIN_KEYS_PER_SPLIT);
@@ -226,23 +253,24 @@ pub struct DecodeLaunch {
 }
 
 /// The decode kernel's launch for `n_q` query rows of `n_heads` heads of size
-/// `d` over `n_keys` cached keys of `n_kv` heads, or `None` when the shape is
-/// not one it takes (head sizes 64, 128 and 256, at most [`DEC_MAX_VECS`]
-/// query vectors per KV head); the general kernel takes the rest. Keys are
-/// split so that about two blocks per SM run, at least 128 keys (one tile per
-/// warp) per split, within `scratch_floats` of partial results.
-#[allow(clippy::too_many_arguments)]
-pub fn decode_launch(
-    n_q: usize,
-    n_heads: usize,
-    n_kv: usize,
-    d: usize,
-    n_keys: usize,
-    f16_kv: bool,
-    sm_count: usize,
-    scratch_floats: usize,
-) -> Option<DecodeLaunch> {
+/// `d` over `n_keys` cached keys of `n_kv` heads (f16 or f32), or `None` when
+/// the shape is not one it takes (head sizes 64, 128 and 256, at most
+/// [`DEC_MAX_VECS`] query vectors per KV head); the general kernel takes the
+/// rest. Keys are split so that about two blocks per SM run, at least 128
+/// keys (one tile per warp) per split, within the budget's scratch.
+pub fn decode_launch(dims: &AttnDims, f16_kv: bool, budget: SplitBudget) -> Option<DecodeLaunch> {
     const MIN_KEYS_PER_SPLIT: usize = DEC_THREADS;
+    let AttnDims {
+        n_q,
+        n_heads,
+        n_kv,
+        d,
+        n_keys,
+    } = *dims;
+    let SplitBudget {
+        sm_count,
+        scratch_floats,
+    } = budget;
     if n_kv == 0 || n_q == 0 || !n_heads.is_multiple_of(n_kv) {
         return None;
     }
@@ -359,29 +387,48 @@ pub fn moe_tiles_bound(slots: usize, n_expert: usize) -> u32 {
 mod tests {
     use super::*;
 
+    /// `n_q` query rows of `n_heads` heads of size `d` over `n_keys` keys of `n_kv` heads.
+    fn dims(n_q: usize, n_heads: usize, n_kv: usize, d: usize, n_keys: usize) -> AttnDims {
+        AttnDims {
+            n_q,
+            n_heads,
+            n_kv,
+            d,
+            n_keys,
+        }
+    }
+
+    /// `sm_count` SMs and `scratch_floats` floats of scratch.
+    fn budget(sm_count: usize, scratch_floats: usize) -> SplitBudget {
+        SplitBudget {
+            sm_count,
+            scratch_floats,
+        }
+    }
+
     #[test]
     fn decode_launch_fills_the_device_and_fits_shared_memory() {
         // Llama-3-8B decode at 2048 keys on 132 SMs: 16 splits of 128 keys
-        let l = decode_launch(1, 32, 8, 128, 2048, true, 132, 1 << 20).unwrap();
+        let l = decode_launch(&dims(1, 32, 8, 128, 2048), true, budget(132, 1 << 20)).unwrap();
         assert_eq!(
             (l.splits, l.split_keys, l.suffix.as_str()),
             (16, 128, "f16kv_d128")
         );
         for d in [64, 128, 256] {
-            let l = decode_launch(1, 8, 1, d, 100, false, 132, 1 << 20).unwrap();
+            let l = decode_launch(&dims(1, 8, 1, d, 100), false, budget(132, 1 << 20)).unwrap();
             assert!(l.shared_bytes <= SHARED_LIMIT, "{d}: {}", l.shared_bytes);
             assert_eq!((l.splits, l.split_keys), (1, 128));
         }
         // every key is in exactly one split
         for n_keys in [1, 31, 32, 33, 127, 129, 5000] {
-            let l = decode_launch(2, 8, 2, 64, n_keys, true, 80, 1 << 20).unwrap();
+            let l = decode_launch(&dims(2, 8, 2, 64, n_keys), true, budget(80, 1 << 20)).unwrap();
             assert!(l.splits * l.split_keys >= n_keys);
             assert!((l.splits - 1) * l.split_keys < n_keys);
             assert_eq!(l.split_keys % 32, 0);
         }
         // scratch for one split only: no partials
         assert_eq!(
-            decode_launch(1, 32, 8, 128, 4096, true, 132, 0)
+            decode_launch(&dims(1, 32, 8, 128, 4096), true, budget(132, 0))
                 .unwrap()
                 .splits,
             1
@@ -390,11 +437,11 @@ mod tests {
 
     #[test]
     fn decode_launch_leaves_other_shapes_to_the_general_kernel() {
-        assert!(decode_launch(1, 32, 8, 80, 64, true, 132, 1 << 20).is_none());
-        assert!(decode_launch(3, 32, 8, 128, 64, true, 132, 1 << 20).is_none());
-        assert!(decode_launch(1, 16, 1, 128, 64, true, 132, 1 << 20).is_none());
-        assert!(decode_launch(1, 30, 8, 128, 64, true, 132, 1 << 20).is_none());
-        assert!(decode_launch(1, 8, 8, 128, 64, true, 132, 1 << 20).is_some());
+        assert!(decode_launch(&dims(1, 32, 8, 80, 64), true, budget(132, 1 << 20)).is_none());
+        assert!(decode_launch(&dims(3, 32, 8, 128, 64), true, budget(132, 1 << 20)).is_none());
+        assert!(decode_launch(&dims(1, 16, 1, 128, 64), true, budget(132, 1 << 20)).is_none());
+        assert!(decode_launch(&dims(1, 30, 8, 128, 64), true, budget(132, 1 << 20)).is_none());
+        assert!(decode_launch(&dims(1, 8, 8, 128, 64), true, budget(132, 1 << 20)).is_some());
     }
 
     #[test]
@@ -434,18 +481,21 @@ mod tests {
     #[test]
     fn decode_splits_keys_and_prefill_does_not() {
         // one query, 8 KV heads, 4096 keys, 132 SMs: split, within scratch
-        let (s, k) = attn_splits(1, 8, 4096, 132, 1, 32, 128, 1 << 20);
+        let (s, k) = attn_splits(&dims(1, 32, 8, 128, 4096), 1, budget(132, 1 << 20));
         assert!(s > 1 && s * k >= 4096 && (s - 1) * k < 4096, "{s} x {k}");
         // many query tiles: no split
         assert_eq!(
-            attn_splits(256, 8, 2048, 132, 2048, 32, 128, 1 << 20),
+            attn_splits(&dims(2048, 32, 8, 128, 2048), 256, budget(132, 1 << 20)),
             (1, 2048)
         );
         // short contexts are not split below 256 keys a split
-        let (s, _) = attn_splits(1, 8, 300, 132, 1, 32, 128, 1 << 20);
+        let (s, _) = attn_splits(&dims(1, 32, 8, 128, 300), 1, budget(132, 1 << 20));
         assert_eq!(s, 2);
         // no scratch: no split
-        assert_eq!(attn_splits(1, 8, 4096, 132, 1, 32, 128, 0).0, 1);
+        assert_eq!(
+            attn_splits(&dims(1, 32, 8, 128, 4096), 1, budget(132, 0)).0,
+            1
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::process::Command;
 
 use ats_core::dtype::DType;
 use ats_core::quant;
-use ats_cuda::geometry::{self, attn_splits, attn_tiles, decode_launch};
+use ats_cuda::geometry::{self, AttnDims, SplitBudget, attn_splits, attn_tiles, decode_launch};
 use ats_cuda::kernels::Module;
 use half::f16;
 
@@ -268,34 +268,25 @@ impl Case {
         shift: Option<u32>,
     ) -> Vec<f32> {
         let offset = (self.n_keys - self.n_q) as i32;
-        let scratch = 1 << 20;
+        let dims = AttnDims {
+            n_q: self.n_q,
+            n_heads: self.n_heads,
+            n_kv: self.n_kv,
+            d: self.d,
+            n_keys: self.n_keys,
+        };
+        let budget = SplitBudget {
+            sm_count,
+            scratch_floats: 1 << 20,
+        };
         let (kernel, splits, split_keys, q_tiles, r, bk, shared) = if decode {
-            let l = decode_launch(
-                self.n_q,
-                self.n_heads,
-                self.n_kv,
-                self.d,
-                self.n_keys,
-                self.f16,
-                sm_count,
-                scratch,
-            )
-            .expect("a decode shape");
+            let l = decode_launch(&dims, self.f16, budget).expect("a decode shape");
             (1, l.splits, l.split_keys, 0, 0, 0, l.shared_bytes)
         } else {
             let group = self.n_heads / self.n_kv;
             let t = attn_tiles(self.d, group).unwrap();
             let q_tiles = self.n_q.div_ceil(t.rows(group));
-            let (s, sk) = attn_splits(
-                q_tiles,
-                self.n_kv,
-                self.n_keys,
-                sm_count,
-                self.n_q,
-                self.n_heads,
-                self.d,
-                scratch,
-            );
+            let (s, sk) = attn_splits(&dims, q_tiles, budget);
             (0, s, sk, q_tiles, t.r, t.bk, t.shared_bytes)
         };
         let mut bytes = Vec::new();

@@ -330,7 +330,7 @@ pub fn flash_attention_sinks(
             let (g, b) = (t / s.n_queries.div_ceil(qb), t % s.n_queries.div_ceil(qb));
             let r0 = b * qb;
             let rows = qb.min(s.n_queries - r0);
-            block(q, kv, range, s, g, r0, rows, sc);
+            block(q, kv, range, s, Task { g, r0, rows }, sc);
             let group_sinks = sinks.map(|sk| &sk[g * group..(g + 1) * group]);
             finish(sc, rows, group, hd, group_sinks);
             for i in 0..rows {
@@ -342,19 +342,29 @@ pub fn flash_attention_sinks(
     );
 }
 
+/// One task's share of the work: all query heads of one key/value head, for
+/// a run of query rows.
+#[derive(Clone, Copy, Debug)]
+struct Task {
+    /// The key/value head.
+    g: usize,
+    /// The first query row.
+    r0: usize,
+    /// Query rows, from `r0`.
+    rows: usize,
+}
+
 /// One (kv head `g`, query rows `r0..r0 + rows`) task; leaves `rows x group x head_dim`
 /// outputs in `sc.acc`.
-#[allow(clippy::too_many_arguments)]
 fn block(
     q: &[f32],
     kv: KvRows<'_>,
     range: KeyRange<'_>,
     s: AttnShape,
-    g: usize,
-    r0: usize,
-    rows: usize,
+    task: Task,
     sc: &mut Scratch,
 ) {
+    let Task { g, r0, rows } = task;
     let hd = s.head_dim;
     let group = s.n_heads / s.n_kv_heads;
     let q_width = s.n_heads * hd;

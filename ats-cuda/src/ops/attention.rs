@@ -177,17 +177,19 @@ fn attend(
     x: &Extras,
 ) -> Result<(), DeviceError> {
     let (hd, nh, nkv) = (spec.head_dim, spec.n_heads, spec.n_kv_heads);
+    let dims = geometry::AttnDims {
+        n_q: call.n_q,
+        n_heads: nh,
+        n_kv: nkv,
+        d: hd,
+        n_keys: call.n_keys,
+    };
+    let budget = geometry::SplitBudget {
+        sm_count: n.dev.sm_count as usize,
+        scratch_floats: scratch.free_for(2) / 4, // part_o and part_ml below
+    };
     if spec.mask != Mask::Segments
-        && let Some(l) = geometry::decode_launch(
-            call.n_q,
-            nh,
-            nkv,
-            hd,
-            call.n_keys,
-            call.f16,
-            n.dev.sm_count as usize,
-            scratch.free_for(2) / 4, // part_o and part_ml below
-        )
+        && let Some(l) = geometry::decode_launch(&dims, call.f16, budget)
     {
         return decode(n, scratch, spec, call, &l, x);
     }
@@ -196,16 +198,7 @@ fn attend(
     let group = nh / nkv;
     let tiles = geometry::attn_tiles(hd, group).map_err(|e| n.err(e))?;
     let q_tiles = nq.div_ceil(tiles.rows(group));
-    let (splits, split_keys) = geometry::attn_splits(
-        q_tiles,
-        nkv,
-        n_keys,
-        n.dev.sm_count as usize,
-        nq,
-        nh,
-        hd,
-        scratch.free_for(2) / 4, // part_o and part_ml below
-    );
+    let (splits, split_keys) = geometry::attn_splits(&dims, q_tiles, budget);
     let (part_o, part_ml) = if splits > 1 {
         let slots = splits * nq * nh;
         (

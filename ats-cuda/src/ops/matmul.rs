@@ -21,7 +21,7 @@ use cudarc::driver::sys::CUdeviceptr;
 
 use super::{Node, WeightRef, dtype_suffix, launch_n};
 use crate::CudaError;
-use crate::blas::GemmType;
+use crate::blas::{Blas, Gemm, GemmType};
 use crate::device::CudaDevice;
 use crate::geometry::{self, MM_BT, MV_MAX_TOKENS};
 use crate::kernels::Module;
@@ -141,7 +141,8 @@ pub(crate) fn product(
     if let Some(blas) = &dev.blas
         && !(tail && w.dtype == DType::BF16)
     {
-        return cublas(dev, blas, w, x, n_tok, y, bias, scratch);
+        let io = Operands { x, n_tok, y, bias };
+        return cublas(dev, blas, w, io, scratch);
     }
     let name = if tail {
         format!("mm_tail_{sfx}")
@@ -166,23 +167,44 @@ pub(crate) fn product(
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn cublas(
-    dev: &CudaDevice,
-    blas: &crate::blas::Blas,
-    w: &WeightRef,
+/// The activations, outputs and bias of `y[n_tok, rows] = x[n_tok, cols] W^T
+/// (+ bias)`, the weight aside; `bias` 0 for none.
+#[derive(Clone, Copy, Debug)]
+struct Operands {
     x: CUdeviceptr,
     n_tok: usize,
     y: CUdeviceptr,
     bias: CUdeviceptr,
+}
+
+/// [`product`] through cuBLAS, dequantising or converting to f16 in pieces
+/// that fit the scratch area.
+fn cublas(
+    dev: &CudaDevice,
+    blas: &Blas,
+    w: &WeightRef,
+    io: Operands,
     scratch: &mut Carver,
 ) -> Result<(), CudaError> {
+    let Operands { x, n_tok, y, bias } = io;
     let (rows, cols) = (w.rows, w.cols);
     let free = scratch.free();
+    // the product as a whole; the pieces below replace what they cut (a
+    // weight tile, an activation chunk, the part of y they write)
+    let whole = Gemm {
+        ty: GemmType::F32,
+        w: w.ptr,
+        rows,
+        cols,
+        x,
+        n: n_tok,
+        y,
+        ldy: rows,
+    };
     match w.dtype {
         DType::F32 => {
             // SAFETY: w, x, y hold the matrices described (checked by callers).
-            unsafe { blas.gemm(GemmType::F32, w.ptr, rows, cols, x, n_tok, y, rows)? };
+            unsafe { blas.gemm(&whole)? };
         }
         DType::F16 => {
             let cut = geometry::gemm_cut(rows, cols, n_tok, 0, 2, free).map_err(launch_err)?;
@@ -190,19 +212,15 @@ fn cublas(
             for t0 in (0..n_tok).step_by(cut.tokens) {
                 let tc = cut.tokens.min(n_tok - t0);
                 to_f16(dev, x + (t0 * cols * 4) as u64, xh, tc * cols)?;
-                // SAFETY: xh holds tc x cols halves; y rows t0.. hold tc x rows floats.
-                unsafe {
-                    blas.gemm(
-                        GemmType::F16,
-                        w.ptr,
-                        rows,
-                        cols,
-                        xh,
-                        tc,
-                        y + (t0 * rows * 4) as u64,
-                        rows,
-                    )?
+                let g = Gemm {
+                    ty: GemmType::F16,
+                    x: xh,
+                    n: tc,
+                    y: y + (t0 * rows * 4) as u64,
+                    ..whole
                 };
+                // SAFETY: xh holds tc x cols halves; y rows t0.. hold tc x rows floats.
+                unsafe { blas.gemm(&g)? };
             }
         }
         DType::BF16 => {
@@ -216,19 +234,14 @@ fn cublas(
                     ..*w
                 };
                 dequantize(dev, &tile, wt, false)?;
-                // SAFETY: wt holds rc x cols floats; C starts at column r0 of y.
-                unsafe {
-                    blas.gemm(
-                        GemmType::F32,
-                        wt,
-                        rc,
-                        cols,
-                        x,
-                        n_tok,
-                        y + (r0 * 4) as u64,
-                        rows,
-                    )?
+                let g = Gemm {
+                    w: wt,
+                    rows: rc,
+                    y: y + (r0 * 4) as u64,
+                    ..whole
                 };
+                // SAFETY: wt holds rc x cols floats; C starts at column r0 of y.
+                unsafe { blas.gemm(&g)? };
             }
         }
         _ => {
@@ -252,10 +265,18 @@ fn cublas(
                     if !once {
                         to_f16(dev, x + (t0 * cols * 4) as u64, xh, tc * cols)?;
                     }
-                    let c = y + ((t0 * rows + r0) * 4) as u64;
+                    let g = Gemm {
+                        ty: GemmType::F16,
+                        w: wt,
+                        rows: rc,
+                        x: xh,
+                        n: tc,
+                        y: y + ((t0 * rows + r0) * 4) as u64,
+                        ..whole
+                    };
                     // SAFETY: wt holds rc x cols halves, xh tc x cols halves;
                     // C is the (r0.., t0..) block of y with leading dim rows.
-                    unsafe { blas.gemm(GemmType::F16, wt, rc, cols, xh, tc, c, rows)? };
+                    unsafe { blas.gemm(&g)? };
                 }
             }
         }

@@ -195,8 +195,13 @@ pub(crate) fn experts(
             let r = routing + (t0 * 2 * top_k * 4) as u64;
             index(n.dev, r, meta, tc, n_expert, top_k)?;
             let xc = x + (t0 * d * 4) as u64;
-            grouped(n.dev, &gate, xc, g, meta, n_expert, top_k, slots)?;
-            grouped(n.dev, &up, xc, u, meta, n_expert, top_k, slots)?;
+            let grp = Grouped {
+                meta,
+                n_expert,
+                slots,
+            };
+            grp.product(n.dev, &gate, xc, top_k, g)?;
+            grp.product(n.dev, &up, xc, top_k, u)?;
             let sh = SlotShape {
                 routing: r,
                 slots,
@@ -204,9 +209,9 @@ pub(crate) fn experts(
                 top_k,
             };
             post.activate(n.dev, &sh, [g, u], f)?;
-            grouped(n.dev, &down, g, y, meta, n_expert, 1, slots)?;
+            grp.product(n.dev, &down, g, 1, y)?;
             post.add_down(n.dev, &sh, y, d)?;
-            combine(n.dev, r, y, o + (t0 * d * 4) as u64, tc, n_expert, top_k, d)
+            combine(n.dev, &sh, y, o + (t0 * d * 4) as u64, d)
         };
         run(&mut c).map_err(|e| n.cu(e))?;
     }
@@ -246,7 +251,7 @@ fn routed_matvecs(
     post.activate(dev, &sh, [g, u], f)?;
     r.product(dev, down, g, 1, y)?;
     post.add_down(dev, &sh, y, d)?;
-    combine(dev, routing, y, o, nt, n_expert, top_k, d)
+    combine(dev, &sh, y, o, d)
 }
 
 /// Routed slots (token `s / top_k`, choice `s % top_k`) and their routing.
@@ -402,58 +407,59 @@ fn index(
     Ok(())
 }
 
-/// `y[slot] = W_e x[slot / x_div]` for every routed slot.
-#[allow(clippy::too_many_arguments)]
-fn grouped(
-    dev: &CudaDevice,
-    w: &WeightRef,
-    x: u64,
-    y: u64,
+/// The routed slots of a chunk grouped by expert: `moe_index`'s lists in `meta`.
+struct Grouped {
     meta: u64,
     n_expert: usize,
-    x_div: usize,
     slots: usize,
-) -> Result<(), CudaError> {
-    let name = format!("mm_moe_{}", dtype_suffix(w.dtype));
-    let f = dev.kernels.function(Module::Matmul, &name)?;
-    let cfg = geometry::matmul(w.rows, geometry::moe_tiles_bound(slots, n_expert));
-    let rb = w.row_bytes();
-    let eb = rb * w.rows as u64;
-    let (r, c, e, xd) = (w.rows as i32, w.cols as i32, n_expert as i32, x_div as i32);
-    let mut b = dev.streams.compute.launch_builder(&f);
-    b.arg(&w.ptr)
-        .arg(&rb)
-        .arg(&eb)
-        .arg(&r)
-        .arg(&c)
-        .arg(&x)
-        .arg(&y)
-        .arg(&meta)
-        .arg(&e)
-        .arg(&xd);
-    // SAFETY: w holds n_expert matrices of rows x cols; the list in meta
-    // holds slot indices below `slots`, so x rows slot / x_div and y rows
-    // slot lie inside their buffers; blocks past the last tile return.
-    drv(&name, unsafe { b.launch(cfg) })?;
-    Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn combine(
-    dev: &CudaDevice,
-    routing: u64,
-    y: u64,
-    out: u64,
-    tc: usize,
-    n_expert: usize,
-    top_k: usize,
-    d: usize,
-) -> Result<(), CudaError> {
+impl Grouped {
+    /// `y[slot] = W_e x[slot / x_div]` for every routed slot (`mm_moe_*`).
+    fn product(
+        &self,
+        dev: &CudaDevice,
+        w: &WeightRef,
+        x: u64,
+        x_div: usize,
+        y: u64,
+    ) -> Result<(), CudaError> {
+        let name = format!("mm_moe_{}", dtype_suffix(w.dtype));
+        let f = dev.kernels.function(Module::Matmul, &name)?;
+        let tiles = geometry::moe_tiles_bound(self.slots, self.n_expert);
+        let cfg = geometry::matmul(w.rows, tiles);
+        let rb = w.row_bytes();
+        let eb = rb * w.rows as u64;
+        let (r, c) = (w.rows as i32, w.cols as i32);
+        let (e, xd) = (self.n_expert as i32, x_div as i32);
+        let mut b = dev.streams.compute.launch_builder(&f);
+        b.arg(&w.ptr)
+            .arg(&rb)
+            .arg(&eb)
+            .arg(&r)
+            .arg(&c)
+            .arg(&x)
+            .arg(&y)
+            .arg(&self.meta)
+            .arg(&e)
+            .arg(&xd);
+        // SAFETY: w holds n_expert matrices of rows x cols; the list in meta
+        // holds slot indices below `slots`, so x rows slot / x_div and y rows
+        // slot lie inside their buffers; blocks past the last tile return.
+        drv(&name, unsafe { b.launch(cfg) })?;
+        Ok(())
+    }
+}
+
+/// `out[t] = sum over token t's slots of weight * y[slot]` (`moe_combine`),
+/// rows of `d` columns.
+fn combine(dev: &CudaDevice, sh: &SlotShape, y: u64, out: u64, d: usize) -> Result<(), CudaError> {
+    let tc = sh.slots / sh.top_k;
     let f = dev.kernels.function(Module::Moe, "moe_combine")?;
     let cfg = geometry::elementwise((tc * d) as u64, dev.sm_count);
-    let (a, e, k, c) = (tc as i32, n_expert as i32, top_k as i32, d as i32);
+    let (a, e, k, c) = (tc as i32, sh.n_expert as i32, sh.top_k as i32, d as i32);
     let mut b = dev.streams.compute.launch_builder(&f);
-    b.arg(&routing)
+    b.arg(&sh.routing)
         .arg(&y)
         .arg(&out)
         .arg(&a)
