@@ -230,9 +230,8 @@ fn a_thousand_mixed_requests_from_sixteen_clients() {
     for k in 0..60 {
         let kind = kind(k);
         if let Some(key) = key(kind) {
-            if !want.contains_key(&key) {
-                want.insert(key, send(&server, &images, kind).unwrap());
-            }
+            want.entry(key)
+                .or_insert_with(|| send(&server, &images, kind).unwrap());
         }
     }
 
