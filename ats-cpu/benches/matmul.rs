@@ -273,5 +273,31 @@ fn membw(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, membw, overhead, decode, prefill, model);
+/// The 8-token product (a round of 8 sequences' decode tokens) on each
+/// available instruction set, side by side: SmolLM2's MLP in Q4_1 and its
+/// output matrix in Q8_0, one thread, weights in cache.
+fn batch8_isa(c: &mut Criterion) {
+    let mut g = c.benchmark_group("batch8_isa");
+    g.warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2));
+    for (name, dtype, rows, cols) in [
+        ("mlp_1536x576_q4_1", DType::Q4_1, 1536, 576),
+        ("output_4096x576_q8_0", DType::Q8_0, 4096, 576),
+    ] {
+        let data = random_weights(dtype, rows, cols, 9);
+        let w = WeightMatrix::new(dtype, rows, cols, &data).unwrap();
+        let x: Vec<f32> = (0..8).flat_map(|_| activations(cols)).collect();
+        let mut y = vec![0f32; 8 * rows];
+        let p = pool(1);
+        for isa in Isa::available().into_iter().filter(|i| *i != Isa::Scalar) {
+            let mut scratch = MatmulScratch::new();
+            g.bench_function(BenchmarkId::new(name, isa.name()), |b| {
+                p.install(|| b.iter(|| matmul_with(&w, &x, 8, &mut y, isa, &mut scratch).unwrap()))
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, membw, overhead, decode, prefill, model, batch8_isa);
 criterion_main!(benches);

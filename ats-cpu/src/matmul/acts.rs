@@ -215,7 +215,7 @@ fn quantize_row(
     isa: Isa,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 {
+    if isa.has_avx2() {
         // SAFETY: the caller only passes an available `isa`, so the CPU runs
         // AVX2/FMA/F16C; the slices have the lengths the format implies
         // (checked by the debug asserts inside).

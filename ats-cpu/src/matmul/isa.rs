@@ -15,7 +15,9 @@ pub enum Isa {
     Avx2,
     /// x86-64 AVX-512 F/BW/VL (no kernels yet).
     Avx512,
-    /// x86-64 AVX-512 with VNNI int8 dot products (no kernels yet).
+    /// The AVX2 kernels, with AVX-512 VNNI's int8 dot products (on 256-bit
+    /// registers, AVX512VL) in the 8-token tiles of the 32-element block
+    /// formats: one instruction where AVX2 takes two plus a widening step.
     Avx512Vnni,
     /// AArch64 NEON (no kernels yet).
     Neon,
@@ -46,9 +48,16 @@ impl Isa {
         match self {
             Isa::Scalar => true,
             Isa::Avx2 => cpu_has_avx2(),
+            Isa::Avx512Vnni => cpu_has_avx2() && cpu_has_vnni(),
             // No kernels for these yet: they are never chosen.
-            Isa::Avx512 | Isa::Avx512Vnni | Isa::Neon => false,
+            Isa::Avx512 | Isa::Neon => false,
         }
+    }
+
+    /// Whether the AVX2/FMA/F16C kernels run for `self` (every x86 set
+    /// with kernels builds on them).
+    pub fn has_avx2(self) -> bool {
+        matches!(self, Isa::Avx2 | Isa::Avx512Vnni)
     }
 
     /// A short lowercase name (`avx2`), for logs and profiles.
@@ -78,6 +87,16 @@ fn cpu_has_avx2() -> bool {
 
 #[cfg(not(target_arch = "x86_64"))]
 fn cpu_has_avx2() -> bool {
+    false
+}
+
+#[cfg(target_arch = "x86_64")]
+fn cpu_has_vnni() -> bool {
+    is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn cpu_has_vnni() -> bool {
     false
 }
 

@@ -108,7 +108,7 @@ pub(super) fn dot_scalar<B: LegacyBlock>(row: &[u8], acts: &QuantActs, t: usize)
 #[cfg(all(test, target_arch = "x86_64"))]
 pub(super) use avx2::scales4 as scales4_avx2;
 #[cfg(target_arch = "x86_64")]
-pub(super) use avx2::{rows4 as rows4_avx2, tokens8 as tokens8_avx2};
+pub(super) use avx2::{rows4 as rows4_avx2, tokens8 as tokens8_avx2, tokens8_vnni};
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
@@ -264,10 +264,47 @@ mod avx2 {
     /// The CPU must support AVX2/FMA/F16C; each `rows[i]` must point to
     /// `acts.blocks` whole blocks; `t0` is a multiple of 8 with
     /// `t0 + 8 <= acts.t_pad`, and `acts.qs8` is built.
-    // `v` and `i` index several arrays and pointer offsets at once.
-    #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(in crate::matmul::kernels) unsafe fn tokens8<B: LegacyBlock, const MR: usize>(
+        rows: [*const u8; MR],
+        acts: &QuantActs,
+        t0: usize,
+        prefetch: usize,
+        out: &mut [[f32; MR]; 8],
+    ) {
+        // SAFETY: the caller's contract; the features are enabled here.
+        unsafe { tokens8_body::<B, MR, false>(rows, acts, t0, prefetch, out) }
+    }
+
+    /// [`tokens8`] with VNNI dot products: `vpdpbusd` sums four u8 x i8
+    /// products straight into int32 lanes, where AVX2 needs `maddubs` (to
+    /// int16), an add and, every few steps, `madd` to widen. The integer
+    /// sums are exact either way, so the results are the same bits.
+    ///
+    /// # Safety
+    /// As [`tokens8`], and the CPU must support AVX512-VNNI and AVX512VL.
+    #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+    pub(in crate::matmul::kernels) unsafe fn tokens8_vnni<B: LegacyBlock, const MR: usize>(
+        rows: [*const u8; MR],
+        acts: &QuantActs,
+        t0: usize,
+        prefetch: usize,
+        out: &mut [[f32; MR]; 8],
+    ) {
+        // SAFETY: the caller's contract; the features are enabled here.
+        unsafe { tokens8_body::<B, MR, true>(rows, acts, t0, prefetch, out) }
+    }
+
+    /// The body of [`tokens8`] and [`tokens8_vnni`], inlined into each (the
+    /// VNNI instruction then inlined with it, under its caller's features).
+    ///
+    /// # Safety
+    /// As [`tokens8`]; with `VNNI`, as [`tokens8_vnni`].
+    // `v` and `i` index several arrays and pointer offsets at once.
+    #[allow(clippy::needless_range_loop)]
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn tokens8_body<B: LegacyBlock, const MR: usize, const VNNI: bool>(
         rows: [*const u8; MR],
         acts: &QuantActs,
         t0: usize,
@@ -311,18 +348,36 @@ mod avx2 {
                 for i in 0..MR {
                     // Weights 4v..4v + 4 of row i, against the same 4 values of 8 tokens.
                     let bw = _mm256_set1_epi32(wm[i][v] as i32);
-                    let p = if B::SIGNED {
-                        _mm256_maddubs_epi16(_mm256_sign_epi8(bw, bw), _mm256_sign_epi8(x, bw))
+                    // u8 x i8 products: signed weights carry their sign over to x
+                    let (u, s) = if B::SIGNED {
+                        (_mm256_sign_epi8(bw, bw), _mm256_sign_epi8(x, bw))
                     } else {
-                        _mm256_maddubs_epi16(bw, x)
+                        (bw, x)
                     };
-                    s16[i] = _mm256_add_epi16(s16[i], p);
+                    if VNNI {
+                        // Two int32 chains (even and odd v; `s16` is free
+                        // here) halve the wait on vpdpbusd's latency.
+                        let a = if v % 2 == 0 {
+                            &mut isum[i]
+                        } else {
+                            &mut s16[i]
+                        };
+                        // SAFETY: VNNI callers enable avx512vnni and avx512vl.
+                        *a = unsafe { _mm256_dpbusd_epi32(*a, u, s) };
+                    } else {
+                        s16[i] = _mm256_add_epi16(s16[i], _mm256_maddubs_epi16(u, s));
+                    }
                 }
-                if (v + 1) % B::I16_SUMS == 0 {
+                if !VNNI && (v + 1) % B::I16_SUMS == 0 {
                     for i in 0..MR {
                         isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(s16[i], ones));
                         s16[i] = _mm256_setzero_si256();
                     }
+                }
+            }
+            if VNNI {
+                for i in 0..MR {
+                    isum[i] = _mm256_add_epi32(isum[i], s16[i]);
                 }
             }
             // Scales 4 rows at a time (the last group repeats its last row).

@@ -97,7 +97,7 @@ fn run_float<E: FloatElem>(
     // Token tiles may run past the last token: clamp (the extra results are dropped).
     let xrow = |t: usize| &x[t.min(n_tokens - 1) * cols..][..cols];
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 {
+    if isa.has_avx2() {
         let tile = |r: &[usize; 3], t0: usize, o: &mut [[f32; 3]; 4]| {
             // SAFETY: `isa` is available (AVX2/FMA/F16C); rows and activation
             // rows are whole slices of `cols` elements.
@@ -162,7 +162,7 @@ fn run_legacy<B: LegacyBlock>(
     acts: &mut QuantActs,
 ) {
     acts.quantize(x, n_tokens, w.cols, B::ACTS, isa);
-    if isa == Isa::Avx2 && n_tokens >= WIDE_MIN {
+    if isa.has_avx2() && n_tokens >= WIDE_MIN {
         acts.interleave8();
     }
     let acts = &*acts;
@@ -174,13 +174,22 @@ fn run_legacy<B: LegacyBlock>(
     };
     let row = |r: usize| &data[r * rb..(r + 1) * rb];
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 {
+    if isa.has_avx2() {
         let pf8 = tile_prefetch(acts.n_tokens);
+        let vnni = isa == Isa::Avx512Vnni;
         let tile = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]; 8]| {
-            // SAFETY: `isa` is available; each row holds `acts.blocks` whole
-            // blocks; the driver passes t0 multiple of 8 with t0 + 8 <= t_pad,
-            // and `qs8` is built whenever wide tiles run.
-            unsafe { legacy::tokens8_avx2::<B, LMR>(r.map(|r| row(r).as_ptr()), acts, t0, pf8, o) }
+            let r = r.map(|r| row(r).as_ptr());
+            // SAFETY: `isa` is available (VNNI only when it is the ISA); each
+            // row holds `acts.blocks` whole blocks; the driver passes t0
+            // multiple of 8 with t0 + 8 <= t_pad, and `qs8` is built whenever
+            // wide tiles run.
+            unsafe {
+                if vnni {
+                    legacy::tokens8_vnni::<B, LMR>(r, acts, t0, pf8, o)
+                } else {
+                    legacy::tokens8_avx2::<B, LMR>(r, acts, t0, pf8, o)
+                }
+            }
         };
         let single = |r: &[usize; 4], t: usize, o: &mut [[f32; 4]; 1]| {
             let pf = PREFETCH;
@@ -205,7 +214,7 @@ fn run_kquant<K: SuperBlock>(
     acts: &mut QuantActs,
 ) {
     acts.quantize(x, n_tokens, w.cols, ActFormat::Q8K, isa);
-    if isa == Isa::Avx2 && n_tokens >= WIDE_MIN {
+    if isa.has_avx2() && n_tokens >= WIDE_MIN {
         acts.interleave8();
     }
     let acts = &*acts;
@@ -217,7 +226,7 @@ fn run_kquant<K: SuperBlock>(
     };
     let row = |r: usize| &data[r * rb..(r + 1) * rb];
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 {
+    if isa.has_avx2() {
         let pf8 = tile_prefetch(acts.n_tokens);
         let tile = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]; 8]| {
             // SAFETY: `isa` is available; each row holds `acts.blocks` whole

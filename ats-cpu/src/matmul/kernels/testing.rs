@@ -38,7 +38,7 @@ pub(in crate::matmul) fn decode_row(dtype: DType, row: &[u8], isa: Isa) -> Vec<f
 fn float<E: FloatElem>(row: &[u8], isa: Isa) -> Vec<f32> {
     let n = row.len() / E::BYTES;
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 {
+    if isa.has_avx2() {
         let mut out = vec![0f32; n / 8 * 8];
         for (k, o) in out.chunks_exact_mut(8).enumerate() {
             // SAFETY: tests pass an available isa; 8 elements at 8k are in the row.
@@ -58,7 +58,7 @@ fn legacy<B: LegacyBlock>(row: &[u8], isa: Isa) -> Vec<f32> {
     for b in row.chunks_exact(B::BYTES) {
         let ((d, c), q): ((f32, f32), [i32; 32]) = match isa {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => {
+            Isa::Avx2 | Isa::Avx512Vnni => {
                 let mut bytes = [0u8; 32];
                 // SAFETY: tests pass an available isa; `b` is a whole block; 32 bytes out.
                 let sc = unsafe {
@@ -87,7 +87,7 @@ fn kquant<K: SuperBlock>(row: &[u8], isa: Isa, sym_offset: Option<i32>) -> Vec<f
         match isa {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: tests pass an available isa; `b` is a whole super-block.
-            Isa::Avx2 => unsafe { K::unpack_avx2(b.as_ptr(), &mut c) },
+            Isa::Avx2 | Isa::Avx512Vnni => unsafe { K::unpack_avx2(b.as_ptr(), &mut c) },
             _ => K::unpack(b, &mut c),
         }
         if let Some(off) = sym_offset {

@@ -1,0 +1,79 @@
+//! Paired timing of the 8-token block product on each available instruction
+//! set, alternating run by run so that load on the machine hits all alike;
+//! prints each set's minimum and median microseconds. One thread, weights
+//! in cache (SmolLM2's MLP in Q4_1 and a slice of its output in Q8_0).
+//!
+//!     cargo run --release -p ats-cpu --example isa_pair [ROUNDS]
+
+use std::time::Instant;
+
+use ats_core::dtype::DType;
+use ats_cpu::matmul::{Isa, MatmulScratch, WeightMatrix, matmul_with, weight_bytes};
+
+fn weights(dtype: DType, rows: usize, cols: usize) -> Vec<u8> {
+    let n = weight_bytes(dtype, rows, cols).unwrap();
+    let mut s = 0x9e37_79b9_7f4a_7c15u64;
+    let mut data: Vec<u8> = (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s as u8
+        })
+        .collect();
+    // small f16 scales at the start of every block (the values do not matter)
+    let block = dtype.type_size();
+    for b in data.chunks_exact_mut(block) {
+        let scale = half::f16::from_f32(0.01).to_le_bytes();
+        b[..2].copy_from_slice(&scale);
+        if dtype == DType::Q4_1 {
+            b[2..4].copy_from_slice(&scale);
+        }
+    }
+    data
+}
+
+fn main() {
+    let rounds: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(400);
+    let isas: Vec<Isa> = Isa::available()
+        .into_iter()
+        .filter(|i| *i != Isa::Scalar)
+        .collect();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    for (name, dtype, rows, cols) in [
+        ("mlp 1536x576 q4_1", DType::Q4_1, 1536, 576),
+        ("output 4096x576 q8_0", DType::Q8_0, 4096, 576),
+    ] {
+        let data = weights(dtype, rows, cols);
+        let w = WeightMatrix::new(dtype, rows, cols, &data).unwrap();
+        let x: Vec<f32> = (0..8 * cols)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
+            .collect();
+        let mut y = vec![0f32; 8 * rows];
+        let mut scratch = MatmulScratch::new();
+        let mut times = vec![Vec::with_capacity(rounds); isas.len()];
+        pool.install(|| {
+            for _ in 0..rounds {
+                for (k, &isa) in isas.iter().enumerate() {
+                    let t = Instant::now();
+                    matmul_with(&w, &x, 8, &mut y, isa, &mut scratch).unwrap();
+                    times[k].push(t.elapsed().as_secs_f64() * 1e6);
+                }
+            }
+        });
+        for (isa, t) in isas.iter().zip(&mut times) {
+            t.sort_by(f64::total_cmp);
+            println!(
+                "{name}, 8 tokens, {isa}: min {:.1} us, median {:.1} us",
+                t[0],
+                t[t.len() / 2]
+            );
+        }
+    }
+}
