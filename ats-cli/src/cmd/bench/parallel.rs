@@ -4,8 +4,6 @@
 //! session's largest tier (S_PP), then G rounds of one token per sequence
 //! (S_TG), both aggregated over the batch.
 
-use std::time::Instant;
-
 use anyhow::Result;
 use ats_sched::session::{KV_BLOCK_TOKENS, Logits, SeqId, SeqInput, Session};
 use ats_sched::size::fmt_bytes;
@@ -69,12 +67,13 @@ fn once(session: &mut Session, work: &BatchWork<'_>) -> Result<(f64, f64)> {
 
 fn run_batch(session: &mut Session, seqs: &[SeqId], work: &BatchWork<'_>) -> Result<(f64, f64)> {
     let n_prompt: usize = work.prompts.iter().map(Vec::len).sum();
-    let t = Instant::now();
+    // the machine's clock: a machine model's virtual time
+    let t = session.now();
     prefill_all(session, seqs, work.prompts)?;
-    let pp = n_prompt as f64 / t.elapsed().as_secs_f64();
+    let pp = n_prompt as f64 / (session.now() - t);
     let mut tg = 0.0;
     if !work.generated.is_empty() {
-        let t = Instant::now();
+        let t = session.now();
         for &id in work.generated {
             let one = [id];
             let inputs: Vec<SeqInput<'_>> = seqs
@@ -88,7 +87,7 @@ fn run_batch(session: &mut Session, seqs: &[SeqId], work: &BatchWork<'_>) -> Res
                 .collect();
             session.run_batch(&inputs)?;
         }
-        tg = (seqs.len() * work.generated.len()) as f64 / t.elapsed().as_secs_f64();
+        tg = (seqs.len() * work.generated.len()) as f64 / (session.now() - t);
     }
     Ok((pp, tg))
 }
