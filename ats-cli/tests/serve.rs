@@ -321,9 +321,9 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
 
     // limits and features not served
     let mut many = user(json!("hi"));
-    many["n"] = json!(2);
+    many["n"] = json!(17);
     let (s, v) = post(&chat, &many.to_string());
-    assert_error(s, &v, 400, Some("n"), "n=1");
+    assert_error(s, &v, 400, Some("n"), "1 to 16");
     let mut big = user(json!("hi"));
     big["max_tokens"] = json!(101);
     let (s, v) = post(&chat, &big.to_string());
