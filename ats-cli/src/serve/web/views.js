@@ -137,7 +137,7 @@ const AtsViews = (() => {
 
   /** Each device's ledger by region against its budget, and the KV pool. */
   function memory(container, devices, pool) {
-    const width = 560, barX = 110, barW = 300, rowH = 34;
+    const width = 560, barX = 110, barW = 260, rowH = 34;
     const h = devices.length * rowH + rowH + 30;
     const s = svg(container, width, h, "each device's memory by region against its budget");
     devices.forEach((d, i) => {
@@ -175,7 +175,7 @@ const AtsViews = (() => {
     const cached = (pool.cached / total) * w;
     el("rect", { x, y, width: held, height: 18, fill: REGION.kv, class: "segment", "data-pool": "held" }, s);
     el("rect", { x: x + held, y, width: cached, height: 18, fill: "#9db7e0", class: "segment", "data-pool": "cached" }, s);
-    text(s, x + w + 8, y + 14, `${pool.held} held, ${pool.cached} cached of ${pool.blocks} blocks × ${pool.block_tokens} tokens`, { class: "axis" });
+    text(s, x + w + 8, y + 14, `${pool.held} held, ${pool.cached} cached / ${pool.blocks} × ${pool.block_tokens} tokens`, { class: "axis" });
   }
 
   /** The last rounds: bars of tokens per second coloured by plan, and their tiers. */
