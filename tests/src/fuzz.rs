@@ -13,6 +13,8 @@
 //! `$TMPDIR/ats-fuzz-crashes/` and print how to repeat it, then re-raised so
 //! the test fails.
 
+pub mod targets;
+
 use std::collections::HashSet;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::path::PathBuf;
@@ -470,7 +472,7 @@ pub fn fuzz(
     report
 }
 
-fn fnv(b: &[u8]) -> u64 {
+pub(crate) fn fnv(b: &[u8]) -> u64 {
     b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &c| {
         (h ^ u64::from(c)).wrapping_mul(0x100_0000_01b3)
     })
