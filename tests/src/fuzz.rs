@@ -3,8 +3,10 @@
 //! target (`ATS_FUZZ_SECS`, default [`DEFAULT_SECS`]) and a seed
 //! (`ATS_FUZZ_SEED`) so a run can be repeated.
 //!
-//! There is no coverage instrumentation (that needs nightly `cargo fuzz`);
-//! instead each target reports an *outcome class* for every input (accepted,
+//! This is the stable smoke run; the main fuzzer is coverage-guided
+//! libFuzzer in `fuzz/` (nightly `cargo fuzz`), over the same target bodies
+//! ([`targets`]). There is no coverage instrumentation here; instead each
+//! target reports an *outcome class* for every input (accepted,
 //! or the kind of error it was rejected with), and inputs that reach a class
 //! not seen before join the corpus. That steers the mutations past the first
 //! check a parser makes without any compiler support.
