@@ -3,8 +3,10 @@
 //! target (`ATS_FUZZ_SECS`, default [`DEFAULT_SECS`]) and a seed
 //! (`ATS_FUZZ_SEED`) so a run can be repeated.
 //!
-//! There is no coverage instrumentation (that needs nightly `cargo fuzz`);
-//! instead each target reports an *outcome class* for every input (accepted,
+//! This is the stable smoke run; the main fuzzer is coverage-guided
+//! libFuzzer in `fuzz/` (nightly `cargo fuzz`), over the same target bodies
+//! ([`targets`]). There is no coverage instrumentation here; instead each
+//! target reports an *outcome class* for every input (accepted,
 //! or the kind of error it was rejected with), and inputs that reach a class
 //! not seen before join the corpus. That steers the mutations past the first
 //! check a parser makes without any compiler support.
@@ -12,6 +14,8 @@
 //! A panic inside a target is caught long enough to save the input under
 //! `$TMPDIR/ats-fuzz-crashes/` and print how to repeat it, then re-raised so
 //! the test fails.
+
+pub mod targets;
 
 use std::collections::HashSet;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
@@ -470,7 +474,7 @@ pub fn fuzz(
     report
 }
 
-fn fnv(b: &[u8]) -> u64 {
+pub(crate) fn fnv(b: &[u8]) -> u64 {
     b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &c| {
         (h ^ u64::from(c)).wrapping_mul(0x100_0000_01b3)
     })
