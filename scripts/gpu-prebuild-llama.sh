@@ -36,7 +36,8 @@
 #      On the 2-core development machine this takes well over an hour.
 #   4. Copies the binaries and every shared library they load (by soname)
 #      into one folder with RUNPATH $ORIGIN, adds libcudart.so.13 (0.7 MB,
-#      from the wheel) and libgomp.so.1 (the GPU machine may lack them),
+#      from the wheel) and GCC's libgomp, libstdc++ and libgcc_s (the GPU
+#      machine may lack them or have older ones),
 #      strips everything and packs it as DIR/llama-cuda.tar.xz. cuBLAS is NOT
 #      carried (libcublasLt.so.13 alone is 515 MB): the binaries need
 #      libcublas.so.13 / libcublasLt.so.13, which the GPU machine has (CUDA
@@ -152,7 +153,11 @@ main() {
     mkdir -p "$STAGE/vocab"
     cp "$LLAMA_SRC/models/ggml-vocab-llama-bpe.gguf" "$STAGE/vocab/llama-bpe.gguf"
     cp "$LLAMA_SRC/models/ggml-vocab-qwen2.gguf" "$STAGE/vocab/qwen2.gguf"
-    cp -L "$(gcc -print-file-name=libgomp.so.1)" "$STAGE/"
+    # GCC's runtime too: the GPU machine's may be older than the GCC that
+    # built these (RUNPATH $ORIGIN puts these first)
+    for lib in libgomp.so.1 libstdc++.so.6 libgcc_s.so.1; do
+        cp -L "$(gcc -print-file-name=$lib)" "$STAGE/"
+    done
     strip --strip-unneeded "$STAGE"/llama-* "$STAGE"/lib*
     echo "$(cd "$LLAMA_SRC" && git rev-parse --short HEAD 2>/dev/null || echo 0c1e570) CUDA $("$CU/bin/nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p') sm_90" >"$STAGE/BUILD-INFO"
 
@@ -162,6 +167,8 @@ main() {
         echo "-- $(basename "$f")"
         LD_LIBRARY_PATH="$STAGE" ldd "$f" | grep -E 'not found|cuda|cublas|gomp|ggml|llama|stdc' || true
     done
+    echo "== newest glibc symbol version they need: $(objdump -T "$STAGE"/llama-* "$STAGE"/lib* 2>/dev/null |
+        grep -oE 'GLIBC_[0-9.]+' | sort -uV | tail -1)"
     # start them here: the stub stands in for the driver, so the CUDA
     # backend loads and then finds no GPU
     mkdir -p "$LLAMA_BUILD/stub-run"
