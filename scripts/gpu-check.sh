@@ -261,7 +261,15 @@ if [ -n "$LLAMA_DIR" ] && [ -x "$LLAMA_DIR/llama-bench" ]; then
         echo "llama.cpp: $(cat "$LLAMA_DIR/BUILD-INFO" 2>/dev/null)"
         LD_LIBRARY_PATH="$LLAMA_LD" ldd "$LLAMA_DIR/libggml-cuda.so" | grep -E 'not found|cuda|cublas'
     } >>"$LOG" 2>&1
-    step "llama.cpp devices" 30 sh -c "LD_LIBRARY_PATH=\"$LLAMA_LD\" \"$LLAMA_DIR/llama-bench\" --list-devices > \"$WORK/llama-devices.txt\" 2>&1; rc=\$?; cat \"$WORK/llama-devices.txt\"; exit \$rc"
+    llama_devices() {
+        step "llama.cpp devices" 30 sh -c "LD_LIBRARY_PATH=\"$LLAMA_LD\" \"$LLAMA_DIR/llama-bench\" --list-devices > \"$WORK/llama-devices.txt\" 2>&1; rc=\$?; cat \"$WORK/llama-devices.txt\"; exit \$rc"
+    }
+    llama_devices
+    # a libstdc++ older than GCC 12's: the build machine's, carried in gcc/
+    if grep -qE "GLIBCXX|CXXABI" "$WORK/llama-devices.txt" && [ -d "$LLAMA_DIR/gcc" ]; then
+        LLAMA_LD="$LLAMA_DIR/gcc:$LLAMA_LD"
+        llama_devices
+    fi
     LLAMA_FREE_MIB="$(python3 "$HELPERS" free "$WORK/llama-devices.txt" 2>/dev/null)"
     [ -n "$LLAMA_FREE_MIB" ] || LLAMA_DIR=""
 else

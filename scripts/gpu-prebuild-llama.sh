@@ -36,8 +36,8 @@
 #      On the 2-core development machine this takes well over an hour.
 #   4. Copies the binaries and every shared library they load (by soname)
 #      into one folder with RUNPATH $ORIGIN, adds libcudart.so.13 (0.7 MB,
-#      from the wheel) and GCC's libgomp, libstdc++ and libgcc_s (the GPU
-#      machine may lack them or have older ones),
+#      from the wheel), GCC's libgomp and, as a fallback in gcc/, its
+#      libstdc++ and libgcc_s (the GPU machine may lack or have older ones),
 #      strips everything and packs it as DIR/llama-cuda.tar.xz. cuBLAS is NOT
 #      carried (libcublasLt.so.13 alone is 515 MB): the binaries need
 #      libcublas.so.13 / libcublasLt.so.13, which the GPU machine has (CUDA
@@ -153,10 +153,14 @@ main() {
     mkdir -p "$STAGE/vocab"
     cp "$LLAMA_SRC/models/ggml-vocab-llama-bpe.gguf" "$STAGE/vocab/llama-bpe.gguf"
     cp "$LLAMA_SRC/models/ggml-vocab-qwen2.gguf" "$STAGE/vocab/qwen2.gguf"
-    # GCC's runtime too: the GPU machine's may be older than the GCC that
-    # built these (RUNPATH $ORIGIN puts these first)
-    for lib in libgomp.so.1 libstdc++.so.6 libgcc_s.so.1; do
-        cp -L "$(gcc -print-file-name=$lib)" "$STAGE/"
+    # GCC's OpenMP runtime (the GPU machine may have none); its libstdc++
+    # and libgcc_s only in gcc/, a fallback gpu-check.sh puts on the loader
+    # path when the machine's own are older than GCC 12's (GLIBCXX_3.4.30):
+    # Debian 12's need glibc 2.36 where the binaries themselves need 2.34
+    cp -L "$(gcc -print-file-name=libgomp.so.1)" "$STAGE/"
+    mkdir -p "$STAGE/gcc"
+    for lib in libstdc++.so.6 libgcc_s.so.1; do
+        cp -L "$(gcc -print-file-name=$lib)" "$STAGE/gcc/"
     done
     strip --strip-unneeded "$STAGE"/llama-* "$STAGE"/lib*
     echo "$(cd "$LLAMA_SRC" && git rev-parse --short HEAD 2>/dev/null || echo 0c1e570) CUDA $("$CU/bin/nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p') sm_90" >"$STAGE/BUILD-INFO"
@@ -167,8 +171,9 @@ main() {
         echo "-- $(basename "$f")"
         LD_LIBRARY_PATH="$STAGE" ldd "$f" | grep -E 'not found|cuda|cublas|gomp|ggml|llama|stdc' || true
     done
-    echo "== newest glibc symbol version they need: $(objdump -T "$STAGE"/llama-* "$STAGE"/lib* 2>/dev/null |
-        grep -oE 'GLIBC_[0-9.]+' | sort -uV | tail -1)"
+    echo "== newest glibc / libstdc++ symbol versions they need: $(objdump -T "$STAGE"/llama-* "$STAGE"/lib* 2>/dev/null |
+        grep -oE 'GLIBC_[0-9.]+' | sort -uV | tail -1) / $(objdump -T "$STAGE"/llama-* "$STAGE"/lib* 2>/dev/null |
+        grep -oE 'GLIBCXX_[0-9.]+' | sort -uV | tail -1)"
     # start them here: the stub stands in for the driver, so the CUDA
     # backend loads and then finds no GPU
     mkdir -p "$LLAMA_BUILD/stub-run"
