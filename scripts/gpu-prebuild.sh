@@ -3,7 +3,11 @@
 # no Rust toolchain, no NVRTC and no ../shared: release binaries (gzipped),
 # the kernel cache compiled here with NVRTC from PyPI, and the text fixtures
 # the GPU tests read. Writes DIR (default .gpu, which .gitignore names, so
-# the device tool's call must carry it: `carry: [".gpu"]`); on the GPU machine:
+# the device tool's call must carry it: `carry: [".gpu"]`, or, once
+# scripts/gpu-prebuild-llama.sh has added .gpu/llama, which would take the
+# whole over the 64 MiB a call carries, `[".gpu/bin", ".gpu/cache",
+# ".gpu/shared"]`; that script's header has the comparison's call); on the
+# GPU machine:
 #   mkdir -p /work/main/tests && ln -sfn "$PWD/.gpu/shared" /work/shared
 #   gunzip -f .gpu/bin/*.gz && chmod +x .gpu/bin/*
 #   XDG_CACHE_HOME=$PWD/.gpu/cache ATS_PREBUILT=$PWD/.gpu/bin bash scripts/gpu-check.sh
