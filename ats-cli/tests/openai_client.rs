@@ -35,8 +35,14 @@ fn scripts() -> PathBuf {
 
 /// Runs `script` against `server`; fails with its output when a test fails.
 fn run_script(server: &Server, script: &str) {
+    run_script_env(server, script, &[]);
+}
+
+/// [`run_script`] with more environment variables for the script.
+fn run_script_env(server: &Server, script: &str, env: &[(&str, &std::ffi::OsStr)]) {
     let out = Command::new("python3")
         .arg(scripts().join(script))
+        .envs(env.iter().copied())
         .env("ATS_BASE_URL", &server.base)
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .current_dir(scripts())
@@ -141,31 +147,6 @@ fn embeddings_cached_turns_and_n_choices_on_smollm2() {
     run_script(&server, "serving.py");
 }
 
-/// What `vlm` answers for the fixture's small image, greedily.
-fn vlm_answer(image: &Path) -> String {
-    let fixture = |p: &str| common::fixture(p).to_str().unwrap().to_string();
-    let out = common::run(&[
-        "vlm",
-        "-m",
-        &fixture("qwen2_vl/qwen2_vl-f32.gguf"),
-        "--mmproj",
-        &fixture("qwen2_vl/mmproj-qwen2_vl-f32.gguf"),
-        "--image",
-        image.to_str().unwrap(),
-        "-p",
-        "Describe the image.",
-        "-n",
-        "8",
-        "--temp",
-        "0",
-        "--ignore-eos",
-        "-t",
-        "1",
-    ]);
-    assert!(out.status.success(), "{}", common::stderr(&out));
-    common::stdout(&out).trim_end_matches('\n').to_string()
-}
-
 #[test]
 fn images_in_chat_and_responses_on_the_qwen2_vl_fixture() {
     if let Some(why) = missing_python() {
@@ -173,29 +154,18 @@ fn images_in_chat_and_responses_on_the_qwen2_vl_fixture() {
         return;
     }
     let image = common::fixture("vl_images/small.png");
-    let want = vlm_answer(&image);
+    let want = common::vlm_answer("vl_images/small.png", "Describe the image.", 8);
     let mmproj = common::fixture("qwen2_vl/mmproj-qwen2_vl-f32.gguf");
     let server = Server::start(
         &common::fixture("qwen2_vl/qwen2_vl-f32.gguf"),
         &["--mmproj", mmproj.to_str().unwrap()],
     );
-    let out = Command::new("python3")
-        .arg(scripts().join("vision.py"))
-        .env("ATS_BASE_URL", &server.base)
-        .env("ATS_VLM_WANT", &want)
-        .env("ATS_IMAGE", &image)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .current_dir(scripts())
-        .output()
-        .expect("python3 runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "vision.py failed:\n{text}\nserver log:\n{}",
-        server.log()
+    run_script_env(
+        &server,
+        "vision.py",
+        &[
+            ("ATS_VLM_WANT", want.as_ref()),
+            ("ATS_IMAGE", image.as_os_str()),
+        ],
     );
 }

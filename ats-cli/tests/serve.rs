@@ -379,38 +379,9 @@ fn image_request_without_a_projector_is_refused_by_name() {
     assert_eq!(s, 200, "{v}");
 }
 
-/// What `ats-cli vlm` answers (greedy) for one image and a prompt on the
-/// Qwen2-VL fixture.
-fn vlm_answer(image: &str, prompt: &str, n: usize) -> String {
-    let out = common::run(&[
-        "vlm",
-        "-m",
-        common::fixture("qwen2_vl/qwen2_vl-f32.gguf")
-            .to_str()
-            .unwrap(),
-        "--mmproj",
-        common::fixture("qwen2_vl/mmproj-qwen2_vl-f32.gguf")
-            .to_str()
-            .unwrap(),
-        "--image",
-        common::fixture(image).to_str().unwrap(),
-        "-p",
-        prompt,
-        "-n",
-        &n.to_string(),
-        "--temp",
-        "0",
-        "--ignore-eos",
-        "-t",
-        "1",
-    ]);
-    assert!(out.status.success(), "{}", common::stderr(&out));
-    common::stdout(&out).trim_end_matches('\n').to_string()
-}
-
 #[test]
 fn images_in_chat_answer_as_vlm_does_and_are_cached() {
-    let want = vlm_answer("vl_images/small.png", "Describe the image.", 8);
+    let want = common::vlm_answer("vl_images/small.png", "Describe the image.", 8);
     let server = Server::start(
         &common::fixture("qwen2_vl/qwen2_vl-f32.gguf"),
         &[

@@ -252,3 +252,30 @@ pub fn wait_health(
         server.log()
     );
 }
+
+/// What `ats-cli vlm` answers (greedy) for one image and a prompt on the
+/// Qwen2-VL fixture.
+pub fn vlm_answer(image: &str, prompt: &str, n: usize) -> String {
+    let out = run(&[
+        "vlm",
+        "-m",
+        fixture("qwen2_vl/qwen2_vl-f32.gguf").to_str().unwrap(),
+        "--mmproj",
+        fixture("qwen2_vl/mmproj-qwen2_vl-f32.gguf")
+            .to_str()
+            .unwrap(),
+        "--image",
+        fixture(image).to_str().unwrap(),
+        "-p",
+        prompt,
+        "-n",
+        &n.to_string(),
+        "--temp",
+        "0",
+        "--ignore-eos",
+        "-t",
+        "1",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    stdout(&out).trim_end_matches('\n').to_string()
+}
