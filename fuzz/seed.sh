@@ -6,7 +6,7 @@
 #    (ats_tests::fuzz::targets::*::seeds: the fixture GGUFs' metadata,
 #    a complete 1-layer model, the fixture PNGs re-encoded as JPEG, WebP,
 #    GIF and BMP, the tokenizer cases, hostile templates, schemas ...),
-#    written by the ignored test `write_seed_corpora`;
+#    written by the example `fuzz_seeds` of ats-tests;
 #  - the raw fixture files small enough to mutate: the quantised llama
 #    fixtures (whole models under 1 MiB run a forward pass), dequant.gguf,
 #    the PNGs and the chat template.
@@ -17,8 +17,7 @@ fixtures=${ATS_FIXTURES:-$root/../shared/fixtures}
 corpus=$root/fuzz/corpus
 mkdir -p "$corpus"
 cd "$root"
-ATS_FUZZ_CORPUS=$corpus nice -n 15 cargo test -q -p ats-tests --test fuzz \
-    write_seed_corpora -- --ignored --nocapture
+nice -n 15 cargo run -q -p ats-tests --example fuzz_seeds -- "$corpus"
 for f in "$fixtures"/llama_quant/llama-Q4_0.gguf "$fixtures"/llama_quant/llama-Q4_K_M.gguf \
     "$fixtures"/dequant/dequant.gguf; do
     cp "$f" "$corpus/gguf/fixture-$(basename "$f")"

@@ -181,11 +181,10 @@ pub fn cost_model(args: &ModelArgs, built: &Built) -> Result<CostModel> {
             );
         }
         let real = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let kernels = sim_kernels(real)?;
         return vm
             // a quick profile, as the H200 runs it is fitted to were planned with
-            .cost_model(true, &|_| {
-                sim_kernels(real).expect("a CPU device for the profile's kernels")
-            })
+            .cost_model(true, &|_| kernels.clone())
             .map_err(anyhow::Error::msg);
     }
     let m = &built.machine;

@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 
 use ats_tests::fuzz::targets::{
     ChatTemplateTarget, Gguf, ImagePreprocess, SchemaAndTools, SizeAndOptions, Target,
-    TokenizerTarget, smoke, write_dict, write_seeds,
+    TokenizerTarget, smoke,
 };
 
 #[test]
@@ -65,29 +65,4 @@ fn every_seed_runs() {
     all::<ImagePreprocess>();
     all::<SizeAndOptions>();
     all::<SchemaAndTools>();
-}
-
-/// Writes every target's seeds to `$ATS_FUZZ_CORPUS/<target>/` and its
-/// dictionary to `$ATS_FUZZ_CORPUS/../dict/<target>.dict`: what
-/// `fuzz/seed.sh` runs to make libFuzzer's corpora reproducible.
-#[test]
-#[ignore = "writes files; run by fuzz/seed.sh"]
-fn write_seed_corpora() {
-    let Some(root) = std::env::var_os("ATS_FUZZ_CORPUS") else {
-        panic!("set ATS_FUZZ_CORPUS to the corpus directory");
-    };
-    let root = std::path::PathBuf::from(root);
-    let dicts = root.join("../dict");
-    std::fs::create_dir_all(&dicts).unwrap();
-    fn one<T: Target>(root: &std::path::Path, dicts: &std::path::Path) {
-        let n = write_seeds::<T>(&root.join(T::NAME)).unwrap();
-        write_dict::<T>(&dicts.join(format!("{}.dict", T::NAME))).unwrap();
-        eprintln!("{}: {n} seeds", T::NAME);
-    }
-    one::<Gguf>(&root, &dicts);
-    one::<TokenizerTarget>(&root, &dicts);
-    one::<ChatTemplateTarget>(&root, &dicts);
-    one::<ImagePreprocess>(&root, &dicts);
-    one::<SizeAndOptions>(&root, &dicts);
-    one::<SchemaAndTools>(&root, &dicts);
 }
