@@ -77,6 +77,11 @@ pub(crate) struct QuantActs {
     /// [`QuantActs::interleave8`]): `[t_pad / 8][blocks][8]`, vector `p` holding
     /// sums `2p, 2p + 1` of the 8 tokens in turn.
     pub bsums8: Vec<[i16; 16]>,
+    /// Tokens `quad_t0..quad_t0 + 4`, each token's 4-value groups twice (see
+    /// [`QuantActs::interleave4_pairs`]), `[qblocks][8]`; empty unless built.
+    pub qs4: Vec<Q8Block>,
+    /// The first token of [`QuantActs::qs4`].
+    pub quad_t0: usize,
     /// Token-major staging of `d` and `s`, written in parallel then transposed.
     tok_d: Vec<f32>,
     tok_s: Vec<f32>,
@@ -189,6 +194,29 @@ impl QuantActs {
                             dst[8 * b + p][2 * t..2 * t + 2].copy_from_slice(&s[2 * p..2 * p + 2]);
                         }
                     }
+                }
+            }
+        }
+    }
+}
+
+impl QuantActs {
+    /// Builds [`QuantActs::qs4`] for tokens `t0..t0 + 4` (`t0` a multiple of
+    /// 4): vector `v` of block `b` holds values `4v..4v + 4` of tokens
+    /// `t0, t0, t0+1, t0+1, .., t0+3, t0+3`, so that one 64-bit broadcast of
+    /// two weight rows' 4 values multiplies both rows with all 4 tokens.
+    pub(crate) fn interleave4_pairs(&mut self, t0: usize) {
+        let qb = self.qblocks;
+        debug_assert!(t0.is_multiple_of(4) && t0 + 4 <= self.t_pad);
+        self.quad_t0 = t0;
+        self.qs4.clear();
+        self.qs4.resize(8 * qb, Q8Block::default());
+        for b in 0..qb {
+            for v in 0..8 {
+                let dst = &mut self.qs4[8 * b + v].0;
+                for lane in 0..8 {
+                    let q = &self.qs[(t0 + lane / 2) * qb + b].0[4 * v..4 * v + 4];
+                    dst[4 * lane..4 * lane + 4].copy_from_slice(q);
                 }
             }
         }

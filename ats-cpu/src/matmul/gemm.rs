@@ -3,7 +3,9 @@
 //! The output (`n_tokens x rows`) is cut into rectangular tasks (a range of
 //! rows x a range of token tiles) that rayon runs in the current pool; each
 //! task walks its rectangle in micro-tiles of `MR` rows x `NR` tokens (or
-//! `MRD` rows x 1 token, per token, where a token tile holds too few tokens). Every output element is computed
+//! `MR` rows x [`NARROW`] tokens where a kernel has a narrow tile and a token
+//! tile holds 2 to `NARROW` tokens, or `MRD` rows x 1 token, per token, where
+//! a token tile holds too few tokens). Every output element is computed
 //! by one tile call whose arithmetic does not depend on the tile shape, so
 //! the result is bit-identical whatever the split and the thread count.
 
@@ -46,15 +48,29 @@ struct Task<'y> {
     out: Vec<&'y mut [f32]>,
 }
 
-/// Computes every output of `shape` into `y` (`y[t * rows + r]`) with the
-/// micro-tiles `tile` (`MR x NR`) and `single` (`MRD x 1`, for the tokens of
-/// a token tile holding fewer than `wide_min` of them).
+/// The micro-tiles of one matmul: `tile` (`MR x NR`), `narrow` (`MR x
+/// NARROW`, if the kernel has one, for a token tile of 2 to `NARROW` tokens)
+/// and `single` (`MRD x 1`, for the tokens of a token tile holding fewer than
+/// `wide_min` of them that `narrow` does not take).
+pub(super) struct Tiles<'a, const MR: usize, const NR: usize, const MRD: usize> {
+    /// The full tile.
+    pub tile: TileFn<'a, MR, NR>,
+    /// The narrow tile, if any.
+    pub narrow: Option<TileFn<'a, MR, NARROW>>,
+    /// The one-token tile.
+    pub single: TileFn<'a, MRD, 1>,
+    /// Fewest tokens worth the full tile.
+    pub wide_min: usize,
+}
+
+/// Tokens of the narrow tile.
+pub(super) const NARROW: usize = 4;
+
+/// Computes every output of `shape` into `y` (`y[t * rows + r]`) with `tiles`.
 pub(super) fn drive<const MR: usize, const NR: usize, const MRD: usize>(
     shape: Shape,
     y: &mut [f32],
-    tile: TileFn<'_, MR, NR>,
-    single: TileFn<'_, MRD, 1>,
-    wide_min: usize,
+    tiles: Tiles<'_, MR, NR, MRD>,
 ) {
     let Shape {
         rows,
@@ -110,7 +126,7 @@ pub(super) fn drive<const MR: usize, const NR: usize, const MRD: usize>(
         }
     }
 
-    let run = |task: &mut Task<'_>| run_task(task, n_tokens, tile, single, wide_min);
+    let run = |task: &mut Task<'_>| run_task(task, n_tokens, &tiles);
     if tasks.len() == 1 {
         run(&mut tasks[0]);
     } else {
@@ -123,35 +139,49 @@ pub(super) fn drive<const MR: usize, const NR: usize, const MRD: usize>(
 fn run_task<const MR: usize, const NR: usize, const MRD: usize>(
     task: &mut Task<'_>,
     n_tokens: usize,
-    tile: TileFn<'_, MR, NR>,
-    single: TileFn<'_, MRD, 1>,
-    wide_min: usize,
+    tiles: &Tiles<'_, MR, NR, MRD>,
 ) {
     let (r0, r1) = (task.rows.start, task.rows.end);
     let t_first = task.tiles.start * NR;
     for ti in task.tiles.clone() {
         let t0 = ti * NR;
         let width = NR.min(n_tokens - t0);
-        if width < wide_min.max(2) {
+        let narrow = tiles.narrow.filter(|_| (2..=NARROW).contains(&width));
+        if let Some(narrow) = narrow {
+            run_rows(task, r0..r1, t0 - t_first, width, |rows, o| {
+                narrow(rows, t0, o)
+            });
+        } else if width < tiles.wide_min.max(2) {
+            let single = tiles.single;
             for t in t0..t0 + width {
-                for r in (r0..r1).step_by(MRD) {
-                    // Past the end, repeat the last row; its results are dropped.
-                    let rows = std::array::from_fn(|i| (r + i).min(r1 - 1));
-                    let mut o = [[0f32; MRD]; 1];
-                    single(&rows, t, &mut o);
-                    store(&mut task.out[t - t_first][r - r0..], &o[0]);
-                }
+                run_rows(task, r0..r1, t - t_first, 1, |rows, o| single(rows, t, o));
             }
         } else {
-            for r in (r0..r1).step_by(MR) {
-                let rows = std::array::from_fn(|i| (r + i).min(r1 - 1));
-                let mut o = [[0f32; MR]; NR];
-                tile(&rows, t0, &mut o);
-                let outs = &mut task.out[t0 - t_first..t0 - t_first + width];
-                for (out, o) in outs.iter_mut().zip(&o) {
-                    store(&mut out[r - r0..], o);
-                }
-            }
+            let tile = tiles.tile;
+            run_rows(task, r0..r1, t0 - t_first, width, |rows, o| {
+                tile(rows, t0, o)
+            });
+        }
+    }
+}
+
+/// Runs a tile of `N` tokens (the first `width` of them real, from the
+/// task's output `at`) over the task's rows, `MR` at a time.
+fn run_rows<const MR: usize, const N: usize>(
+    task: &mut Task<'_>,
+    rows: Range<usize>,
+    at: usize,
+    width: usize,
+    tile: impl Fn(&[usize; MR], &mut [[f32; MR]; N]),
+) {
+    let (r0, r1) = (rows.start, rows.end);
+    for r in rows.step_by(MR) {
+        // Past the end, repeat the last row; its results are dropped.
+        let rows = std::array::from_fn(|i| (r + i).min(r1 - 1));
+        let mut o = [[0f32; MR]; N];
+        tile(&rows, &mut o);
+        for (out, o) in task.out[at..at + width].iter_mut().zip(&o) {
+            store(&mut out[r - r0..], o);
         }
     }
 }

@@ -108,7 +108,9 @@ pub(super) fn dot_scalar<B: LegacyBlock>(row: &[u8], acts: &QuantActs, t: usize)
 #[cfg(all(test, target_arch = "x86_64"))]
 pub(super) use avx2::scales4 as scales4_avx2;
 #[cfg(target_arch = "x86_64")]
-pub(super) use avx2::{rows4 as rows4_avx2, tokens8 as tokens8_avx2, tokens8_vnni};
+pub(super) use avx2::{
+    rows4 as rows4_avx2, tokens4 as tokens4_avx2, tokens8 as tokens8_avx2, tokens8_vnni,
+};
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
@@ -293,6 +295,113 @@ mod avx2 {
     ) {
         // SAFETY: the caller's contract; the features are enabled here.
         unsafe { tokens8_body::<B, MR, true>(rows, acts, t0, prefetch, out) }
+    }
+
+    /// Where weights `4u..4u + 4` of a row pair sit in the pair-interleaved
+    /// buffer of [`tokens4`] (in u64s): `unpacklo/hi_epi32` interleave
+    /// within 128-bit halves, so the lo store holds u = 0, 1, 4, 5 and the
+    /// hi store u = 2, 3, 6, 7.
+    const PAIR_AT: [usize; 8] = [0, 1, 4, 5, 2, 3, 6, 7];
+
+    /// Dot products of 4 weight rows with tokens `t0..t0 + 4`: the narrow
+    /// tile of a round of 2-4 decode tokens, where the 8-token tile would
+    /// spend half its lanes on padding. Lanes are (row pair x token): one
+    /// 64-bit broadcast puts 4 weights of rows `2p` and `2p + 1` against the
+    /// pair-duplicated activations of [`QuantActs::interleave4_pairs`], so a
+    /// `maddubs` does useful work in all 8 lanes.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2/FMA/F16C; each `rows[i]` must point to
+    /// `acts.blocks` whole blocks; `acts.qs4` is built for `t0`.
+    // `v` and `p` index several arrays and pointer offsets at once.
+    #[allow(clippy::needless_range_loop)]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in crate::matmul::kernels) unsafe fn tokens4<B: LegacyBlock>(
+        rows: [*const u8; 4],
+        acts: &QuantActs,
+        t0: usize,
+        prefetch: usize,
+        out: &mut [[f32; 4]; 4],
+    ) {
+        let (nb, tp) = (acts.blocks, acts.t_pad);
+        debug_assert!(acts.quad_t0 == t0 && t0 + 4 <= tp && acts.qs4.len() == 8 * nb);
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [_mm256_setzero_ps(); 2];
+        let x4 = acts.qs4.as_ptr() as *const __m256i;
+        // Lane 2k and 2k + 1 both read token k's scale.
+        let dup = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+        for b in 0..nb {
+            // SAFETY: block `b` of row `i` lies inside the row (caller).
+            let blk: [*const u8; 4] = std::array::from_fn(|i| unsafe { rows[i].add(b * B::BYTES) });
+            if prefetch != 0 {
+                for p in blk {
+                    // A hint only: the address may lie past the matrix (never read).
+                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(prefetch) as *const i8);
+                }
+            }
+            // Rows 2p and 2p + 1 interleaved 4 bytes at a time, through
+            // memory so that each broadcast is a load (as in `tokens8_body`).
+            let mut wm = [[0u64; 8]; 2];
+            for (p, wm) in wm.iter_mut().enumerate() {
+                // SAFETY: whole blocks (caller); two 32-byte stores into 8 u64.
+                unsafe {
+                    let (a, c) = (B::unpack_avx2(blk[2 * p]), B::unpack_avx2(blk[2 * p + 1]));
+                    let dst = wm.as_mut_ptr() as *mut __m256i;
+                    _mm256_storeu_si256(dst, _mm256_unpacklo_epi32(a, c));
+                    _mm256_storeu_si256(dst.add(1), _mm256_unpackhi_epi32(a, c));
+                }
+            }
+            let wm = std::hint::black_box(&wm);
+            let mut isum = [_mm256_setzero_si256(); 2];
+            let mut s16 = [_mm256_setzero_si256(); 2];
+            for v in 0..8 {
+                // SAFETY: vector v of block b of the quad; aligned.
+                let x = unsafe { _mm256_load_si256(x4.add(8 * b + v)) };
+                for p in 0..2 {
+                    let bw = _mm256_set1_epi64x(wm[p][PAIR_AT[v]] as i64);
+                    let (u, s) = if B::SIGNED {
+                        (_mm256_sign_epi8(bw, bw), _mm256_sign_epi8(x, bw))
+                    } else {
+                        (bw, x)
+                    };
+                    s16[p] = _mm256_add_epi16(s16[p], _mm256_maddubs_epi16(u, s));
+                }
+                if (v + 1) % B::I16_SUMS == 0 {
+                    for p in 0..2 {
+                        isum[p] = _mm256_add_epi32(isum[p], _mm256_madd_epi16(s16[p], ones));
+                        s16[p] = _mm256_setzero_si256();
+                    }
+                }
+            }
+            // SAFETY: 4 floats each of block b's scales and sums.
+            let (xd, xs) = unsafe {
+                (
+                    _mm_loadu_ps(acts.d[b * tp + t0..][..4].as_ptr()),
+                    _mm_loadu_ps(acts.s[b * tp + t0..][..4].as_ptr()),
+                )
+            };
+            let xd = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(xd), dup);
+            let xs = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(xs), dup);
+            // SAFETY: whole blocks (caller).
+            let (dv, cv) = unsafe { scales4::<B>(blk) };
+            let (mut ds, mut cs) = ([0f64; 2], [0f64; 2]);
+            // SAFETY: 4 floats into each 16-byte array.
+            unsafe {
+                _mm_storeu_ps(ds.as_mut_ptr() as *mut f32, dv);
+                _mm_storeu_ps(cs.as_mut_ptr() as *mut f32, cv);
+            }
+            for p in 0..2 {
+                // Scales of rows 2p, 2p + 1 alternating, as the lanes.
+                let d = _mm256_castpd_ps(_mm256_set1_pd(ds[p]));
+                let f = _mm256_cvtepi32_ps(isum[p]);
+                acc[p] = _mm256_fmadd_ps(f, _mm256_mul_ps(d, xd), acc[p]);
+                if has_c::<B>() {
+                    let c = _mm256_castpd_ps(_mm256_set1_pd(cs[p]));
+                    acc[p] = _mm256_fmadd_ps(c, xs, acc[p]);
+                }
+            }
+        }
+        crate::matmul::kernels::simd::store_pairs4(acc, out);
     }
 
     /// The body of [`tokens8`] and [`tokens8_vnni`], inlined into each (the

@@ -128,13 +128,31 @@ fn run_float<E: FloatElem>(
                 o[0][i] = oi[0][0];
             }
         };
-        return gemm::drive(shape, y, &tile, &single, 2);
+        return gemm::drive(
+            shape,
+            y,
+            gemm::Tiles {
+                tile: &tile,
+                narrow: None,
+                single: &single,
+                wide_min: 2,
+            },
+        );
     }
     let _ = isa;
     let dot = |r: &[usize; 1], t: usize, o: &mut [[f32; 1]; 1]| {
         o[0][0] = float::dot_scalar::<E>(row(r[0]), xrow(t));
     };
-    gemm::drive(shape, y, &dot, &dot, 2)
+    gemm::drive(
+        shape,
+        y,
+        gemm::Tiles {
+            tile: &dot,
+            narrow: None,
+            single: &dot,
+            wide_min: 2,
+        },
+    )
 }
 
 /// How far ahead the 8-token kernels prefetch for `n_tokens` tokens: only a
@@ -162,8 +180,14 @@ fn run_legacy<B: LegacyBlock>(
     acts: &mut QuantActs,
 ) {
     acts.quantize(x, n_tokens, w.cols, B::ACTS, isa);
-    if isa.has_avx2() && n_tokens >= WIDE_MIN {
+    // The last token tile: narrow (2-4 tokens) or full (the 8-token tile).
+    let last = n_tokens.div_ceil(8).saturating_sub(1) * 8;
+    let narrow_last = isa.has_avx2() && (2..=gemm::NARROW).contains(&(n_tokens - last));
+    if isa.has_avx2() && (n_tokens > 8 || (n_tokens >= WIDE_MIN && !narrow_last)) {
         acts.interleave8();
+    }
+    if narrow_last {
+        acts.interleave4_pairs(last);
     }
     let acts = &*acts;
     let (rb, data) = (row_bytes(w), w.data);
@@ -196,13 +220,37 @@ fn run_legacy<B: LegacyBlock>(
             // SAFETY: as above, with t < n_tokens.
             unsafe { legacy::rows4_avx2::<B>(r.map(|r| row(r).as_ptr()), acts, t, pf, o) }
         };
-        return gemm::drive(shape, y, &tile, &single, WIDE_MIN);
+        let quad = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]; gemm::NARROW]| {
+            // SAFETY: as above; the driver runs the narrow tile only on the
+            // last token tile when it holds 2-4 tokens, for which `qs4` is built.
+            unsafe { legacy::tokens4_avx2::<B>(r.map(|r| row(r).as_ptr()), acts, t0, pf8, o) }
+        };
+        let narrow: Option<gemm::TileFn<'_, LMR, { gemm::NARROW }>> = Some(&quad);
+        return gemm::drive(
+            shape,
+            y,
+            gemm::Tiles {
+                tile: &tile,
+                narrow,
+                single: &single,
+                wide_min: WIDE_MIN,
+            },
+        );
     }
     let _ = isa;
     let dot = |r: &[usize; 1], t: usize, o: &mut [[f32; 1]; 1]| {
         o[0][0] = legacy::dot_scalar::<B>(row(r[0]), acts, t);
     };
-    gemm::drive(shape, y, &dot, &dot, 2)
+    gemm::drive(
+        shape,
+        y,
+        gemm::Tiles {
+            tile: &dot,
+            narrow: None,
+            single: &dot,
+            wide_min: 2,
+        },
+    )
 }
 
 fn run_kquant<K: SuperBlock>(
@@ -241,11 +289,29 @@ fn run_kquant<K: SuperBlock>(
             // SAFETY: as above, with t < n_tokens.
             o[0][0] = unsafe { K::dot1_avx2(row(r[0]).as_ptr(), acts, t, pf) };
         };
-        return gemm::drive(shape, y, &tile, &single, WIDE_MIN);
+        return gemm::drive(
+            shape,
+            y,
+            gemm::Tiles {
+                tile: &tile,
+                narrow: None,
+                single: &single,
+                wide_min: WIDE_MIN,
+            },
+        );
     }
     let _ = isa;
     let dot = |r: &[usize; 1], t: usize, o: &mut [[f32; 1]; 1]| {
         o[0][0] = kquant::dot_scalar::<K>(row(r[0]), acts, t);
     };
-    gemm::drive(shape, y, &dot, &dot, 2)
+    gemm::drive(
+        shape,
+        y,
+        gemm::Tiles {
+            tile: &dot,
+            narrow: None,
+            single: &dot,
+            wide_min: 2,
+        },
+    )
 }

@@ -50,6 +50,26 @@ pub(super) unsafe fn high_bits(p: *const u8) -> __m256i {
     _mm256_and_si256(set, _mm256_set1_epi8(0x10))
 }
 
+/// Stores the accumulators of a narrow tile, lanes (row pair x token):
+/// `acc[p]` holds rows `2p, 2p + 1` of token 0, then of tokens 1, 2, 3,
+/// into `out[token][row]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn store_pairs4(acc: [__m256; 2], out: &mut [[f32; 4]; 4]) {
+    let (a, b) = (_mm256_castps_pd(acc[0]), _mm256_castps_pd(acc[1]));
+    // Tokens 0 and 2, then 1 and 3, rows 0..4 each.
+    let even = _mm256_castpd_ps(_mm256_unpacklo_pd(a, b));
+    let odd = _mm256_castpd_ps(_mm256_unpackhi_pd(a, b));
+    let p = out.as_mut_ptr() as *mut f32;
+    // SAFETY: `out` is 4 x 4 contiguous floats.
+    unsafe {
+        _mm_storeu_ps(p, _mm256_castps256_ps128(even));
+        _mm_storeu_ps(p.add(4), _mm256_castps256_ps128(odd));
+        _mm_storeu_ps(p.add(8), _mm256_extractf128_ps(even, 1));
+        _mm_storeu_ps(p.add(12), _mm256_extractf128_ps(odd, 1));
+    }
+}
+
 /// Stores `MR` accumulators of 8 token lanes each (rows x tokens) into
 /// `out[token][row]`, transposing 4 rows at a time in registers.
 #[inline]

@@ -14,7 +14,7 @@ use ats_core::dtype::ALL_DTYPES;
 use super::{Isa, MatmulError, WeightMatrix, matmul};
 use reference::{dequantize, expect, quantize_acts};
 
-const TOKENS: [usize; 6] = [1, 2, 3, 7, 16, 64];
+const TOKENS: [usize; 8] = [1, 2, 3, 4, 7, 12, 16, 64];
 /// Not multiples of any tile height (2, 3, 4).
 const ROWS: [usize; 3] = [1, 5, 13];
 
@@ -98,7 +98,7 @@ fn isas_give_identical_bits() {
         let data = random::weights(dtype, 9, cols, &mut r);
         let x = random::activations(11 * cols, &mut r);
         let w = WeightMatrix::new(dtype, 9, cols, &data).unwrap();
-        for n in [1, 2, 11] {
+        for n in [1, 2, 4, 11] {
             let outs: Vec<Vec<u32>> = isas
                 .iter()
                 .map(|&isa| {
@@ -141,7 +141,7 @@ fn thread_counts_and_batch_sizes_give_identical_bits() {
         let x = random::activations(64 * cols, &mut r);
         let w = WeightMatrix::new(dtype, rows, cols, &data).unwrap();
         for isa in Isa::available() {
-            for n in [1, 7, 64] {
+            for n in [1, 4, 7, 64] {
                 let base = run_in_pool(&w, &x, n, isa, 1);
                 for threads in [2, 3] {
                     let y = run_in_pool(&w, &x, n, isa, threads);
