@@ -391,8 +391,8 @@ impl Scheduler {
         events: &mut Vec<Event>,
     ) {
         let round_ms = session.executor().last_stats().total_secs * 1e3;
-        let tok = match session.tokenizer() {
-            Ok(t) => t.clone(),
+        let tok = match session.shared_tokenizer() {
+            Ok(t) => t,
             Err(e) => return self.fail(session, work, &e, events),
         };
         let mut done: Vec<(usize, Result<StopReason, String>)> = Vec::new();

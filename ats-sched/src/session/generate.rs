@@ -107,7 +107,7 @@ impl Session {
         params: &GenParams,
         on_event: &mut dyn FnMut(GenEvent<'_>) -> bool,
     ) -> Result<Generation, SessionError> {
-        let tok = self.tokenizer()?.clone();
+        let tok = self.shared_tokenizer()?;
         let t0 = self.now();
         let mut logits = self.prefill_with(prompt, false, embeds)?;
         let prompt_ms = self.ms_since(t0);

@@ -46,7 +46,10 @@ use crate::profile::CostModel;
 /// A model ready to run.
 pub struct Session {
     spec: Arc<ModelSpec>,
-    tokenizer: Result<Tokenizer, String>,
+    /// Shared: the scheduler and generation hold it across rounds that
+    /// borrow the session mutably (a clone of the vocabulary took longer
+    /// than a decode round).
+    tokenizer: Result<Arc<Tokenizer>, String>,
     chat: Result<ChatTemplate, String>,
     executor: Executor,
     planner: Planner,
@@ -109,7 +112,9 @@ impl Session {
             set.plans[0].clone(),
         )?;
         executor.set_plans(set.plans.clone())?;
-        let tokenizer = Tokenizer::from_gguf(&spec.gguf.metadata).map_err(|e| e.to_string());
+        let tokenizer = Tokenizer::from_gguf(&spec.gguf.metadata)
+            .map(Arc::new)
+            .map_err(|e| e.to_string());
         // kept with its reason: a template that does not compile is said
         // when a chat is asked for, not dropped
         let chat = ChatTemplate::from_gguf(&spec.gguf.metadata).map_err(|e| e.to_string());
@@ -152,6 +157,16 @@ impl Session {
 
     /// The tokenizer, or why the file has none usable.
     pub fn tokenizer(&self) -> Result<&Tokenizer, SessionError> {
+        self.shared_tokenizer_ref().map(|t| &**t)
+    }
+
+    /// The tokenizer as a shared handle, to hold while the session is
+    /// borrowed mutably (cloning it copies a pointer, not the vocabulary).
+    pub fn shared_tokenizer(&self) -> Result<Arc<Tokenizer>, SessionError> {
+        self.shared_tokenizer_ref().cloned()
+    }
+
+    fn shared_tokenizer_ref(&self) -> Result<&Arc<Tokenizer>, SessionError> {
         self.tokenizer.as_ref().map_err(|e| {
             SessionError::Input(format!(
                 "the model has no usable tokenizer ({e}); give token ids instead"
