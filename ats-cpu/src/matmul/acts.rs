@@ -80,10 +80,6 @@ pub(crate) struct QuantActs {
     /// Tokens `quad_t0..quad_t0 + 4`, each token's 4-value groups twice (see
     /// [`QuantActs::interleave4_pairs`]), `[qblocks][8]`; empty unless built.
     pub qs4: Vec<Q8Block>,
-    /// The block sums of the same tokens, pair-duplicated alike (Q8_K):
-    /// `[blocks][8]`, vector `p` holding sums `2p, 2p + 1` of tokens
-    /// `t0, t0, t0+1, t0+1, ..`.
-    pub bsums4: Vec<[i16; 16]>,
     /// The first token of [`QuantActs::qs4`].
     pub quad_t0: usize,
     /// Token-major staging of `d` and `s`, written in parallel then transposed.
@@ -221,20 +217,6 @@ impl QuantActs {
                 for lane in 0..8 {
                     let q = &self.qs[(t0 + lane / 2) * qb + b].0[4 * v..4 * v + 4];
                     dst[4 * lane..4 * lane + 4].copy_from_slice(q);
-                }
-            }
-        }
-        let nb = self.blocks;
-        self.bsums4.clear();
-        if self.format == Some(ActFormat::Q8K) {
-            self.bsums4.resize(8 * nb, [0; 16]);
-            for b in 0..nb {
-                for p in 0..8 {
-                    let dst = &mut self.bsums4[8 * b + p];
-                    for lane in 0..8 {
-                        let s = &self.bsums[(t0 + lane / 2) * nb + b];
-                        dst[2 * lane..2 * lane + 2].copy_from_slice(&s[2 * p..2 * p + 2]);
-                    }
                 }
             }
         }

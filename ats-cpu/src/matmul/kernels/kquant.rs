@@ -265,8 +265,7 @@ pub(super) fn f16_bits_to_f32(h: u16) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 pub(super) use avx2::{
-    hsum_i32 as hsum_i32_avx2, set_scales as set_scales_avx2, tokens4 as tokens4_avx2,
-    tokens8 as tokens8_avx2,
+    hsum_i32 as hsum_i32_avx2, set_scales as set_scales_avx2, tokens8 as tokens8_avx2,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -492,137 +491,6 @@ mod avx2 {
             }
         }
         crate::matmul::kernels::simd::store_tokens8(acc, out);
-    }
-
-    /// Two rows' canonical values interleaved 4 at a time, `[u] = (a[u],
-    /// b[u])` as u64s up to the in-lane order of `unpack*_epi32` (see
-    /// [`crate::matmul::kernels::simd::PAIR_AT`]), for 64-bit broadcasts.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn interleave_pair(a: &Canon, b: &Canon, out: &mut [u64; 64]) {
-        let (pa, pb) = (
-            a.q.as_ptr() as *const __m256i,
-            b.q.as_ptr() as *const __m256i,
-        );
-        let dst = out.as_mut_ptr() as *mut __m256i;
-        for c in 0..8 {
-            // SAFETY: `Canon::q` holds 8 aligned vectors; `out` holds 16 (512 bytes).
-            unsafe {
-                let (x, y) = (_mm256_load_si256(pa.add(c)), _mm256_load_si256(pb.add(c)));
-                _mm256_storeu_si256(dst.add(2 * c), _mm256_unpacklo_epi32(x, y));
-                _mm256_storeu_si256(dst.add(2 * c + 1), _mm256_unpackhi_epi32(x, y));
-            }
-        }
-    }
-
-    /// Two i16 (or one i32 per row) side by side for a 64-bit broadcast:
-    /// `a` in the low 32 bits, `b` in the high.
-    #[inline]
-    fn pair64(a: u32, b: u32) -> i64 {
-        (u64::from(a) | (u64::from(b) << 32)) as i64
-    }
-
-    /// Dot products of 4 weight rows with tokens `t0..t0 + 4`: the narrow
-    /// tile of the K-quants (see the legacy `tokens4`): lanes are (row pair
-    /// x token), broadcasting two rows' values against the pair-duplicated
-    /// activations and block sums of [`QuantActs::interleave4_pairs`].
-    ///
-    /// # Safety
-    /// The CPU must support AVX2/FMA/F16C; each `rows[i]` must point to
-    /// `acts.blocks` whole super-blocks; `acts.qs4` / `acts.bsums4` are
-    /// built for `t0`.
-    // `g`, `u` and `p` index several arrays and pointer offsets at once.
-    #[allow(clippy::needless_range_loop)]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(in crate::matmul::kernels) unsafe fn tokens4<K: SuperBlock>(
-        rows: [*const u8; 4],
-        acts: &QuantActs,
-        t0: usize,
-        prefetch: usize,
-        out: &mut [[f32; 4]; 4],
-    ) {
-        use crate::matmul::kernels::simd::PAIR_AT;
-        let (nb, tp) = (acts.blocks, acts.t_pad);
-        debug_assert!(acts.quad_t0 == t0 && t0 + 4 <= tp);
-        debug_assert!(acts.qs4.len() == nb * 64 && acts.bsums4.len() == nb * 8);
-        let x4 = acts.qs4.as_ptr() as *const __m256i;
-        let s4 = acts.bsums4.as_ptr() as *const __m256i;
-        let dup = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
-        let mut acc = [_mm256_setzero_ps(); 2];
-        let mut canon: [Canon; 4] = std::array::from_fn(|_| Canon::default());
-        let mut wm = [[0u64; 64]; 2];
-        for b in 0..nb {
-            if prefetch != 0 {
-                for r in rows {
-                    for line in (0..K::BYTES).step_by(64) {
-                        let at = r.wrapping_add(b * K::BYTES + prefetch + line);
-                        // A hint only: the address may lie past the matrix (never read).
-                        _mm_prefetch::<_MM_HINT_T0>(at as *const i8);
-                    }
-                }
-            }
-            for i in 0..4 {
-                // SAFETY: super-block b of row i is inside the row (caller).
-                unsafe { K::unpack_avx2(rows[i].add(b * K::BYTES), &mut canon[i]) };
-            }
-            for p in 0..2 {
-                interleave_pair(&canon[2 * p], &canon[2 * p + 1], &mut wm[p]);
-            }
-            // Broadcasts from memory (load unit), as in `tokens8`.
-            let w = std::hint::black_box(&wm);
-            let sc2 = |p: usize, g: usize| {
-                let s = |i: usize| u32::from(canon[i].sc(g) as u16) * 0x1_0001;
-                _mm256_set1_epi64x(pair64(s(2 * p), s(2 * p + 1)))
-            };
-            let mut isum = [_mm256_setzero_si256(); 2];
-            for g in 0..16 {
-                let mut s16 = [_mm256_setzero_si256(); 2];
-                for u in 4 * g..4 * g + 4 {
-                    // SAFETY: vector u of super-block b of the quad; aligned.
-                    let x = unsafe { _mm256_load_si256(x4.add(64 * b + u)) };
-                    for p in 0..2 {
-                        let bw = _mm256_set1_epi64x(w[p][8 * (u / 8) + PAIR_AT[u % 8]] as i64);
-                        s16[p] = _mm256_add_epi16(s16[p], maddubs::<K>(bw, x));
-                    }
-                    if (u + 1) % K::I16_SUMS == 0 {
-                        for p in 0..2 {
-                            let m = _mm256_madd_epi16(s16[p], sc2(p, g));
-                            isum[p] = _mm256_add_epi32(isum[p], m);
-                            s16[p] = _mm256_setzero_si256();
-                        }
-                    }
-                }
-            }
-            let mut msum = [_mm256_setzero_si256(); 2];
-            for q in 0..8 {
-                // SAFETY: sums 2q, 2q + 1 of the quad's tokens; 32 bytes.
-                let s = unsafe { _mm256_loadu_si256(s4.add(8 * b + q)) };
-                for p in 0..2 {
-                    let m = |i: usize| {
-                        let mn = &canon[i].mn;
-                        u32::from(mn[2 * q] as u16) | (u32::from(mn[2 * q + 1] as u16) << 16)
-                    };
-                    let mins = _mm256_set1_epi64x(pair64(m(2 * p), m(2 * p + 1)));
-                    msum[p] = _mm256_add_epi32(msum[p], _mm256_madd_epi16(s, mins));
-                }
-            }
-            // SAFETY: 4 floats of the scales of super-block b.
-            let xd = unsafe { _mm_loadu_ps(acts.d[b * tp + t0..][..4].as_ptr()) };
-            let xd = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(xd), dup);
-            for p in 0..2 {
-                let (a, c) = (&canon[2 * p], &canon[2 * p + 1]);
-                let f = |x: f32, y: f32| {
-                    _mm256_castpd_ps(_mm256_set1_pd(f64::from_bits(
-                        pair64(x.to_bits(), y.to_bits()) as u64,
-                    )))
-                };
-                let d = _mm256_mul_ps(f(a.d, c.d), xd);
-                let dmin = _mm256_mul_ps(f(-a.dmin, -c.dmin), xd);
-                acc[p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[p]), d, acc[p]);
-                acc[p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum[p]), dmin, acc[p]);
-            }
-        }
-        crate::matmul::kernels::simd::store_pairs4(acc, out);
     }
 }
 

@@ -297,6 +297,12 @@ mod avx2 {
         unsafe { tokens8_body::<B, MR, true>(rows, acts, t0, prefetch, out) }
     }
 
+    /// Where weights `4u..4u + 4` of a row pair sit in the pair-interleaved
+    /// buffer of [`tokens4`] (in u64s): `unpacklo/hi_epi32` interleave
+    /// within 128-bit halves, so the lo store holds u = 0, 1, 4, 5 and the
+    /// hi store u = 2, 3, 6, 7.
+    const PAIR_AT: [usize; 8] = [0, 1, 4, 5, 2, 3, 6, 7];
+
     /// Dot products of 4 weight rows with tokens `t0..t0 + 4`: the narrow
     /// tile of a round of 2-4 decode tokens, where the 8-token tile would
     /// spend half its lanes on padding. Lanes are (row pair x token): one
@@ -317,7 +323,6 @@ mod avx2 {
         prefetch: usize,
         out: &mut [[f32; 4]; 4],
     ) {
-        use crate::matmul::kernels::simd::PAIR_AT;
         let (nb, tp) = (acts.blocks, acts.t_pad);
         debug_assert!(acts.quad_t0 == t0 && t0 + 4 <= tp && acts.qs4.len() == 8 * nb);
         let ones = _mm256_set1_epi16(1);

@@ -171,20 +171,6 @@ const LMR: usize = 4;
 /// kernel runs per token: a padded tile costs about 3 one-token passes).
 const WIDE_MIN: usize = 3;
 
-/// Builds the interleaved activations the tiles of `n_tokens` tokens read:
-/// the 8-token layout for full tiles, the pair layout when the last token
-/// tile is narrow (2-4 tokens, AVX2).
-fn prepare_tiles(acts: &mut QuantActs, n_tokens: usize, isa: Isa) {
-    let last = n_tokens.div_ceil(8).saturating_sub(1) * 8;
-    let narrow_last = isa.has_avx2() && (2..=gemm::NARROW).contains(&(n_tokens - last));
-    if isa.has_avx2() && (n_tokens > 8 || (n_tokens >= WIDE_MIN && !narrow_last)) {
-        acts.interleave8();
-    }
-    if narrow_last {
-        acts.interleave4_pairs(last);
-    }
-}
-
 fn run_legacy<B: LegacyBlock>(
     w: &WeightMatrix<'_>,
     x: &[f32],
@@ -194,7 +180,15 @@ fn run_legacy<B: LegacyBlock>(
     acts: &mut QuantActs,
 ) {
     acts.quantize(x, n_tokens, w.cols, B::ACTS, isa);
-    prepare_tiles(acts, n_tokens, isa);
+    // The last token tile: narrow (2-4 tokens) or full (the 8-token tile).
+    let last = n_tokens.div_ceil(8).saturating_sub(1) * 8;
+    let narrow_last = isa.has_avx2() && (2..=gemm::NARROW).contains(&(n_tokens - last));
+    if isa.has_avx2() && (n_tokens > 8 || (n_tokens >= WIDE_MIN && !narrow_last)) {
+        acts.interleave8();
+    }
+    if narrow_last {
+        acts.interleave4_pairs(last);
+    }
     let acts = &*acts;
     let (rb, data) = (row_bytes(w), w.data);
     let shape = Shape {
@@ -268,7 +262,9 @@ fn run_kquant<K: SuperBlock>(
     acts: &mut QuantActs,
 ) {
     acts.quantize(x, n_tokens, w.cols, ActFormat::Q8K, isa);
-    prepare_tiles(acts, n_tokens, isa);
+    if isa.has_avx2() && n_tokens >= WIDE_MIN {
+        acts.interleave8();
+    }
     let acts = &*acts;
     let (rb, data) = (row_bytes(w), w.data);
     let shape = Shape {
@@ -287,13 +283,6 @@ fn run_kquant<K: SuperBlock>(
             // whenever wide tiles run.
             unsafe { kquant::tokens8_avx2::<K, LMR>(r.map(|r| row(r).as_ptr()), acts, t0, pf8, o) }
         };
-        let quad = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]; gemm::NARROW]| {
-            // SAFETY: as above; the driver runs the narrow tile only on the
-            // last token tile when it holds 2-4 tokens, for which `qs4` and
-            // `bsums4` are built.
-            unsafe { kquant::tokens4_avx2::<K>(r.map(|r| row(r).as_ptr()), acts, t0, pf8, o) }
-        };
-        let narrow: Option<gemm::TileFn<'_, LMR, { gemm::NARROW }>> = Some(&quad);
         // One row at a time: a linear stream through the weights.
         let single = |r: &[usize; 1], t: usize, o: &mut [[f32; 1]; 1]| {
             let pf = PREFETCH;
@@ -305,7 +294,7 @@ fn run_kquant<K: SuperBlock>(
             y,
             gemm::Tiles {
                 tile: &tile,
-                narrow,
+                narrow: None,
                 single: &single,
                 wide_min: WIDE_MIN,
             },

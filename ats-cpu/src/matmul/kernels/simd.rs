@@ -50,12 +50,6 @@ pub(super) unsafe fn high_bits(p: *const u8) -> __m256i {
     _mm256_and_si256(set, _mm256_set1_epi8(0x10))
 }
 
-/// Where values `4u..4u + 4` (u < 8) of a row pair sit, in u64s, after
-/// storing `unpacklo_epi32(a, b)` then `unpackhi_epi32(a, b)`: both
-/// interleave within 128-bit halves, so the lo store holds u = 0, 1, 4, 5
-/// and the hi store u = 2, 3, 6, 7.
-pub(super) const PAIR_AT: [usize; 8] = [0, 1, 4, 5, 2, 3, 6, 7];
-
 /// Stores the accumulators of a narrow tile, lanes (row pair x token):
 /// `acc[p]` holds rows `2p, 2p + 1` of token 0, then of tokens 1, 2, 3,
 /// into `out[token][row]`.
