@@ -134,6 +134,17 @@ pub(super) fn drive<const MR: usize, const NR: usize, const MRD: usize>(
     }
 }
 
+/// [`drive`] with one dot product per output (the portable kernels).
+pub(super) fn drive_dots(shape: Shape, y: &mut [f32], dot: TileFn<'_, 1, 1>) {
+    let tiles = Tiles {
+        tile: dot,
+        narrow: None,
+        single: dot,
+        wide_min: 2,
+    };
+    drive(shape, y, tiles)
+}
+
 /// Walks one task: token tiles outer (their activations stay in L1), row
 /// tiles inner (the task's weights stay in L2).
 fn run_task<const MR: usize, const NR: usize, const MRD: usize>(

@@ -143,16 +143,7 @@ fn run_float<E: FloatElem>(
     let dot = |r: &[usize; 1], t: usize, o: &mut [[f32; 1]; 1]| {
         o[0][0] = float::dot_scalar::<E>(row(r[0]), xrow(t));
     };
-    gemm::drive(
-        shape,
-        y,
-        gemm::Tiles {
-            tile: &dot,
-            narrow: None,
-            single: &dot,
-            wide_min: 2,
-        },
-    )
+    gemm::drive_dots(shape, y, &dot)
 }
 
 /// How far ahead the 8-token kernels prefetch for `n_tokens` tokens: only a
@@ -241,16 +232,7 @@ fn run_legacy<B: LegacyBlock>(
     let dot = |r: &[usize; 1], t: usize, o: &mut [[f32; 1]; 1]| {
         o[0][0] = legacy::dot_scalar::<B>(row(r[0]), acts, t);
     };
-    gemm::drive(
-        shape,
-        y,
-        gemm::Tiles {
-            tile: &dot,
-            narrow: None,
-            single: &dot,
-            wide_min: 2,
-        },
-    )
+    gemm::drive_dots(shape, y, &dot)
 }
 
 fn run_kquant<K: SuperBlock>(
@@ -304,14 +286,5 @@ fn run_kquant<K: SuperBlock>(
     let dot = |r: &[usize; 1], t: usize, o: &mut [[f32; 1]; 1]| {
         o[0][0] = kquant::dot_scalar::<K>(row(r[0]), acts, t);
     };
-    gemm::drive(
-        shape,
-        y,
-        gemm::Tiles {
-            tile: &dot,
-            narrow: None,
-            single: &dot,
-            wide_min: 2,
-        },
-    )
+    gemm::drive_dots(shape, y, &dot)
 }
