@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// Seconds per target when `ATS_FUZZ_SECS` is unset: short enough for CI
-/// (five targets on two cores), long enough for tens of thousands of inputs.
+/// (seven targets on two cores), long enough for tens of thousands of inputs.
 pub const DEFAULT_SECS: f64 = 20.0;
 
 /// An input slower than this (ms), and the slowest so far, is saved as
