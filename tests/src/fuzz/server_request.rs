@@ -55,7 +55,7 @@ fn judge(e: Endpoint, out: Result<Checked, Refusal>) -> Result<String, String> {
                 c.prompt_tokens
             );
             if e == Endpoint::Embeddings {
-                assert_eq!(c.max_tokens, None);
+                assert!(c.max_tokens.is_none(), "{name}: {c:?}");
             } else {
                 let m = c.max_tokens.unwrap_or(0);
                 assert!((1..=MAX_TOKENS).contains(&m), "{name}: max_tokens {m}");
@@ -118,13 +118,15 @@ impl Target for ServerRequest {
         for e in Endpoint::ALL {
             let c = judge(e, self.text.check(e, b));
             accepted |= c.is_ok();
-            classes.push(c.unwrap_or_else(|x| x));
+            let (Ok(class) | Err(class)) = c;
+            classes.push(class);
         }
         if may_have_image(b) {
             for e in [Endpoint::Chat, Endpoint::Responses] {
                 let c = judge(e, self.vision.check(e, b));
                 accepted |= c.is_ok();
-                classes.push(format!("vision {}", c.unwrap_or_else(|x| x)));
+                let (Ok(class) | Err(class)) = c;
+                classes.push(format!("vision {class}"));
             }
         }
         let class = classes.join("; ");
