@@ -61,15 +61,16 @@ pub struct Refusal {
     pub message: String,
     /// The request field at fault, when there is one.
     pub param: Option<String>,
-    /// The JSON body the client gets (`{"error": {...}}`).
-    pub body: serde_json::Value,
+    /// The JSON body the client gets (`{"error": {...}}`), boxed to keep
+    /// the error small.
+    pub body: Box<serde_json::Value>,
 }
 
 impl From<ApiError> for Refusal {
     fn from(e: ApiError) -> Refusal {
         Refusal {
             status: e.status.as_u16(),
-            body: e.json(),
+            body: Box::new(e.json()),
             message: e.message,
             param: e.param,
         }
