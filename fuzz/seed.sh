@@ -5,7 +5,8 @@
 #  - each target's seeds, exactly those of the stable smoke run
 #    (ats_tests::fuzz::targets::*::seeds: the fixture GGUFs' metadata,
 #    a complete 1-layer model, the fixture PNGs re-encoded as JPEG, WebP,
-#    GIF and BMP, the tokenizer cases, hostile templates, schemas ...),
+#    GIF and BMP, the tokenizer cases, hostile templates, schemas, server
+#    request bodies with images as data URLs, tools and schemas ...),
 #    written by the example `fuzz_seeds` of ats-tests;
 #  - the raw fixture files small enough to mutate: the quantised llama
 #    fixtures (whole models under 1 MiB run a forward pass), dequant.gguf,

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use ats_tests::fuzz::targets::{
-    ChatTemplateTarget, Gguf, ImagePreprocess, SchemaAndTools, SizeAndOptions, Target,
-    TokenizerTarget, write_dict, write_seeds,
+    ChatTemplateTarget, Gguf, ImagePreprocess, SchemaAndTools, ServerRequest, SizeAndOptions,
+    Target, TokenizerTarget, write_dict, write_seeds,
 };
 
 fn one<T: Target>(root: &Path, dicts: &Path) -> Result<()> {
@@ -33,5 +33,6 @@ fn main() -> Result<()> {
     one::<ChatTemplateTarget>(&root, &dicts)?;
     one::<ImagePreprocess>(&root, &dicts)?;
     one::<SizeAndOptions>(&root, &dicts)?;
-    one::<SchemaAndTools>(&root, &dicts)
+    one::<SchemaAndTools>(&root, &dicts)?;
+    one::<ServerRequest>(&root, &dicts)
 }

@@ -15,6 +15,7 @@
 //! `$TMPDIR/ats-fuzz-crashes/` and print how to repeat it, then re-raised so
 //! the test fails.
 
+mod server_request;
 pub mod targets;
 
 use std::collections::HashSet;
@@ -23,8 +24,12 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// Seconds per target when `ATS_FUZZ_SECS` is unset: short enough for CI
-/// (five targets on two cores), long enough for tens of thousands of inputs.
+/// (seven targets on two cores), long enough for tens of thousands of inputs.
 pub const DEFAULT_SECS: f64 = 20.0;
+
+/// An input slower than this (ms), and the slowest so far, is saved as
+/// `$TMPDIR/ats-fuzz-crashes/<target>-slowest.bin`.
+const SLOW_MS: f64 = 1000.0;
 
 /// Most inputs kept in a corpus (seeds plus discoveries).
 const MAX_CORPUS: usize = 512;
@@ -439,7 +444,7 @@ pub fn fuzz(
         let out = match catch_unwind(AssertUnwindSafe(|| target(&input))) {
             Ok(o) => o,
             Err(panic) => {
-                let path = save_crash(name, &input);
+                let path = save_input(name, &format!("{:016x}", fnv(&input)), &input);
                 eprintln!(
                     "fuzz {name}: PANIC on input {i} (ATS_FUZZ_SEED={:#x}); input saved to {}",
                     crate::fuzz::seed(),
@@ -448,7 +453,16 @@ pub fn fuzz(
                 resume_unwind(panic);
             }
         };
-        report.slowest_ms = report.slowest_ms.max(ti.elapsed().as_secs_f64() * 1e3);
+        let ms = ti.elapsed().as_secs_f64() * 1e3;
+        if ms > report.slowest_ms.max(SLOW_MS) {
+            // kept so a slow input can be repeated, like a crash
+            let path = save_input(name, "slowest", &input);
+            eprintln!(
+                "fuzz {name}: input {i} took {ms:.0} ms; saved to {}",
+                path.display()
+            );
+        }
+        report.slowest_ms = report.slowest_ms.max(ms);
         report.execs += 1;
         let class = match out {
             Ok(c) => {
@@ -480,9 +494,9 @@ pub(crate) fn fnv(b: &[u8]) -> u64 {
     })
 }
 
-fn save_crash(name: &str, input: &[u8]) -> PathBuf {
+fn save_input(name: &str, tag: &str, input: &[u8]) -> PathBuf {
     let dir = std::env::temp_dir().join("ats-fuzz-crashes");
-    let path = dir.join(format!("{name}-{:016x}.bin", fnv(input)));
+    let path = dir.join(format!("{name}-{tag}.bin"));
     if std::fs::create_dir_all(&dir).is_ok() && std::fs::write(&path, input).is_ok() {
         path
     } else {

@@ -2,7 +2,9 @@
 //! input that ATS owns (GGUF files through the model spec, the tokenizer, the
 //! chat template and a CPU forward pass; the tokenizer on arbitrary bytes and
 //! token ids; hostile chat templates; image bytes through preprocessing; size
-//! and option strings; response-format schemas, grammars and tool calls).
+//! and option strings; response-format schemas, grammars and tool calls;
+//! the server's request bodies through every endpoint's checks and prompt
+//! builder).
 //!
 //! The target bodies live in `ats_tests::fuzz::targets`, shared with the
 //! coverage-guided libFuzzer targets in `fuzz/` (the main fuzzer, nightly);
@@ -13,8 +15,8 @@
 use std::sync::atomic::Ordering;
 
 use ats_tests::fuzz::targets::{
-    ChatTemplateTarget, Gguf, ImagePreprocess, SchemaAndTools, SizeAndOptions, Target,
-    TokenizerTarget, smoke,
+    ChatTemplateTarget, Gguf, ImagePreprocess, SchemaAndTools, ServerRequest, SizeAndOptions,
+    Target, TokenizerTarget, smoke,
 };
 
 #[test]
@@ -50,6 +52,11 @@ fn fuzz_schema_and_tools() {
     assert!(smoke::<SchemaAndTools>().1.accepted > 0);
 }
 
+#[test]
+fn fuzz_server_request() {
+    assert!(smoke::<ServerRequest>().1.accepted > 0);
+}
+
 /// Every seed of every target runs without a panic (what libFuzzer runs
 /// first, from `fuzz/seed.sh`'s corpus), and each target accepts one.
 #[test]
@@ -65,4 +72,5 @@ fn every_seed_runs() {
     all::<ImagePreprocess>();
     all::<SizeAndOptions>();
     all::<SchemaAndTools>();
+    all::<ServerRequest>();
 }

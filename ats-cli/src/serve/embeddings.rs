@@ -100,7 +100,7 @@ async fn answer(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Respons
 
 /// The body's inputs as token ids (each within the prompt limit) and
 /// whether the answer is base64.
-fn check(body: &[u8], p: &Prompter) -> Result<(Vec<Vec<u32>>, bool), ApiError> {
+pub(super) fn check(body: &[u8], p: &Prompter) -> Result<(Vec<Vec<u32>>, bool), ApiError> {
     let req: EmbeddingRequest = parse_object(body)?;
     let base64 = match req.encoding_format.as_deref() {
         None | Some("float") => false,

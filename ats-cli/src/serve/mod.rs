@@ -5,9 +5,11 @@
 //! accepted within time and count limits (`listen.rs`); axum handlers
 //! (`routes.rs`) read bodies within a deadline, check requests
 //! (`request.rs`), build prompts (`prompt.rs`, `params.rs`) a few at a time
-//! and stream the answers back (`wire.rs`, `errors.rs`).
+//! and stream the answers back (`wire.rs`, `errors.rs`); `check.rs` runs
+//! the checks and the prompt builder on a body alone, for the fuzz target.
 
 mod chat;
+pub mod check;
 mod choices;
 mod embeddings;
 mod errors;

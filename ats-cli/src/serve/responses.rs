@@ -19,7 +19,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::errors::ApiError;
-use super::prompt::PreparedChat;
+use super::params::Defaults;
+use super::prompt::{PreparedChat, Prompter};
 use super::queue::Finished;
 use super::request::check_chat;
 use super::routes::{
@@ -61,12 +62,7 @@ pub async fn responses(State(app): State<Arc<App>>, headers: HeaderMap, body: Bo
 
 async fn answer(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
     let body = read_body(&app, &headers, body).await?;
-    let (prepared_chat, echo) = prepared(&app, body, |body, d, p| {
-        let (chat, echo) = as_chat(body)?;
-        let check = check_chat(chat.to_string().as_bytes(), d).map_err(renamed)?;
-        Ok((p.prepare_chat(check).map_err(renamed)?, echo))
-    })
-    .await?;
+    let (prepared_chat, echo) = prepared(&app, body, prepare).await?;
     let PreparedChat {
         prompt,
         params,
@@ -107,6 +103,19 @@ async fn answer(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Respons
     };
     let frames = move |stage: Stage<'_>| stream.frames(stage);
     Ok(sse_events(rx, frames, None).into_response())
+}
+
+/// A Responses body as a chat checked and rendered as
+/// `/v1/chat/completions` does, and what the response repeats.
+fn prepare(body: &[u8], d: &Defaults, p: &Prompter) -> Result<(PreparedChat, Echo), ApiError> {
+    let (chat, echo) = as_chat(body)?;
+    let check = check_chat(chat.to_string().as_bytes(), d).map_err(renamed)?;
+    Ok((p.prepare_chat(check).map_err(renamed)?, echo))
+}
+
+/// [`prepare`] without the echo: what `check.rs` runs.
+pub(super) fn check(body: &[u8], d: &Defaults, p: &Prompter) -> Result<PreparedChat, ApiError> {
+    prepare(body, d, p).map(|(c, _)| c)
 }
 
 /// What the request asked for that the response object repeats.

@@ -29,6 +29,7 @@ use ats_sched::size::parse_size;
 use ats_vision::preprocess::{DecodeLimits, PreprocessConfig, preprocess_bytes};
 
 use super::class_of;
+pub use super::server_request::ServerRequest;
 use crate::{fixtures, host_only, repo_fixtures, try_engine_on};
 
 /// One fuzz target: its seeds, its dictionary and its body.
