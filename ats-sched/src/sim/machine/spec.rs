@@ -78,10 +78,9 @@ pub struct GpuSpec {
     /// tiled kernel pads each expert's few tokens to its tile; 1: a kernel
     /// that runs each token's choices as matrix-vector products).
     pub moe_tile_tokens: f64,
-    /// Most the routed-expert kernel reaches, TFLOP/s: it runs every hit
-    /// expert's tiles in one launch, so the GPU fills with experts x tiles
-    /// rather than with one expert's tokens, but its tiles are ATS's own
-    /// (not cuBLAS) and reach less than `gemm_tflops`.
+    /// Most the routed-expert kernel reaches, TFLOP/s, once its tiles (hit
+    /// experts x tiles each, one launch) fill the SMs: its tiles are ATS's
+    /// own (not cuBLAS) and reach less than `gemm_tflops`.
     pub moe_tflops: f64,
 }
 
@@ -756,10 +755,11 @@ fn h200_host() -> MachineSpec {
             // against 10-14 ms estimated)
             moe_tile_tokens: 64.0,
             // fitted: qwen3-30b-a3b's prompts (512-token chunks, all 128
-            // experts hit, 32 tokens each) ran 683-796 tokens/s at 2G-8G
-            // (docs/gpu-results.md), about 6 ms a layer's experts once the
-            // routed copies (at the link's rate, after the router) are
-            // taken out; their 77 GFLOP padded to 64-token tiles: ~13 TFLOP/s
+            // experts hit, 32 tokens each: 128 tiles on 132 SMs) ran
+            // 683-796 tokens/s at 2G-8G (docs/gpu-results.md), about 6 ms a
+            // layer's experts once the routed copies (at the link's rate,
+            // after the router) are taken out; their 77 GFLOP padded to
+            // 64-token tiles: ~13 TFLOP/s
             moe_tflops: 185.0 * MOE_SHARE,
         },
         link: LinkSpec {

@@ -137,15 +137,19 @@ pub(crate) fn gpu_secs(g: &GpuSpec, w: &Work) -> f64 {
     match w.class {
         Class::MatMul if w.expert_products > 0.0 => {
             // routed experts: a tiled kernel pads each expert's tokens to a
-            // tile, and runs every hit expert's tiles in one launch, so the
-            // rate ramps with the rows of all of them (not one expert's
-            // tokens, which priced a prompt's experts at 2.9 TFLOP/s on
-            // `h200-host` and its MoE prefill 35% slow) up to the kernel's own
+            // tile. One launch runs every hit expert's tiles: few tiles (a
+            // decode round's) run at one small product's rate, while a
+            // prompt's many tiles fill the SMs up to the kernel's own rate
+            // (`moe_tflops`); pricing a prompt's experts at one expert's
+            // 32 tokens put them at 2.9 TFLOP/s on `h200-host` and its MoE
+            // prefill 35% slow
             let pad = (g.moe_tile_tokens / w.expert_tokens.max(1.0)).max(1.0);
             let tokens = w.expert_tokens.max(g.moe_tile_tokens).max(1.0);
-            let rows = tokens * w.expert_products / 3.0;
-            let rate = (g.gemm_tflops * 1e12 * (rows / g.gemm_ramp_tokens).min(1.0))
-                .min(g.moe_tflops * 1e12);
+            let one = g.gemm_tflops * (tokens / g.gemm_ramp_tokens).min(1.0);
+            let tiles =
+                w.expert_products / 3.0 * (w.expert_tokens / g.moe_tile_tokens).ceil().max(1.0);
+            let all = g.moe_tflops * (tiles / g.sms.max(1) as f64).min(1.0);
+            let rate = one.max(all) * 1e12;
             let bw = bw * g.matvec_eff;
             fixed + (w.flops * pad / rate).max(w.bytes / bw)
         }
@@ -241,8 +245,8 @@ mod tests {
             decode_raw_flops: 0.0,
         };
         let secs = gpu_secs(&g, &w) - g.kernel_us * 1e-6;
-        // padded to 64-token tiles, at moe_tflops
-        let want = 38.7e9 * 2.0 / (g.moe_tflops * 1e12);
+        // padded to 64-token tiles, 128 tiles on 132 SMs at moe_tflops
+        let want = 38.7e9 * 2.0 / (g.moe_tflops * 1e12 * 128.0 / 132.0);
         assert!((secs - want).abs() < 1e-12, "{secs} vs {want}");
     }
 }
