@@ -107,6 +107,7 @@ fn load(model_name: &str, vram_gb: f64) {
                 e.plan_set().tiers[0].kind.name()
             );
         }
+        eprintln!("{name}: {st:?}");
         let phases: Vec<f64> = PHASES.iter().map(|p| phase_median(&s, p.0, p.1)).collect();
         summary.push((name, phases, st.replans, st.relayouts, s.len()));
     }

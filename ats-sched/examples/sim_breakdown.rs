@@ -4,7 +4,8 @@
 //! fitting a preset to measurements, e.g. `h200-host` to
 //! `docs/gpu-results.md`).
 //!
-//! `cargo run --release -p ats-sched --example sim_breakdown -- MACHINE MODEL VRAM_GB POLICY [P N]`
+//! `cargo run --release -p ats-sched --example sim_breakdown -- MACHINE MODEL VRAM_GB POLICY [P N] [--items]`
+//! (`--items`: every placement item, its bytes and residency)
 //! (MODEL: a synth preset, run on all-zero weights with `compute=off`).
 
 mod common;
@@ -68,7 +69,8 @@ impl Split {
 }
 
 fn main() {
-    let a: Vec<String> = std::env::args().collect();
+    let items = std::env::args().any(|a| a == "--items");
+    let a: Vec<String> = std::env::args().filter(|x| x != "--items").collect();
     if a.len() < 5 {
         eprintln!("usage: sim_breakdown MACHINE MODEL VRAM_GB POLICY [P N]");
         std::process::exit(2);
@@ -77,13 +79,19 @@ fn main() {
     let vram: f64 = a[3].parse().expect("VRAM in GB");
     let policy = Policy::parse(&a[4]).expect("a policy");
     let p: usize = a.get(5).and_then(|s| s.parse().ok()).unwrap_or(2048);
-    let n: usize = a.get(6).and_then(|s| s.parse().ok()).unwrap_or(128);
+    let n_gen: usize = a.get(6).and_then(|s| s.parse().ok()).unwrap_or(128);
     let dir = std::env::temp_dir().join("ats-sim-breakdown");
     std::fs::create_dir_all(&dir).expect("temp dir");
     let model = zeros_model(&dir, model_name);
     let vm = machine(&format!("{spec},compute=off"), 16, (vram * 1e9) as u64);
-    let mut e =
-        session(&model, &vm, policy, p.max(n) + 8, ReschedConfig::default()).expect("session");
+    let mut e = session(
+        &model,
+        &vm,
+        policy,
+        p.max(n_gen) + 8,
+        ReschedConfig::default(),
+    )
+    .expect("session");
     let r = e.planner().report();
     println!(
         "{model_name} on {spec} at {vram}G, {}: resident {:.2} GB, max tier {}, temp slots {}",
@@ -97,6 +105,39 @@ fn main() {
         r.max_tier,
         r.streaming
     );
+    if items {
+        // the attention costs the residency DP weighs (decode at half the
+        // context, a fresh 512-token prompt)
+        let g = e.graph();
+        if let Some(n) = g.nodes.iter().position(|x| x.op.kind_name() == "attention") {
+            let c = e.planner().cost();
+            for (what, n_tokens, past) in [
+                ("decode", 1, (p.max(n_gen) + 8) / 2),
+                ("prompt 512", 512, 0),
+                ("prompt 2048", 2048, 0),
+            ] {
+                let sh = ats_core::graph::cost::RoundShape {
+                    n_tokens,
+                    past,
+                    n_outputs: 1,
+                };
+                println!(
+                    "  attention {what}: cpu {:.3} ms, gpu {:.3} ms",
+                    c.node_secs(g, n, DeviceId::Host, sh, true) * 1e3,
+                    c.node_secs(g, n, DeviceId::Gpu, sh, true) * 1e3
+                );
+            }
+        }
+        for it in &r.items {
+            println!(
+                "  item {:<24} {:>9.1} MB resident {} decode est {:.3} ms",
+                it.name,
+                it.bytes as f64 / 1e6,
+                it.resident,
+                it.est_decode_secs * 1e3
+            );
+        }
+    }
     for t in &e.plan_set().tiers {
         println!(
             "  tier {:>5}: {:<9} est {:9.2} ms",
@@ -119,7 +160,7 @@ fn main() {
         s.print(&format!("prompt of {p}"), 1.0);
         println!("  = {:.1} tokens/s", p as f64 / s.total);
     }
-    if n > 0 {
+    if n_gen > 0 {
         // warm-up through the audition, as bench does
         e.reset();
         for i in 0..64 {
@@ -149,14 +190,14 @@ fn main() {
         }
         e.reset();
         let mut s = Split::default();
-        for i in 0..n {
+        for i in 0..n_gen {
             e.decode(100 + i as u32).expect("decode");
             s.add(&e);
         }
-        s.print("decode per token", n as f64);
+        s.print("decode per token", n_gen as f64);
         println!(
             "  = {:.1} tokens/s, plan {}, re-plans {}",
-            n as f64 / s.total,
+            n_gen as f64 / s.total,
             e.plan_set().tiers[0].kind.name(),
             e.planner().replan_stats().replans
         );

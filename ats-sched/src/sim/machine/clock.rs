@@ -510,6 +510,8 @@ mod tests {
             tokens: 1.0,
             expert_products: 0.0,
             expert_tokens: 0.0,
+            decode_flops: 0.0,
+            decode_raw_flops: 0.0,
         }
     }
 

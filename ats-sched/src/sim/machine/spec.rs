@@ -78,6 +78,10 @@ pub struct GpuSpec {
     /// tiled kernel pads each expert's few tokens to its tile; 1: a kernel
     /// that runs each token's choices as matrix-vector products).
     pub moe_tile_tokens: f64,
+    /// Most the routed-expert kernel reaches, TFLOP/s, once its tiles (hit
+    /// experts x tiles each, one launch) fill the SMs: its tiles are ATS's
+    /// own (not cuBLAS) and reach less than `gemm_tflops`.
+    pub moe_tflops: f64,
 }
 
 /// The PCIe link between host and GPU.
@@ -213,7 +217,7 @@ pub const PRESETS: [&str; 5] = [
 pub const MACHINE_KEYS: &str = "cores=N, core_gflops=X, core_attn_gflops=X, core_gbps=X, \
 mem_gbps=X, dispatch_us=X, expert_us=X (host); vram=SIZE, gpu_gbps=X, matvec_eff=F, elem_eff=F, \
 gemm_tflops=X, gemm_ramp=N, attn_tflops=X, attn_ramp=N, kernel_us=X, attn_us=X, launch_us=X, \
-sync_us=X, routed_expert_gbps=X, routed_max_gbps=X, moe_tile=N (GPU); pcie=genGxL, h2d_gbps=X, d2h_gbps=X, pageable_gbps=X, sm_copy_gbps=X, \
+sync_us=X, routed_expert_gbps=X, routed_max_gbps=X, moe_tile=N, moe_tflops=X (GPU); pcie=genGxL, h2d_gbps=X, d2h_gbps=X, pageable_gbps=X, sm_copy_gbps=X, \
 copy_us=X (link); cpuload=T:F;.. (share of cores taken from T seconds), gpuload=T:F;.. \
 (share of SM time), gamevram=SIZE, pcieslow=T:F;.. (link slowdown >= 1), thermal=T:F;.. \
 (GPU clock share from T), cputhermal=T:F;.. (CPU clock share); compute=on|off";
@@ -223,6 +227,10 @@ copy_us=X (link); cpuload=T:F;.. (share of cores taken from T seconds), gpuload=
 /// 2 cores, 0.27 GFLOP a token: about 140 GFLOP/s a core; a rayon fork and
 /// join 3.5 us. Cores of other machines scale from it by clock and vector width.
 const ZEN3_CORE_GFLOPS: f64 = 140.0;
+
+/// The share of the dense matrix-product rate ATS's routed-expert kernel
+/// reached on the H200 (`moe_tflops` of `h200-host`: ~13 of 185 TFLOP/s).
+const MOE_SHARE: f64 = 0.07;
 
 impl MachineSpec {
     /// A preset by name.
@@ -338,6 +346,7 @@ impl MachineSpec {
             "routed_expert_gbps" => self.gpu.routed_expert_gbps = pos(v)?,
             "routed_max_gbps" => self.gpu.routed_max_gbps = pos(v)?,
             "moe_tile" => self.gpu.moe_tile_tokens = pos(v)?,
+            "moe_tflops" => self.gpu.moe_tflops = pos(v)?,
             "vram" => self.gpu.memory = parse_size(v).map_err(|e| format!("{what}: {e}"))?,
             "gpu_gbps" => self.gpu.mem_gbps = pos(v)?,
             "matvec_eff" => self.gpu.matvec_eff = frac(v)?,
@@ -442,6 +451,7 @@ impl MachineSpec {
             ("routed_expert_gbps", g.routed_expert_gbps),
             ("routed_max_gbps", g.routed_max_gbps),
             ("moe_tile", g.moe_tile_tokens),
+            ("moe_tflops", g.moe_tflops),
         ] {
             let _ = writeln!(o, "{k}={v}");
         }
@@ -556,6 +566,9 @@ fn rtx3060_laptop() -> MachineSpec {
             routed_max_gbps: 12.5,
             // the decode MoE kernel of 2026-12-01 (one grid row per choice)
             moe_tile_tokens: 1.0,
+            // assumed: the same kernel reaches the share of the dense rate
+            // it reached on the H200 (see h200-host)
+            moe_tflops: 13.1 * 4.0 * 0.6 * MOE_SHARE,
         },
         // the i7-11800H's 16 CPU lanes are PCIe 4.0 (Intel ARK 213803); the
         // RTX 3060 Laptop GPU is a PCIe 4.0 x16 part
@@ -610,6 +623,8 @@ fn rtx4090_desktop() -> MachineSpec {
             routed_max_gbps: 12.5,
             // the decode MoE kernel of 2026-12-01 (one grid row per choice)
             moe_tile_tokens: 1.0,
+            // assumed, as the RTX 3060's
+            moe_tflops: 165.2 * 0.6 * MOE_SHARE,
         },
         // the RTX 4090 is a PCIe 4.0 x16 card (Ada whitepaper)
         link: LinkSpec::pcie(4, 16).expect("gen4"),
@@ -665,6 +680,8 @@ fn gen5_desktop(generation: u32, name: &str) -> MachineSpec {
                     .expect("gen3 or gen5")
                     .h2d_gbps,
             moe_tile_tokens: 1.0,
+            // assumed, as the RTX 3060's
+            moe_tflops: 209.5 * 0.6 * MOE_SHARE,
         },
         // the RTX 5090 is a PCIe 5.0 x16 card; the study sets the slot to gen 3
         link: LinkSpec::pcie(generation, 16).expect("gen3 or gen5"),
@@ -737,6 +754,13 @@ fn h200_host() -> MachineSpec {
             // tile at decode (docs/gpu-results.md: static decode 49-63 ms
             // against 10-14 ms estimated)
             moe_tile_tokens: 64.0,
+            // fitted: qwen3-30b-a3b's prompts (512-token chunks, all 128
+            // experts hit, 32 tokens each: 128 tiles on 132 SMs) ran
+            // 683-796 tokens/s at 2G-8G (docs/gpu-results.md), about 6 ms a
+            // layer's experts once the routed copies (at the link's rate,
+            // after the router) are taken out; their 77 GFLOP padded to
+            // 64-token tiles: ~13 TFLOP/s
+            moe_tflops: 185.0 * MOE_SHARE,
         },
         link: LinkSpec {
             generation: 5,

@@ -31,6 +31,32 @@ pub(crate) struct Work {
     pub expert_products: f64,
     /// Tokens each routed expert takes on average (MoE experts).
     pub expert_tokens: f64,
+    /// Of `flops`, attention of sequences with at most [`DECODE_ROWS`]
+    /// query rows (the CPU kernel's key-split decode path), each divided by
+    /// its [`decode_attn_share`]: the prompt-rate FLOPs it costs.
+    pub decode_flops: f64,
+    /// Of `flops`, the attention FLOPs those sequences really do.
+    pub decode_raw_flops: f64,
+}
+
+/// Query rows of a sequence up to which the CPU attention kernel takes its
+/// key-split decode path (`ats-cpu/src/ops/attention.rs`: at most 8 rows).
+pub(crate) const DECODE_ROWS: usize = 8;
+
+/// The rate of the CPU's decode attention as a share of its prompt
+/// attention rate (`core_attn_gflops`), over `keys` keys. Measured with
+/// ATS's kernels on the development machine's Zen 3 cores
+/// (`ats-cli/tests/data/profile-quick-2cpu.json`, llama-8b's 32 heads / 8
+/// KV heads of 128, 2 threads): one query row over 256 keys at 8.0
+/// GFLOP/s a core against 15.7 for 64 rows (0.51), over 2048 keys 9.3
+/// against 15.0 (0.62); between them by the logarithm of the keys. Without
+/// it the model priced decode attention on the host below the GPU's (0.116
+/// against 0.147 ms on `h200-host`), so the residency DP kept every KV
+/// cache on the host and a 2048-token prompt attended on the CPU (6.9 of
+/// 7.8 s), where the H200 runs prefilled at 2351-2390 tokens/s.
+fn decode_attn_share(keys: f64) -> f64 {
+    let x = ((keys.max(1.0) / 256.0).log2() / 3.0).clamp(0.0, 1.0);
+    0.51 + 0.11 * x
 }
 
 /// The demands of node `node` of `g` in `round` (attention summed over the
@@ -51,6 +77,8 @@ pub(crate) fn work_of(g: &Graph, node: usize, round: &Round, kv_f16: bool) -> Wo
             tokens: shape.n_tokens as f64,
             expert_products: 0.0,
             expert_tokens: 0.0,
+            decode_flops: 0.0,
+            decode_raw_flops: 0.0,
         };
         for s in round.seqs.iter() {
             let c = g.node_cost(
@@ -63,6 +91,10 @@ pub(crate) fn work_of(g: &Graph, node: usize, round: &Round, kv_f16: bool) -> Wo
                 kv_f16,
             );
             w.flops += c.flops;
+            if s.len() <= DECODE_ROWS {
+                w.decode_raw_flops += c.flops;
+                w.decode_flops += c.flops / decode_attn_share((s.past + s.len()) as f64);
+            }
             w.bytes += c.memory_bytes();
         }
         return w;
@@ -77,6 +109,7 @@ pub(crate) fn work_of(g: &Graph, node: usize, round: &Round, kv_f16: bool) -> Wo
         }
         _ => (0.0, 0.0),
     };
+    let decode = class == Class::Attention && shape.n_tokens <= DECODE_ROWS;
     Work {
         class,
         flops: c.flops,
@@ -84,6 +117,12 @@ pub(crate) fn work_of(g: &Graph, node: usize, round: &Round, kv_f16: bool) -> Wo
         tokens: shape.n_tokens.max(1) as f64,
         expert_products,
         expert_tokens,
+        decode_flops: if decode {
+            c.flops / decode_attn_share((shape.past + shape.n_tokens) as f64)
+        } else {
+            0.0
+        },
+        decode_raw_flops: if decode { c.flops } else { 0.0 },
     }
 }
 
@@ -97,10 +136,20 @@ pub(crate) fn gpu_secs(g: &GpuSpec, w: &Work) -> f64 {
     let fixed = g.kernel_us * 1e-6;
     match w.class {
         Class::MatMul if w.expert_products > 0.0 => {
-            // routed experts: a tiled kernel pads each expert's tokens to a tile
+            // routed experts: a tiled kernel pads each expert's tokens to a
+            // tile. One launch runs every hit expert's tiles: few tiles (a
+            // decode round's) run at one small product's rate, while a
+            // prompt's many tiles fill the SMs up to the kernel's own rate
+            // (`moe_tflops`); pricing a prompt's experts at one expert's
+            // 32 tokens put them at 2.9 TFLOP/s on `h200-host` and its MoE
+            // prefill 35% slow
             let pad = (g.moe_tile_tokens / w.expert_tokens.max(1.0)).max(1.0);
             let tokens = w.expert_tokens.max(g.moe_tile_tokens).max(1.0);
-            let rate = g.gemm_tflops * 1e12 * (tokens / g.gemm_ramp_tokens).min(1.0);
+            let one = g.gemm_tflops * (tokens / g.gemm_ramp_tokens).min(1.0);
+            let tiles =
+                w.expert_products / 3.0 * (w.expert_tokens / g.moe_tile_tokens).ceil().max(1.0);
+            let all = g.moe_tflops * (tiles / g.sms.max(1) as f64).min(1.0);
+            let rate = one.max(all) * 1e12;
             let bw = bw * g.matvec_eff;
             fixed + (w.flops * pad / rate).max(w.bytes / bw)
         }
@@ -132,11 +181,72 @@ pub(crate) fn cpu_parts(h: &HostSpec, w: &Work) -> (f64, f64) {
         // element-wise work is a few FLOPs a byte: memory-bound on any core
         Class::Elementwise => h.core_gflops * 4.0,
     } * 1e9;
-    (w.flops / rate, w.bytes)
+    (
+        (w.flops - w.decode_raw_flops + w.decode_flops) / rate,
+        w.bytes,
+    )
 }
 
 /// The fixed seconds of `w` on the CPU: a fork and join, and one per
 /// routed expert product.
 pub(crate) fn cpu_fixed_secs(h: &HostSpec, w: &Work) -> f64 {
     (h.dispatch_us + h.expert_us * w.expert_products) * 1e-6
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::machine::spec::MachineSpec;
+
+    fn attention(flops: f64, decode: bool, keys: f64) -> Work {
+        Work {
+            class: Class::Attention,
+            flops,
+            bytes: 0.0,
+            tokens: if decode { 1.0 } else { 64.0 },
+            expert_products: 0.0,
+            expert_tokens: 0.0,
+            decode_flops: if decode {
+                flops / decode_attn_share(keys)
+            } else {
+                0.0
+            },
+            decode_raw_flops: if decode { flops } else { 0.0 },
+        }
+    }
+
+    #[test]
+    fn decode_attention_runs_at_the_measured_share_of_the_prompt_rate() {
+        let h = MachineSpec::parse("h200-host").unwrap().host;
+        let prompt = cpu_parts(&h, &attention(1e9, false, 2048.0)).0;
+        // the shares measured on Zen 3 at 256 and 2048 keys
+        for (keys, share) in [(256.0, 0.51), (2048.0, 0.62), (64.0, 0.51), (1e6, 0.62)] {
+            let decode = cpu_parts(&h, &attention(1e9, true, keys)).0;
+            assert!(
+                (prompt / decode - share).abs() < 1e-12,
+                "{keys}: {}",
+                prompt / decode
+            );
+        }
+    }
+
+    #[test]
+    fn a_prompts_experts_fill_the_gpu_up_to_the_kernels_rate() {
+        let g = MachineSpec::parse("h200-host").unwrap().gpu;
+        // 512 tokens, top 8 of 128: every expert hit with 32 tokens
+        let w = Work {
+            class: Class::MatMul,
+            flops: 38.7e9,
+            bytes: 0.0,
+            tokens: 512.0,
+            expert_products: 3.0 * 128.0,
+            expert_tokens: 32.0,
+            decode_flops: 0.0,
+            decode_raw_flops: 0.0,
+        };
+        let secs = gpu_secs(&g, &w) - g.kernel_us * 1e-6;
+        // padded to 64-token tiles, 128 tiles on 132 SMs at moe_tflops
+        let want = 38.7e9 * 2.0 / (g.moe_tflops * 1e12 * 128.0 / 132.0);
+        assert!((secs - want).abs() < 1e-12, "{secs} vs {want}");
+    }
 }
