@@ -80,7 +80,13 @@ impl Server {
     /// Starts `ats-cli serve -m model --port 0 -t 1 extra...` and waits
     /// until it listens.
     pub fn start(model: &std::path::Path, extra: &[&str]) -> Server {
+        Self::start_with_env(model, extra, &[])
+    }
+
+    /// [`Server::start`] with extra environment variables for the server.
+    pub fn start_with_env(model: &std::path::Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(BIN)
+            .envs(env.iter().copied())
             .arg("serve")
             .arg("-m")
             .arg(model)
