@@ -8,7 +8,7 @@
 use ats_core::quant::iq4_nl::KVALUES;
 use ats_core::quant::iq4_xs::unpack_scales;
 
-use super::kquant::{Canon, SuperBlock, f16_at};
+use super::kquant::{self, Canon, SuperBlock, f16_at};
 #[cfg(target_arch = "x86_64")]
 use crate::matmul::acts::QuantActs;
 
@@ -67,13 +67,22 @@ impl SuperBlock for Iq4Xs {
     /// Without the canonical form: each sub-block's levels are looked up in
     /// registers and meet the activations there, its scale applied by `madd`.
     /// The integer sum and the single FMA per super-block are those of the
-    /// canonical path (whose min term adds exactly zero).
+    /// canonical path (whose min term adds exactly zero). A block's levels
+    /// are looked up once for all `N` tokens.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn dot1_avx2(row: *const u8, acts: &QuantActs, t: usize, prefetch: usize) -> f32 {
+    unsafe fn dots_avx2<const N: usize>(
+        row: *const u8,
+        acts: &QuantActs,
+        t0: usize,
+        prefetch: usize,
+    ) -> [f32; N] {
         use std::arch::x86_64::*;
         let (nb, tp) = (acts.blocks, acts.t_pad);
-        let mut acc = 0f32;
+        debug_assert!(t0 + N <= tp);
+        let mut acc = [0f32; N];
+        // N > 1: the accumulators as lanes of one vector
+        let mut accv = _mm_setzero_ps();
         for b in 0..nb {
             // SAFETY: super-block b is inside the row (caller).
             let blk = unsafe { std::slice::from_raw_parts(row.add(b * Self::BYTES), Self::BYTES) };
@@ -86,23 +95,38 @@ impl SuperBlock for Iq4Xs {
                 }
             }
             let ls = unpack_scales(blk);
-            // SAFETY: token t's 8 value blocks of super-block b are in `qs` (t < t_pad).
-            let x = unsafe { acts.qs.as_ptr().add((t * nb + b) * 8) } as *const __m256i;
-            let mut isum = _mm256_setzero_si256();
+            // SAFETY: the 8 value blocks of super-block b of tokens t0..t0 + N
+            // are in `qs` (t0 + N <= t_pad).
+            let x: [*const __m256i; N] = std::array::from_fn(|n| unsafe {
+                acts.qs.as_ptr().add(((t0 + n) * nb + b) * 8) as *const __m256i
+            });
+            let mut isum = [_mm256_setzero_si256(); N];
             for (j, &l) in ls.iter().enumerate() {
-                // SAFETY: bytes 8 + 16j .. 24 + 16j of the block; `Q8Block`s are 32-byte aligned.
-                let (w, xv) = unsafe {
-                    (
-                        super::simd::table_nibbles(blk.as_ptr().add(8 + 16 * j), &KVALUES),
-                        _mm256_load_si256(x.add(j)),
-                    )
-                };
-                let p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w));
-                let s = _mm256_set1_epi16(i16::from(l) - 32);
-                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, s));
+                // SAFETY: bytes 8 + 16j .. 24 + 16j of the block.
+                let w =
+                    unsafe { super::simd::table_nibbles(blk.as_ptr().add(8 + 16 * j), &KVALUES) };
+                let (wa, s) = (_mm256_sign_epi8(w, w), _mm256_set1_epi16(i16::from(l) - 32));
+                for n in 0..N {
+                    // SAFETY: as for `x`; `Q8Block`s are 32-byte aligned.
+                    let xv = unsafe { _mm256_load_si256(x[n].add(j)) };
+                    let p = _mm256_maddubs_epi16(wa, _mm256_sign_epi8(xv, w));
+                    isum[n] = _mm256_add_epi32(isum[n], _mm256_madd_epi16(p, s));
+                }
             }
-            let dx = acts.d[b * tp + t];
-            acc = (super::kquant::hsum_i32_avx2(isum) as f32).mul_add(f16_at(blk, 0) * dx, acc);
+            let d = f16_at(blk, 0);
+            if N == 1 {
+                let dx = acts.d[b * tp + t0];
+                acc[0] = (kquant::hsum_i32_avx2(isum[0]) as f32).mul_add(d * dx, acc[0]);
+            } else {
+                let dx = kquant::token_scales_avx2::<N>(acts, b, t0);
+                accv = kquant::fma_sums_avx2(&isum, d, dx, accv);
+            }
+        }
+        if N > 1 {
+            let mut lanes = [0f32; 4];
+            // SAFETY: 4 floats.
+            unsafe { _mm_storeu_ps(lanes.as_mut_ptr(), accv) };
+            acc.copy_from_slice(&lanes[..N]);
         }
         acc
     }

@@ -106,24 +106,30 @@ pub(super) trait SuperBlock {
     #[cfg(target_arch = "x86_64")]
     unsafe fn unpack_avx2(p: *const u8, c: &mut Canon);
 
-    /// One row's dot product with token `t` (AVX2), for one-token rounds:
-    /// through the canonical form unless the format has a direct kernel.
-    /// Every path gives the same integers and the same f32 sequence, so the
-    /// result is bit-identical to the tiles'.
+    /// One row's dot products with tokens `t0..t0 + N` (AVX2), for rounds
+    /// of 1 to 4 tokens: the row's super-blocks are read and unpacked once
+    /// for all `N` tokens, through the canonical form unless the format has
+    /// a direct kernel. Every path gives the same integers and the same f32
+    /// sequence, so the results are bit-identical to the tiles'.
     ///
     /// # Safety
     /// The CPU must support AVX2/FMA/F16C; `row` must point to
-    /// `acts.blocks` whole super-blocks; `t < acts.t_pad`.
+    /// `acts.blocks` whole super-blocks; `t0 + N <= acts.t_pad`.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn dot1_avx2(row: *const u8, acts: &QuantActs, t: usize, prefetch: usize) -> f32
+    unsafe fn dots_avx2<const N: usize>(
+        row: *const u8,
+        acts: &QuantActs,
+        t0: usize,
+        prefetch: usize,
+    ) -> [f32; N]
     where
         Self: Sized,
     {
-        let mut o = [[0f32; 1]; 1];
+        let mut o = [[0f32; 1]; N];
         // SAFETY: as the caller guarantees.
-        unsafe { avx2::tile::<Self, 1, 1>([row], acts, t, prefetch, &mut o) };
-        o[0][0]
+        unsafe { avx2::tile::<Self, 1, N>([row], acts, t0, prefetch, &mut o) };
+        o.map(|o| o[0])
     }
 }
 
@@ -265,7 +271,8 @@ pub(super) fn f16_bits_to_f32(h: u16) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 pub(super) use avx2::{
-    hsum_i32 as hsum_i32_avx2, set_scales as set_scales_avx2, tokens8 as tokens8_avx2,
+    fma_sums as fma_sums_avx2, hsum_i32 as hsum_i32_avx2, set_scales as set_scales_avx2,
+    token_scales as token_scales_avx2, tokens8 as tokens8_avx2,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -283,6 +290,47 @@ mod avx2 {
         let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
         let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01));
         _mm_cvtsi128_si32(s)
+    }
+
+    /// Adds, in lane `n` of `acc` (`n < N <= 4`), the sum of `sums[n]`'s
+    /// eight int32 lanes times `f * dx[n]`: one FMA per token as in the
+    /// one-token kernels, with the `N` integer sums reduced together.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in crate::matmul::kernels) fn fma_sums<const N: usize>(
+        sums: &[__m256i; N],
+        f: f32,
+        dx: __m128,
+        acc: __m128,
+    ) -> __m128 {
+        let at = |n: usize| {
+            if n < N {
+                sums[n]
+            } else {
+                _mm256_setzero_si256()
+            }
+        };
+        // per 128-bit half: [sum of lanes 0..4 of token 0, of 1, of 2, of 3]
+        let h = _mm256_hadd_epi32(
+            _mm256_hadd_epi32(at(0), at(1)),
+            _mm256_hadd_epi32(at(2), at(3)),
+        );
+        let s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+        _mm_fmadd_ps(_mm_cvtepi32_ps(s), _mm_mul_ps(_mm_set1_ps(f), dx), acc)
+    }
+
+    /// The scales `acts.d` of super-block `b` for tokens `t0..t0 + N` (N <= 4)
+    /// in lanes `0..N`, zeros above.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in crate::matmul::kernels) fn token_scales<const N: usize>(
+        acts: &QuantActs,
+        b: usize,
+        t0: usize,
+    ) -> __m128 {
+        let d = &acts.d[b * acts.t_pad + t0..][..N];
+        let at = |n: usize| if n < N { d[n] } else { 0.0 };
+        _mm_setr_ps(at(0), at(1), at(2), at(3))
     }
 
     /// Pairwise products of canonical values `w` and activations `x`, summed

@@ -244,7 +244,9 @@ fn run_kquant<K: SuperBlock>(
     acts: &mut QuantActs,
 ) {
     acts.quantize(x, n_tokens, w.cols, ActFormat::Q8K, isa);
-    if isa.has_avx2() && n_tokens >= WIDE_MIN {
+    // Only the 8-token tile reads the interleaved activations; 2-4 tokens
+    // alone run the narrow tile.
+    if isa.has_avx2() && n_tokens > gemm::NARROW {
         acts.interleave8();
     }
     let acts = &*acts;
@@ -267,16 +269,34 @@ fn run_kquant<K: SuperBlock>(
         };
         // One row at a time: a linear stream through the weights.
         let single = |r: &[usize; 1], t: usize, o: &mut [[f32; 1]; 1]| {
-            let pf = PREFETCH;
             // SAFETY: as above, with t < n_tokens.
-            o[0][0] = unsafe { K::dot1_avx2(row(r[0]).as_ptr(), acts, t, pf) };
+            o[0] = unsafe { K::dots_avx2::<1>(row(r[0]).as_ptr(), acts, t, PREFETCH) };
+        };
+        // Still one row at a time, each read once for the tile's 2-4 tokens.
+        let n = acts.n_tokens;
+        let narrow = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]; gemm::NARROW]| {
+            for (i, &r) in r.iter().enumerate() {
+                let p = row(r).as_ptr();
+                // SAFETY: as above; the narrow tile is the last one and holds
+                // the tokens t0..n (2 to 4 of them), all below t_pad.
+                let dots: &[f32] = unsafe {
+                    match n - t0 {
+                        2 => &K::dots_avx2::<2>(p, acts, t0, PREFETCH),
+                        3 => &K::dots_avx2::<3>(p, acts, t0, PREFETCH),
+                        _ => &K::dots_avx2::<4>(p, acts, t0, PREFETCH),
+                    }
+                };
+                for (o, &v) in o.iter_mut().zip(dots) {
+                    o[i] = v;
+                }
+            }
         };
         return gemm::drive(
             shape,
             y,
             gemm::Tiles {
                 tile: &tile,
-                narrow: None,
+                narrow: Some(&narrow),
                 single: &single,
                 wide_min: WIDE_MIN,
             },

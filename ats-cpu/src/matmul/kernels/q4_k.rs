@@ -4,7 +4,9 @@
 
 use super::kquant::{Canon, SuperBlock, set_k4_scales};
 #[cfg(target_arch = "x86_64")]
-use super::kquant::{hsum_i32_avx2, k4_scale_words, set_k4_scales_avx2};
+use super::kquant::{
+    fma_sums_avx2, hsum_i32_avx2, k4_scale_words, set_k4_scales_avx2, token_scales_avx2,
+};
 #[cfg(target_arch = "x86_64")]
 use crate::matmul::acts::QuantActs;
 
@@ -30,16 +32,25 @@ impl SuperBlock for Q4K {
     /// Without the canonical form: the nibbles meet the activations in
     /// registers and each sub-block's scale is broadcast (the canonical path
     /// stores 256 values and 16 scale vectors per block, which made Q4_K the
-    /// slowest format per byte: 4.4 GiB/s a core against 7.7 for Q6_K).
+    /// slowest format per byte: 4.4 GiB/s a core against 7.7 for Q6_K). A
+    /// block's nibbles, scales and mins are decoded once for all `N` tokens.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn dot1_avx2(row: *const u8, acts: &QuantActs, t: usize, prefetch: usize) -> f32 {
+    unsafe fn dots_avx2<const N: usize>(
+        row: *const u8,
+        acts: &QuantActs,
+        t0: usize,
+        prefetch: usize,
+    ) -> [f32; N] {
         use std::arch::x86_64::*;
         let (nb, tp) = (acts.blocks, acts.t_pad);
+        debug_assert!(t0 + N <= tp);
         let m4 = _mm256_set1_epi8(0x0f);
         // each min covers two groups of 16 (the block sums' granularity)
         let dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-        let mut acc = 0f32;
+        let mut acc = [0f32; N];
+        // N > 1: the accumulators as lanes of one vector
+        let mut accv = _mm_setzero_ps();
         for b in 0..nb {
             // SAFETY: super-block b is inside the row (caller).
             let blk = unsafe { std::slice::from_raw_parts(row.add(b * Self::BYTES), Self::BYTES) };
@@ -63,37 +74,61 @@ impl SuperBlock for Q4K {
             let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_shuffle_ps(dd, dd, 1)));
             let [sc_lo, sc_hi, mn_lo, mn_hi] = k4_scale_words(a0, a1, a2);
             let sc = (u64::from(sc_hi) << 32) | u64::from(sc_lo);
-            // SAFETY: token t's 8 value blocks of super-block b are in `qs` (t < t_pad).
-            let x = unsafe { acts.qs.as_ptr().add((t * nb + b) * 8) } as *const __m256i;
-            let mut isum = _mm256_setzero_si256();
+            // SAFETY: the 8 value blocks of super-block b of tokens t0..t0 + N
+            // are in `qs` (t0 + N <= t_pad).
+            let x: [*const __m256i; N] = std::array::from_fn(|n| unsafe {
+                acts.qs.as_ptr().add(((t0 + n) * nb + b) * 8) as *const __m256i
+            });
+            let mut isum = [_mm256_setzero_si256(); N];
             for j in 0..4 {
                 let s_lo = _mm256_set1_epi16(((sc >> (16 * j)) & 0xff) as i16);
                 let s_hi = _mm256_set1_epi16(((sc >> (16 * j + 8)) & 0xff) as i16);
-                // SAFETY: bytes 16 + 32j .. 48 + 32j of the block; `Q8Block`s are 32-byte aligned.
-                let (v, x_lo, x_hi) = unsafe {
-                    (
-                        _mm256_loadu_si256(blk.as_ptr().add(16 + 32 * j) as *const __m256i),
-                        _mm256_load_si256(x.add(2 * j)),
-                        _mm256_load_si256(x.add(2 * j + 1)),
-                    )
-                };
-                let lo = _mm256_maddubs_epi16(_mm256_and_si256(v, m4), x_lo);
-                let hi = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), x_hi);
-                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(lo, s_lo));
-                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(hi, s_hi));
+                // SAFETY: bytes 16 + 32j .. 48 + 32j of the block.
+                let v =
+                    unsafe { _mm256_loadu_si256(blk.as_ptr().add(16 + 32 * j) as *const __m256i) };
+                let (lo, hi) = (
+                    _mm256_and_si256(v, m4),
+                    _mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
+                );
+                for n in 0..N {
+                    // SAFETY: as for `x`; `Q8Block`s are 32-byte aligned.
+                    let (x_lo, x_hi) = unsafe {
+                        (
+                            _mm256_load_si256(x[n].add(2 * j)),
+                            _mm256_load_si256(x[n].add(2 * j + 1)),
+                        )
+                    };
+                    let plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x_lo), s_lo);
+                    let phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x_hi), s_hi);
+                    isum[n] = _mm256_add_epi32(isum[n], _mm256_add_epi32(plo, phi));
+                }
             }
             let mn = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(
                 _mm_set_epi32(0, 0, mn_hi as i32, mn_lo as i32),
                 dup,
             ));
-            // SAFETY: the 16 block sums of (t, b) exist (t < t_pad); 32 bytes.
-            let bs = unsafe {
-                _mm256_loadu_si256(acts.bsums.as_ptr().add(t * nb + b) as *const __m256i)
-            };
-            let msum = _mm256_madd_epi16(mn, bs);
-            let dx = acts.d[b * tp + t];
-            acc = (hsum_i32_avx2(isum) as f32).mul_add(d * dx, acc);
-            acc = (hsum_i32_avx2(msum) as f32).mul_add(-dmin * dx, acc);
+            let msum: [__m256i; N] = std::array::from_fn(|n| {
+                // SAFETY: the 16 block sums of (t0 + n, b) exist (< t_pad); 32 bytes.
+                let bs = unsafe {
+                    _mm256_loadu_si256(acts.bsums.as_ptr().add((t0 + n) * nb + b) as *const __m256i)
+                };
+                _mm256_madd_epi16(mn, bs)
+            });
+            if N == 1 {
+                let dx = acts.d[b * tp + t0];
+                acc[0] = (hsum_i32_avx2(isum[0]) as f32).mul_add(d * dx, acc[0]);
+                acc[0] = (hsum_i32_avx2(msum[0]) as f32).mul_add(-dmin * dx, acc[0]);
+            } else {
+                let dx = token_scales_avx2::<N>(acts, b, t0);
+                accv = fma_sums_avx2(&isum, d, dx, accv);
+                accv = fma_sums_avx2(&msum, -dmin, dx, accv);
+            }
+        }
+        if N > 1 {
+            let mut lanes = [0f32; 4];
+            // SAFETY: 4 floats.
+            unsafe { _mm_storeu_ps(lanes.as_mut_ptr(), accv) };
+            acc.copy_from_slice(&lanes[..N]);
         }
         acc
     }
