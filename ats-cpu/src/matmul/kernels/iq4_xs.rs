@@ -8,6 +8,8 @@
 use ats_core::quant::iq4_nl::KVALUES;
 use ats_core::quant::iq4_xs::unpack_scales;
 
+#[cfg(target_arch = "x86_64")]
+use super::kquant::TokenAccsAvx2;
 use super::kquant::{self, Canon, SuperBlock, f16_at};
 #[cfg(target_arch = "x86_64")]
 use crate::matmul::acts::QuantActs;
@@ -81,8 +83,8 @@ impl SuperBlock for Iq4Xs {
         let (nb, tp) = (acts.blocks, acts.t_pad);
         debug_assert!(t0 + N <= tp);
         let mut acc = [0f32; N];
-        // N > 1: the accumulators as lanes of one vector
-        let mut accv = _mm_setzero_ps();
+        // N > 1: the accumulators as vector lanes
+        let mut accs = TokenAccsAvx2::<N>::new();
         for b in 0..nb {
             // SAFETY: super-block b is inside the row (caller).
             let blk = unsafe { std::slice::from_raw_parts(row.add(b * Self::BYTES), Self::BYTES) };
@@ -118,16 +120,10 @@ impl SuperBlock for Iq4Xs {
                 let dx = acts.d[b * tp + t0];
                 acc[0] = (kquant::hsum_i32_avx2(isum[0]) as f32).mul_add(d * dx, acc[0]);
             } else {
-                let dx = kquant::token_scales_avx2::<N>(acts, b, t0);
-                accv = kquant::fma_sums_avx2(&isum, d, dx, accv);
+                let dx = TokenAccsAvx2::<N>::scales(acts, b, t0);
+                accs.fma(&isum, d, &dx);
             }
         }
-        if N > 1 {
-            let mut lanes = [0f32; 4];
-            // SAFETY: 4 floats.
-            unsafe { _mm_storeu_ps(lanes.as_mut_ptr(), accv) };
-            acc.copy_from_slice(&lanes[..N]);
-        }
-        acc
+        if N > 1 { accs.lanes() } else { acc }
     }
 }

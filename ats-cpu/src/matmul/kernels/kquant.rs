@@ -106,8 +106,8 @@ pub(super) trait SuperBlock {
     #[cfg(target_arch = "x86_64")]
     unsafe fn unpack_avx2(p: *const u8, c: &mut Canon);
 
-    /// One row's dot products with tokens `t0..t0 + N` (AVX2), for rounds
-    /// of 1 to 4 tokens: the row's super-blocks are read and unpacked once
+    /// One row's dot products with tokens `t0..t0 + N` (AVX2, `N <= 8`), for
+    /// rounds of 1 to 8 tokens: the row's super-blocks are read and unpacked once
     /// for all `N` tokens, through the canonical form unless the format has
     /// a direct kernel. Every path gives the same integers and the same f32
     /// sequence, so the results are bit-identical to the tiles'.
@@ -271,8 +271,8 @@ pub(super) fn f16_bits_to_f32(h: u16) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 pub(super) use avx2::{
-    fma_sums as fma_sums_avx2, hsum_i32 as hsum_i32_avx2, set_scales as set_scales_avx2,
-    token_scales as token_scales_avx2, tokens8 as tokens8_avx2,
+    TokenAccs as TokenAccsAvx2, hsum_i32 as hsum_i32_avx2, set_scales as set_scales_avx2,
+    tokens8 as tokens8_avx2,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -292,45 +292,79 @@ mod avx2 {
         _mm_cvtsi128_si32(s)
     }
 
-    /// Adds, in lane `n` of `acc` (`n < N <= 4`), the sum of `sums[n]`'s
-    /// eight int32 lanes times `f * dx[n]`: one FMA per token as in the
-    /// one-token kernels, with the `N` integer sums reduced together.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(in crate::matmul::kernels) fn fma_sums<const N: usize>(
-        sums: &[__m256i; N],
-        f: f32,
-        dx: __m128,
-        acc: __m128,
-    ) -> __m128 {
-        let at = |n: usize| {
-            if n < N {
-                sums[n]
-            } else {
-                _mm256_setzero_si256()
-            }
-        };
-        // per 128-bit half: [sum of lanes 0..4 of token 0, of 1, of 2, of 3]
-        let h = _mm256_hadd_epi32(
-            _mm256_hadd_epi32(at(0), at(1)),
-            _mm256_hadd_epi32(at(2), at(3)),
-        );
-        let s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-        _mm_fmadd_ps(_mm_cvtepi32_ps(s), _mm_mul_ps(_mm_set1_ps(f), dx), acc)
-    }
+    /// The f32 accumulators of one row's dot products with `N <= 8` tokens,
+    /// four tokens to a vector: each super-block adds its integer sums with
+    /// one FMA per token, as in the one-token kernels, but the `N` sums are
+    /// reduced together.
+    pub(in crate::matmul::kernels) struct TokenAccs<const N: usize>([__m128; 2]);
 
-    /// The scales `acts.d` of super-block `b` for tokens `t0..t0 + N` (N <= 4)
-    /// in lanes `0..N`, zeros above.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(in crate::matmul::kernels) fn token_scales<const N: usize>(
-        acts: &QuantActs,
-        b: usize,
-        t0: usize,
-    ) -> __m128 {
-        let d = &acts.d[b * acts.t_pad + t0..][..N];
-        let at = |n: usize| if n < N { d[n] } else { 0.0 };
-        _mm_setr_ps(at(0), at(1), at(2), at(3))
+    impl<const N: usize> TokenAccs<N> {
+        /// All zero.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(in crate::matmul::kernels) fn new() -> Self {
+            debug_assert!(N <= 8);
+            TokenAccs([_mm_setzero_ps(); 2])
+        }
+
+        /// The scales `acts.d` of super-block `b` for tokens `t0..t0 + N`,
+        /// as [`Self::fma`] takes them.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(in crate::matmul::kernels) fn scales(
+            acts: &QuantActs,
+            b: usize,
+            t0: usize,
+        ) -> [__m128; 2] {
+            let d = &acts.d[b * acts.t_pad + t0..][..N];
+            let at = |n: usize| if n < N { d[n] } else { 0.0 };
+            [
+                _mm_setr_ps(at(0), at(1), at(2), at(3)),
+                _mm_setr_ps(at(4), at(5), at(6), at(7)),
+            ]
+        }
+
+        /// Adds to token `n`'s accumulator the sum of the eight int32 lanes of
+        /// `sums[n]` times `f * dx[n]`.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(in crate::matmul::kernels) fn fma(
+            &mut self,
+            sums: &[__m256i; N],
+            f: f32,
+            dx: &[__m128; 2],
+        ) {
+            let at = |n: usize| {
+                if n < N {
+                    sums[n]
+                } else {
+                    _mm256_setzero_si256()
+                }
+            };
+            for g in 0..N.div_ceil(4) {
+                // per 128-bit half: [sum of 4 lanes of token 4g, of 4g + 1, ...]
+                let h = _mm256_hadd_epi32(
+                    _mm256_hadd_epi32(at(4 * g), at(4 * g + 1)),
+                    _mm256_hadd_epi32(at(4 * g + 2), at(4 * g + 3)),
+                );
+                let s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+                let fx = _mm_mul_ps(_mm_set1_ps(f), dx[g]);
+                self.0[g] = _mm_fmadd_ps(_mm_cvtepi32_ps(s), fx, self.0[g]);
+            }
+        }
+
+        /// The accumulated dot products.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(in crate::matmul::kernels) fn lanes(&self) -> [f32; N] {
+            let mut all = [0f32; 8];
+            // SAFETY: 8 floats, two stores of 4.
+            unsafe {
+                _mm_storeu_ps(all.as_mut_ptr(), self.0[0]);
+                _mm_storeu_ps(all.as_mut_ptr().add(4), self.0[1]);
+            }
+            std::array::from_fn(|n| all[n])
+        }
     }
 
     /// Pairwise products of canonical values `w` and activations `x`, summed

@@ -235,6 +235,42 @@ fn run_legacy<B: LegacyBlock>(
     gemm::drive_dots(shape, y, &dot)
 }
 
+/// Most tokens of a K-quant round that runs row by row (each row read and
+/// decoded once for all of them) rather than in 8-token tiles.
+const KQ_DIRECT_MAX: usize = 8;
+
+/// One K-quant row's dot products with tokens `t0..t0 + width` (1 to 8), in
+/// the leading lanes.
+///
+/// # Safety
+/// The CPU must support AVX2/FMA/F16C; `p` must point to `acts.blocks`
+/// whole super-blocks; `t0 + width <= acts.t_pad`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn kquant_dots<K: SuperBlock>(
+    p: *const u8,
+    acts: &QuantActs,
+    t0: usize,
+    width: usize,
+) -> [f32; 8] {
+    fn pad<const N: usize>(d: [f32; N]) -> [f32; 8] {
+        std::array::from_fn(|i| if i < N { d[i] } else { 0.0 })
+    }
+    // SAFETY: as the caller guarantees.
+    unsafe {
+        match width {
+            1 => pad(K::dots_avx2::<1>(p, acts, t0, PREFETCH)),
+            2 => pad(K::dots_avx2::<2>(p, acts, t0, PREFETCH)),
+            3 => pad(K::dots_avx2::<3>(p, acts, t0, PREFETCH)),
+            4 => pad(K::dots_avx2::<4>(p, acts, t0, PREFETCH)),
+            5 => pad(K::dots_avx2::<5>(p, acts, t0, PREFETCH)),
+            6 => pad(K::dots_avx2::<6>(p, acts, t0, PREFETCH)),
+            7 => pad(K::dots_avx2::<7>(p, acts, t0, PREFETCH)),
+            _ => K::dots_avx2::<8>(p, acts, t0, PREFETCH),
+        }
+    }
+}
+
 fn run_kquant<K: SuperBlock>(
     w: &WeightMatrix<'_>,
     x: &[f32],
@@ -244,9 +280,9 @@ fn run_kquant<K: SuperBlock>(
     acts: &mut QuantActs,
 ) {
     acts.quantize(x, n_tokens, w.cols, ActFormat::Q8K, isa);
-    // Only the 8-token tile reads the interleaved activations; 2-4 tokens
-    // alone run the narrow tile.
-    if isa.has_avx2() && n_tokens > gemm::NARROW {
+    // Only the 8-token tile reads the interleaved activations; rounds of up
+    // to `KQ_DIRECT_MAX` tokens run row by row.
+    if isa.has_avx2() && n_tokens > KQ_DIRECT_MAX {
         acts.interleave8();
     }
     let acts = &*acts;
@@ -260,7 +296,22 @@ fn run_kquant<K: SuperBlock>(
     #[cfg(target_arch = "x86_64")]
     if isa.has_avx2() {
         let pf8 = tile_prefetch(acts.n_tokens);
+        let n = acts.n_tokens;
+        // Row by row, each row read and decoded once for the tile's tokens.
+        let rows_direct = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]]| {
+            for (i, &r) in r.iter().enumerate() {
+                // SAFETY: `isa` is available; the row holds `acts.blocks`
+                // whole super-blocks; tokens t0..n are below t_pad.
+                let dots = unsafe { kquant_dots::<K>(row(r).as_ptr(), acts, t0, n - t0) };
+                for (o, &v) in o.iter_mut().zip(&dots) {
+                    o[i] = v;
+                }
+            }
+        };
         let tile = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]; 8]| {
+            if n <= KQ_DIRECT_MAX {
+                return rows_direct(r, t0, o);
+            }
             // SAFETY: `isa` is available; each row holds `acts.blocks` whole
             // super-blocks; the driver passes t0 multiple of 8 with
             // t0 + 8 <= t_pad, and the interleaved activations are built
@@ -272,25 +323,9 @@ fn run_kquant<K: SuperBlock>(
             // SAFETY: as above, with t < n_tokens.
             o[0] = unsafe { K::dots_avx2::<1>(row(r[0]).as_ptr(), acts, t, PREFETCH) };
         };
-        // Still one row at a time, each read once for the tile's 2-4 tokens.
-        let n = acts.n_tokens;
-        let narrow = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]; gemm::NARROW]| {
-            for (i, &r) in r.iter().enumerate() {
-                let p = row(r).as_ptr();
-                // SAFETY: as above; the narrow tile is the last one and holds
-                // the tokens t0..n (2 to 4 of them), all below t_pad.
-                let dots: &[f32] = unsafe {
-                    match n - t0 {
-                        2 => &K::dots_avx2::<2>(p, acts, t0, PREFETCH),
-                        3 => &K::dots_avx2::<3>(p, acts, t0, PREFETCH),
-                        _ => &K::dots_avx2::<4>(p, acts, t0, PREFETCH),
-                    }
-                };
-                for (o, &v) in o.iter_mut().zip(dots) {
-                    o[i] = v;
-                }
-            }
-        };
+        // The last tile of 2-4 tokens.
+        let narrow =
+            |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]; gemm::NARROW]| rows_direct(r, t0, o);
         return gemm::drive(
             shape,
             y,

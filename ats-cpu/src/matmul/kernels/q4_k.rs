@@ -4,9 +4,7 @@
 
 use super::kquant::{Canon, SuperBlock, set_k4_scales};
 #[cfg(target_arch = "x86_64")]
-use super::kquant::{
-    fma_sums_avx2, hsum_i32_avx2, k4_scale_words, set_k4_scales_avx2, token_scales_avx2,
-};
+use super::kquant::{TokenAccsAvx2, hsum_i32_avx2, k4_scale_words, set_k4_scales_avx2};
 #[cfg(target_arch = "x86_64")]
 use crate::matmul::acts::QuantActs;
 
@@ -49,8 +47,8 @@ impl SuperBlock for Q4K {
         // each min covers two groups of 16 (the block sums' granularity)
         let dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
         let mut acc = [0f32; N];
-        // N > 1: the accumulators as lanes of one vector
-        let mut accv = _mm_setzero_ps();
+        // N > 1: the accumulators as vector lanes
+        let mut accs = TokenAccsAvx2::<N>::new();
         for b in 0..nb {
             // SAFETY: super-block b is inside the row (caller).
             let blk = unsafe { std::slice::from_raw_parts(row.add(b * Self::BYTES), Self::BYTES) };
@@ -119,18 +117,12 @@ impl SuperBlock for Q4K {
                 acc[0] = (hsum_i32_avx2(isum[0]) as f32).mul_add(d * dx, acc[0]);
                 acc[0] = (hsum_i32_avx2(msum[0]) as f32).mul_add(-dmin * dx, acc[0]);
             } else {
-                let dx = token_scales_avx2::<N>(acts, b, t0);
-                accv = fma_sums_avx2(&isum, d, dx, accv);
-                accv = fma_sums_avx2(&msum, -dmin, dx, accv);
+                let dx = TokenAccsAvx2::<N>::scales(acts, b, t0);
+                accs.fma(&isum, d, &dx);
+                accs.fma(&msum, -dmin, &dx);
             }
         }
-        if N > 1 {
-            let mut lanes = [0f32; 4];
-            // SAFETY: 4 floats.
-            unsafe { _mm_storeu_ps(lanes.as_mut_ptr(), accv) };
-            acc.copy_from_slice(&lanes[..N]);
-        }
-        acc
+        if N > 1 { accs.lanes() } else { acc }
     }
 
     #[cfg(target_arch = "x86_64")]

@@ -14,7 +14,7 @@ use ats_core::dtype::ALL_DTYPES;
 use super::{Isa, MatmulError, WeightMatrix, matmul};
 use reference::{dequantize, expect, quantize_acts};
 
-const TOKENS: [usize; 8] = [1, 2, 3, 4, 7, 12, 16, 64];
+const TOKENS: [usize; 9] = [1, 2, 3, 4, 7, 8, 12, 16, 64];
 /// Not multiples of any tile height (2, 3, 4).
 const ROWS: [usize; 3] = [1, 5, 13];
 
