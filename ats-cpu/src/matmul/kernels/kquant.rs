@@ -341,15 +341,16 @@ mod avx2 {
                     _mm256_setzero_si256()
                 }
             };
-            for g in 0..N.div_ceil(4) {
+            let groups = self.0.iter_mut().zip(dx).enumerate().take(N.div_ceil(4));
+            for (g, (acc, dx)) in groups {
                 // per 128-bit half: [sum of 4 lanes of token 4g, of 4g + 1, ...]
                 let h = _mm256_hadd_epi32(
                     _mm256_hadd_epi32(at(4 * g), at(4 * g + 1)),
                     _mm256_hadd_epi32(at(4 * g + 2), at(4 * g + 3)),
                 );
                 let s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-                let fx = _mm_mul_ps(_mm_set1_ps(f), dx[g]);
-                self.0[g] = _mm_fmadd_ps(_mm_cvtepi32_ps(s), fx, self.0[g]);
+                let fx = _mm_mul_ps(_mm_set1_ps(f), *dx);
+                *acc = _mm_fmadd_ps(_mm_cvtepi32_ps(s), fx, *acc);
             }
         }
 
