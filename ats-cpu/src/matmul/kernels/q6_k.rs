@@ -4,6 +4,10 @@
 //! scales 192..208, d 208).
 
 use super::kquant::{Canon, SuperBlock, f16_at};
+#[cfg(target_arch = "x86_64")]
+use super::kquant::{TokenAccsAvx2, hsum_i32_avx2, set_scales_avx2};
+#[cfg(target_arch = "x86_64")]
+use crate::matmul::acts::QuantActs;
 
 /// The Q6_K super-block format.
 pub(super) struct Q6K;
@@ -77,5 +81,100 @@ impl SuperBlock for Q6K {
                 unsafe { _mm256_store_si256(out.add(4 * n + r), q) };
             }
         }
+    }
+
+    /// Without storing the values: each run of 32 six-bit values is built
+    /// in a register and meets all `N` tokens' activations there (the
+    /// canonical path stores the block, then reloads it once per token).
+    /// Integer sums and FMAs are the canonical path's.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dots_avx2<const N: usize>(
+        row: *const u8,
+        acts: &QuantActs,
+        t0: usize,
+        prefetch: usize,
+    ) -> [f32; N] {
+        use std::arch::x86_64::*;
+        let (nb, tp) = (acts.blocks, acts.t_pad);
+        debug_assert!(t0 + N <= tp);
+        let (m, three) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(3));
+        // only the scale vectors are used
+        let mut c = Canon::default();
+        let mut acc = [0f32; N];
+        // N > 1: the accumulators as vector lanes
+        let mut accs = TokenAccsAvx2::<N>::new();
+        for b in 0..nb {
+            // SAFETY: super-block b is inside the row (caller).
+            let p = unsafe { row.add(b * Self::BYTES) };
+            if prefetch != 0 {
+                // Hints only: the addresses may lie past the matrix (never read).
+                for l in (0..Self::BYTES).step_by(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(prefetch + l) as *const i8);
+                }
+            }
+            // SAFETY: the 16 scales at 192..208 of the block.
+            let sc = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(p.add(192) as *const __m128i) });
+            let mn = _mm256_slli_epi16(sc, 5);
+            set_scales_avx2(&mut c, sc, mn);
+            // SAFETY: as above.
+            let d = f16_at(unsafe { std::slice::from_raw_parts(p, Self::BYTES) }, 208);
+            // SAFETY: the 8 value blocks of super-block b of tokens t0..t0 + N
+            // are in `qs` (t0 + N <= t_pad).
+            let x: [*const __m256i; N] = std::array::from_fn(|t| unsafe {
+                acts.qs.as_ptr().add(((t0 + t) * nb + b) * 8) as *const __m256i
+            });
+            let mut isum = [_mm256_setzero_si256(); N];
+            for n in 0..2 {
+                // SAFETY: nibble bytes 64n..64n + 64 and high bytes 128 + 32n ..
+                // 160 + 32n are inside the block.
+                let (ql0, ql1, qh) = unsafe {
+                    (
+                        _mm256_loadu_si256(p.add(64 * n) as *const __m256i),
+                        _mm256_loadu_si256(p.add(64 * n + 32) as *const __m256i),
+                        _mm256_loadu_si256(p.add(128 + 32 * n) as *const __m256i),
+                    )
+                };
+                for r in 0..4 {
+                    let ql = if r % 2 == 0 { ql0 } else { ql1 };
+                    let lo = if r < 2 {
+                        _mm256_and_si256(ql, m)
+                    } else {
+                        _mm256_and_si256(_mm256_srli_epi16(ql, 4), m)
+                    };
+                    let hi = _mm256_and_si256(
+                        _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * r as i32)),
+                        three,
+                    );
+                    let q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+                    let v = 4 * n + r;
+                    // SAFETY: `scx` is 32-byte aligned (Canon); v < 8.
+                    let s = unsafe { _mm256_load_si256(c.scx[v].as_ptr() as *const __m256i) };
+                    for (isum, x) in isum.iter_mut().zip(&x) {
+                        // SAFETY: as for `x`; `Q8Block`s are 32-byte aligned.
+                        let xv = unsafe { _mm256_load_si256(x.add(v)) };
+                        let prod = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), s);
+                        *isum = _mm256_add_epi32(*isum, prod);
+                    }
+                }
+            }
+            let msum: [__m256i; N] = std::array::from_fn(|t| {
+                // SAFETY: the 16 block sums of (t0 + t, b) exist (< t_pad); 32 bytes.
+                let bs = unsafe {
+                    _mm256_loadu_si256(acts.bsums.as_ptr().add((t0 + t) * nb + b) as *const __m256i)
+                };
+                _mm256_madd_epi16(mn, bs)
+            });
+            if N == 1 {
+                let dx = acts.d[b * tp + t0];
+                acc[0] = (hsum_i32_avx2(isum[0]) as f32).mul_add(d * dx, acc[0]);
+                acc[0] = (hsum_i32_avx2(msum[0]) as f32).mul_add(-d * dx, acc[0]);
+            } else {
+                let dx = TokenAccsAvx2::<N>::scales(acts, b, t0);
+                accs.fma(&isum, d, &dx);
+                accs.fma(&msum, -d, &dx);
+            }
+        }
+        if N > 1 { accs.lanes() } else { acc }
     }
 }
