@@ -6,6 +6,8 @@
 #[cfg(target_arch = "x86_64")]
 use super::kquant::set_k4_scales_avx2;
 use super::kquant::{Canon, SuperBlock, set_k4_scales};
+#[cfg(target_arch = "x86_64")]
+use crate::matmul::acts::QuantActs;
 
 /// The Q5_K super-block format.
 pub(super) struct Q5K;
@@ -53,5 +55,18 @@ impl SuperBlock for Q5K {
                 _mm256_store_si256(out.add(2 * j + 1), hi);
             }
         }
+    }
+
+    /// Without the canonical form: see [`super::q4_k::k4_dots_avx2`].
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dots_avx2<const N: usize>(
+        row: *const u8,
+        acts: &QuantActs,
+        t0: usize,
+        prefetch: usize,
+    ) -> [f32; N] {
+        // SAFETY: as the caller guarantees.
+        unsafe { super::q4_k::k4_dots_avx2::<N, true>(row, acts, t0, prefetch) }
     }
 }
