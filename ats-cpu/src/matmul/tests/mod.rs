@@ -169,6 +169,33 @@ fn thread_counts_and_batch_sizes_give_identical_bits() {
 }
 
 #[test]
+fn k_quant_prefill_tiles_match_the_row_by_row_path() {
+    // Past 128 tokens the K-quants run the broadcast 8-token tiles; up to
+    // it, row by row. Both must give each token the bits it gets alone.
+    let (rows, cols, n) = (13, 512, 136);
+    for dtype in ALL_DTYPES.into_iter().filter(|d| d.block_size() == 256) {
+        let mut r = random::rng(5);
+        let data = random::weights(dtype, rows, cols, &mut r);
+        let x = random::activations(n * cols, &mut r);
+        let w = WeightMatrix::new(dtype, rows, cols, &data).unwrap();
+        for isa in Isa::available() {
+            let all = run_in_pool(&w, &x, n, isa, 2);
+            for t in [0, 7, 8, 100, 129, n - 1] {
+                let alone = run_in_pool(&w, &x[t * cols..], 1, isa, 1);
+                let same = alone
+                    .iter()
+                    .zip(&all[t * rows..])
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(
+                    same,
+                    "{dtype} {isa}: token {t} of {n} differs from the token alone"
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn bad_inputs_are_errors() {
     let data = vec![0u8; 2 * 20];
     let e = WeightMatrix::new(DType::Q4_1, 2, 33, &data).unwrap_err();
