@@ -8,9 +8,9 @@
 use ats_core::quant::iq4_nl::KVALUES;
 use ats_core::quant::iq4_xs::unpack_scales;
 
+use super::kquant::{Canon, SuperBlock, f16_at};
 #[cfg(target_arch = "x86_64")]
-use super::kquant::TokenAccsAvx2;
-use super::kquant::{self, Canon, SuperBlock, f16_at};
+use super::kquant::{TokenAccsAvx2, prefetch_block_avx2};
 #[cfg(target_arch = "x86_64")]
 use crate::matmul::acts::QuantActs;
 
@@ -80,22 +80,13 @@ impl SuperBlock for Iq4Xs {
         prefetch: usize,
     ) -> [f32; N] {
         use std::arch::x86_64::*;
-        let (nb, tp) = (acts.blocks, acts.t_pad);
-        debug_assert!(t0 + N <= tp);
-        let mut acc = [0f32; N];
-        // N > 1: the accumulators as vector lanes
+        let nb = acts.blocks;
+        debug_assert!(t0 + N <= acts.t_pad);
         let mut accs = TokenAccsAvx2::<N>::new();
         for b in 0..nb {
             // SAFETY: super-block b is inside the row (caller).
             let blk = unsafe { std::slice::from_raw_parts(row.add(b * Self::BYTES), Self::BYTES) };
-            if prefetch != 0 {
-                // Hints only: the addresses may lie past the matrix (never read).
-                for l in (0..Self::BYTES).step_by(64) {
-                    _mm_prefetch::<_MM_HINT_T0>(
-                        blk.as_ptr().wrapping_add(prefetch + l) as *const i8
-                    );
-                }
-            }
+            prefetch_block_avx2(blk.as_ptr(), Self::BYTES, prefetch);
             let ls = unpack_scales(blk);
             // SAFETY: the 8 value blocks of super-block b of tokens t0..t0 + N
             // are in `qs` (t0 + N <= t_pad).
@@ -115,15 +106,8 @@ impl SuperBlock for Iq4Xs {
                     isum[n] = _mm256_add_epi32(isum[n], _mm256_madd_epi16(p, s));
                 }
             }
-            let d = f16_at(blk, 0);
-            if N == 1 {
-                let dx = acts.d[b * tp + t0];
-                acc[0] = (kquant::hsum_i32_avx2(isum[0]) as f32).mul_add(d * dx, acc[0]);
-            } else {
-                let dx = TokenAccsAvx2::<N>::scales(acts, b, t0);
-                accs.fma(&isum, d, &dx);
-            }
+            accs.add_block(&isum, None, f16_at(blk, 0), acts, b, t0);
         }
-        if N > 1 { accs.lanes() } else { acc }
+        accs.finish()
     }
 }

@@ -271,8 +271,8 @@ pub(super) fn f16_bits_to_f32(h: u16) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 pub(super) use avx2::{
-    TokenAccs as TokenAccsAvx2, hsum_i32 as hsum_i32_avx2, set_scales as set_scales_avx2,
-    tokens8 as tokens8_avx2,
+    TokenAccs as TokenAccsAvx2, min_sums as min_sums_avx2, prefetch_block as prefetch_block_avx2,
+    set_scales as set_scales_avx2, tokens8 as tokens8_avx2,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -292,48 +292,68 @@ mod avx2 {
         _mm_cvtsi128_si32(s)
     }
 
-    /// The f32 accumulators of one row's dot products with `N <= 8` tokens,
-    /// four tokens to a vector: each super-block adds its integer sums with
-    /// one FMA per token, as in the one-token kernels, but the `N` sums are
-    /// reduced together.
-    pub(in crate::matmul::kernels) struct TokenAccs<const N: usize>([__m128; 2]);
+    /// The f32 accumulators of one row's dot products with `N <= 8` tokens:
+    /// each super-block adds its integer sums with one FMA per token (and
+    /// one more for the mins), the f32 sequence of every K-quant kernel. One
+    /// token keeps a scalar; more keep four tokens to a vector and reduce
+    /// their `N` integer sums together.
+    pub(in crate::matmul::kernels) struct TokenAccs<const N: usize> {
+        one: f32,
+        lanes: [__m128; 2],
+    }
 
     impl<const N: usize> TokenAccs<N> {
         /// All zero.
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
         pub(in crate::matmul::kernels) fn new() -> Self {
-            debug_assert!(N <= 8);
-            TokenAccs([_mm_setzero_ps(); 2])
+            debug_assert!((1..=8).contains(&N));
+            TokenAccs {
+                one: 0.0,
+                lanes: [_mm_setzero_ps(); 2],
+            }
         }
 
-        /// The scales `acts.d` of super-block `b` for tokens `t0..t0 + N`,
-        /// as [`Self::fma`] takes them.
+        /// Adds super-block `b`'s sums for tokens `t0..t0 + N`: token `n`'s
+        /// accumulator gets `isum[n] * (d * dx)`, then `msum[n] * (-dmin *
+        /// dx)` if the format has mins (`dx` the token's scale, each sum
+        /// that of its eight int32 lanes).
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
-        pub(in crate::matmul::kernels) fn scales(
+        #[allow(clippy::too_many_arguments)]
+        pub(in crate::matmul::kernels) fn add_block(
+            &mut self,
+            isum: &[__m256i; N],
+            mins: Option<(&[__m256i; N], f32)>,
+            d: f32,
             acts: &QuantActs,
             b: usize,
             t0: usize,
-        ) -> [__m128; 2] {
-            let d = &acts.d[b * acts.t_pad + t0..][..N];
-            let at = |n: usize| if n < N { d[n] } else { 0.0 };
-            [
+        ) {
+            let dx = &acts.d[b * acts.t_pad + t0..][..N];
+            if N == 1 {
+                self.one = (hsum_i32(isum[0]) as f32).mul_add(d * dx[0], self.one);
+                if let Some((msum, dmin)) = mins {
+                    self.one = (hsum_i32(msum[0]) as f32).mul_add(-dmin * dx[0], self.one);
+                }
+                return;
+            }
+            let at = |n: usize| if n < N { dx[n] } else { 0.0 };
+            let dx = [
                 _mm_setr_ps(at(0), at(1), at(2), at(3)),
                 _mm_setr_ps(at(4), at(5), at(6), at(7)),
-            ]
+            ];
+            self.fma(isum, d, &dx);
+            if let Some((msum, dmin)) = mins {
+                self.fma(msum, -dmin, &dx);
+            }
         }
 
-        /// Adds to token `n`'s accumulator the sum of the eight int32 lanes of
+        /// Adds to token `n`'s lane the sum of the eight int32 lanes of
         /// `sums[n]` times `f * dx[n]`.
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
-        pub(in crate::matmul::kernels) fn fma(
-            &mut self,
-            sums: &[__m256i; N],
-            f: f32,
-            dx: &[__m128; 2],
-        ) {
+        fn fma(&mut self, sums: &[__m256i; N], f: f32, dx: &[__m128; 2]) {
             let at = |n: usize| {
                 if n < N {
                     sums[n]
@@ -341,7 +361,12 @@ mod avx2 {
                     _mm256_setzero_si256()
                 }
             };
-            let groups = self.0.iter_mut().zip(dx).enumerate().take(N.div_ceil(4));
+            let groups = self
+                .lanes
+                .iter_mut()
+                .zip(dx)
+                .enumerate()
+                .take(N.div_ceil(4));
             for (g, (acc, dx)) in groups {
                 // per 128-bit half: [sum of 4 lanes of token 4g, of 4g + 1, ...]
                 let h = _mm256_hadd_epi32(
@@ -357,14 +382,50 @@ mod avx2 {
         /// The accumulated dot products.
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
-        pub(in crate::matmul::kernels) fn lanes(&self) -> [f32; N] {
+        pub(in crate::matmul::kernels) fn finish(&self) -> [f32; N] {
+            if N == 1 {
+                return [self.one; N];
+            }
             let mut all = [0f32; 8];
             // SAFETY: 8 floats, two stores of 4.
             unsafe {
-                _mm_storeu_ps(all.as_mut_ptr(), self.0[0]);
-                _mm_storeu_ps(all.as_mut_ptr().add(4), self.0[1]);
+                _mm_storeu_ps(all.as_mut_ptr(), self.lanes[0]);
+                _mm_storeu_ps(all.as_mut_ptr().add(4), self.lanes[1]);
             }
             std::array::from_fn(|n| all[n])
+        }
+    }
+
+    /// Per token of `t0..t0 + N`, super-block `b`'s 16 group mins `mn` times
+    /// the token's 16 group sums, as 8 int32 lanes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in crate::matmul::kernels) fn min_sums<const N: usize>(
+        mn: __m256i,
+        acts: &QuantActs,
+        b: usize,
+        t0: usize,
+    ) -> [__m256i; N] {
+        let sums = &acts.bsums[..];
+        std::array::from_fn(|n| {
+            let at = &sums[(t0 + n) * acts.blocks + b];
+            // SAFETY: `at` is 16 i16 (32 bytes).
+            let bs = unsafe { _mm256_loadu_si256(at.as_ptr() as *const __m256i) };
+            _mm256_madd_epi16(mn, bs)
+        })
+    }
+
+    /// Asks for the cache lines of the `bytes`-byte block at `p`, `ahead`
+    /// bytes further on (0: none).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in crate::matmul::kernels) fn prefetch_block(p: *const u8, bytes: usize, ahead: usize) {
+        if ahead == 0 {
+            return;
+        }
+        for l in (0..bytes).step_by(64) {
+            // A hint only: the address may lie past the matrix (never read).
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ahead + l) as *const i8);
         }
     }
 

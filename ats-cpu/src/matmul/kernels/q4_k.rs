@@ -4,7 +4,9 @@
 
 use super::kquant::{Canon, SuperBlock, set_k4_scales};
 #[cfg(target_arch = "x86_64")]
-use super::kquant::{TokenAccsAvx2, hsum_i32_avx2, k4_scale_words, set_k4_scales_avx2};
+use super::kquant::{
+    TokenAccsAvx2, k4_scale_words, min_sums_avx2, prefetch_block_avx2, set_k4_scales_avx2,
+};
 #[cfg(target_arch = "x86_64")]
 use crate::matmul::acts::QuantActs;
 
@@ -90,18 +92,11 @@ pub(super) unsafe fn k4_dots_avx2<const N: usize, const FIFTH: bool>(
     let (m4, one) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(1));
     // each min covers two groups of 16 (the block sums' granularity)
     let dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-    let mut acc = [0f32; N];
-    // N > 1: the accumulators as vector lanes
     let mut accs = TokenAccsAvx2::<N>::new();
     for b in 0..nb {
         // SAFETY: super-block b is inside the row (caller).
         let blk = unsafe { std::slice::from_raw_parts(row.add(b * bytes), bytes) };
-        if prefetch != 0 {
-            // Hints only: the addresses may lie past the matrix (never read).
-            for l in (0..bytes).step_by(64) {
-                _mm_prefetch::<_MM_HINT_T0>(blk.as_ptr().wrapping_add(prefetch + l) as *const i8);
-            }
-        }
+        prefetch_block_avx2(blk.as_ptr(), bytes, prefetch);
         // SAFETY: bytes 0..16 of the block (d, dmin, the 12 scale bytes).
         let head = unsafe { _mm_loadu_si128(blk.as_ptr() as *const __m128i) };
         let (a0, a1, a2) = (
@@ -158,22 +153,8 @@ pub(super) unsafe fn k4_dots_avx2<const N: usize, const FIFTH: bool>(
             _mm_set_epi32(0, 0, mn_hi as i32, mn_lo as i32),
             dup,
         ));
-        let msum: [__m256i; N] = std::array::from_fn(|n| {
-            // SAFETY: the 16 block sums of (t0 + n, b) exist (< t_pad); 32 bytes.
-            let bs = unsafe {
-                _mm256_loadu_si256(acts.bsums.as_ptr().add((t0 + n) * nb + b) as *const __m256i)
-            };
-            _mm256_madd_epi16(mn, bs)
-        });
-        if N == 1 {
-            let dx = acts.d[b * tp + t0];
-            acc[0] = (hsum_i32_avx2(isum[0]) as f32).mul_add(d * dx, acc[0]);
-            acc[0] = (hsum_i32_avx2(msum[0]) as f32).mul_add(-dmin * dx, acc[0]);
-        } else {
-            let dx = TokenAccsAvx2::<N>::scales(acts, b, t0);
-            accs.fma(&isum, d, &dx);
-            accs.fma(&msum, -dmin, &dx);
-        }
+        let msum = min_sums_avx2::<N>(mn, acts, b, t0);
+        accs.add_block(&isum, Some((&msum, dmin)), d, acts, b, t0);
     }
-    if N > 1 { accs.lanes() } else { acc }
+    accs.finish()
 }

@@ -5,7 +5,7 @@
 
 use super::kquant::{Canon, SuperBlock, f16_at};
 #[cfg(target_arch = "x86_64")]
-use super::kquant::{TokenAccsAvx2, hsum_i32_avx2, set_scales_avx2};
+use super::kquant::{TokenAccsAvx2, min_sums_avx2, prefetch_block_avx2, set_scales_avx2};
 #[cfg(target_arch = "x86_64")]
 use crate::matmul::acts::QuantActs;
 
@@ -21,6 +21,40 @@ fn scales(b: &[u8], c: &mut Canon) {
     }
     c.d = f16_at(b, 208);
     c.dmin = c.d;
+}
+
+/// The 128 six-bit values of half `n` (0 or 1) of the Q6_K block at `p`, as
+/// four runs of 32 bytes: run `r` takes the low (r < 2) or high nibbles of
+/// nibble bytes `64n + 32 (r % 2)..`, and bits `2r..2r + 2` of high bytes
+/// `128 + 32n..` as bits 4..6.
+///
+/// # Safety
+/// The CPU must support AVX2; `p` must point to a whole 210-byte block.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn half_runs(p: *const u8, n: usize) -> [std::arch::x86_64::__m256i; 4] {
+    use std::arch::x86_64::*;
+    let (m, three) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(3));
+    // SAFETY: nibble bytes 64n..64n + 64 and high bytes 128 + 32n .. 160 + 32n
+    // are inside the block (caller, n < 2).
+    let (ql0, ql1, qh) = unsafe {
+        (
+            _mm256_loadu_si256(p.add(64 * n) as *const __m256i),
+            _mm256_loadu_si256(p.add(64 * n + 32) as *const __m256i),
+            _mm256_loadu_si256(p.add(128 + 32 * n) as *const __m256i),
+        )
+    };
+    std::array::from_fn(|r| {
+        let ql = if r % 2 == 0 { ql0 } else { ql1 };
+        let lo = if r < 2 {
+            _mm256_and_si256(ql, m)
+        } else {
+            _mm256_and_si256(_mm256_srli_epi16(ql, 4), m)
+        };
+        let hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * r as i32)), three);
+        _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4))
+    })
 }
 
 impl SuperBlock for Q6K {
@@ -55,28 +89,11 @@ impl SuperBlock for Q6K {
         // SAFETY: as above.
         c.d = f16_at(unsafe { std::slice::from_raw_parts(p, Self::BYTES) }, 208);
         c.dmin = c.d;
-        let (m, three) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(3));
         let out = c.q.as_mut_ptr() as *mut __m256i;
         for n in 0..2 {
-            // SAFETY: nibble bytes 64n..64n + 64 and high bytes 128 + 32n ..
-            // 160 + 32n are inside the block.
-            let (ql0, ql1, qh) = unsafe {
-                (
-                    _mm256_loadu_si256(p.add(64 * n) as *const __m256i),
-                    _mm256_loadu_si256(p.add(64 * n + 32) as *const __m256i),
-                    _mm256_loadu_si256(p.add(128 + 32 * n) as *const __m256i),
-                )
-            };
-            for r in 0..4 {
-                let ql = if r % 2 == 0 { ql0 } else { ql1 };
-                let lo = if r < 2 {
-                    _mm256_and_si256(ql, m)
-                } else {
-                    _mm256_and_si256(_mm256_srli_epi16(ql, 4), m)
-                };
-                let hi =
-                    _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * r as i32)), three);
-                let q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+            // SAFETY: a whole block at p (caller).
+            let runs = unsafe { half_runs(p, n) };
+            for (r, q) in runs.into_iter().enumerate() {
                 // SAFETY: 4n + r < 8 aligned 32-byte slots in `c.q`.
                 unsafe { _mm256_store_si256(out.add(4 * n + r), q) };
             }
@@ -98,21 +115,13 @@ impl SuperBlock for Q6K {
         use std::arch::x86_64::*;
         let (nb, tp) = (acts.blocks, acts.t_pad);
         debug_assert!(t0 + N <= tp);
-        let (m, three) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(3));
         // only the scale vectors are used
         let mut c = Canon::default();
-        let mut acc = [0f32; N];
-        // N > 1: the accumulators as vector lanes
         let mut accs = TokenAccsAvx2::<N>::new();
         for b in 0..nb {
             // SAFETY: super-block b is inside the row (caller).
             let p = unsafe { row.add(b * Self::BYTES) };
-            if prefetch != 0 {
-                // Hints only: the addresses may lie past the matrix (never read).
-                for l in (0..Self::BYTES).step_by(64) {
-                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(prefetch + l) as *const i8);
-                }
-            }
+            prefetch_block_avx2(p, Self::BYTES, prefetch);
             // SAFETY: the 16 scales at 192..208 of the block.
             let sc = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(p.add(192) as *const __m128i) });
             let mn = _mm256_slli_epi16(sc, 5);
@@ -126,27 +135,9 @@ impl SuperBlock for Q6K {
             });
             let mut isum = [_mm256_setzero_si256(); N];
             for n in 0..2 {
-                // SAFETY: nibble bytes 64n..64n + 64 and high bytes 128 + 32n ..
-                // 160 + 32n are inside the block.
-                let (ql0, ql1, qh) = unsafe {
-                    (
-                        _mm256_loadu_si256(p.add(64 * n) as *const __m256i),
-                        _mm256_loadu_si256(p.add(64 * n + 32) as *const __m256i),
-                        _mm256_loadu_si256(p.add(128 + 32 * n) as *const __m256i),
-                    )
-                };
-                for r in 0..4 {
-                    let ql = if r % 2 == 0 { ql0 } else { ql1 };
-                    let lo = if r < 2 {
-                        _mm256_and_si256(ql, m)
-                    } else {
-                        _mm256_and_si256(_mm256_srli_epi16(ql, 4), m)
-                    };
-                    let hi = _mm256_and_si256(
-                        _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * r as i32)),
-                        three,
-                    );
-                    let q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+                // SAFETY: super-block b is a whole block (caller).
+                let runs = unsafe { half_runs(p, n) };
+                for (r, q) in runs.into_iter().enumerate() {
                     let v = 4 * n + r;
                     // SAFETY: `scx` is 32-byte aligned (Canon); v < 8.
                     let s = unsafe { _mm256_load_si256(c.scx[v].as_ptr() as *const __m256i) };
@@ -158,23 +149,10 @@ impl SuperBlock for Q6K {
                     }
                 }
             }
-            let msum: [__m256i; N] = std::array::from_fn(|t| {
-                // SAFETY: the 16 block sums of (t0 + t, b) exist (< t_pad); 32 bytes.
-                let bs = unsafe {
-                    _mm256_loadu_si256(acts.bsums.as_ptr().add((t0 + t) * nb + b) as *const __m256i)
-                };
-                _mm256_madd_epi16(mn, bs)
-            });
-            if N == 1 {
-                let dx = acts.d[b * tp + t0];
-                acc[0] = (hsum_i32_avx2(isum[0]) as f32).mul_add(d * dx, acc[0]);
-                acc[0] = (hsum_i32_avx2(msum[0]) as f32).mul_add(-d * dx, acc[0]);
-            } else {
-                let dx = TokenAccsAvx2::<N>::scales(acts, b, t0);
-                accs.fma(&isum, d, &dx);
-                accs.fma(&msum, -d, &dx);
-            }
+            // the offset 32 is a min of 32 sc with factor d
+            let msum = min_sums_avx2::<N>(mn, acts, b, t0);
+            accs.add_block(&isum, Some((&msum, d)), d, acts, b, t0);
         }
-        if N > 1 { accs.lanes() } else { acc }
+        accs.finish()
     }
 }
