@@ -298,7 +298,6 @@ fn run_kquant<K: SuperBlock>(
     let row = |r: usize| &data[r * rb..(r + 1) * rb];
     #[cfg(target_arch = "x86_64")]
     if isa.has_avx2() {
-        let pf8 = tile_prefetch(acts.n_tokens);
         let n = acts.n_tokens;
         // Row by row, each row read and decoded once for the tile's tokens.
         let rows_direct = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]]| {
@@ -319,7 +318,9 @@ fn run_kquant<K: SuperBlock>(
             // super-blocks; the driver passes t0 multiple of 8 with
             // t0 + 8 <= t_pad, and the interleaved activations are built
             // whenever wide tiles run.
-            unsafe { kquant::tokens8_avx2::<K, LMR>(r.map(|r| row(r).as_ptr()), acts, t0, pf8, o) }
+            // No prefetch: past `KQ_DIRECT_MAX` tokens the tiles re-read
+            // their weights from L2.
+            unsafe { kquant::tokens8_avx2::<K, LMR>(r.map(|r| row(r).as_ptr()), acts, t0, 0, o) }
         };
         // One row at a time: a linear stream through the weights.
         let single = |r: &[usize; 1], t: usize, o: &mut [[f32; 1]; 1]| {
