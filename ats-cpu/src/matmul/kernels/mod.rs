@@ -314,12 +314,12 @@ fn run_kquant<K: SuperBlock>(
             if n <= KQ_DIRECT_MAX {
                 return rows_direct(r, t0, o);
             }
+            // No prefetch: past `KQ_DIRECT_MAX` tokens the tiles re-read
+            // their weights from L2.
             // SAFETY: `isa` is available; each row holds `acts.blocks` whole
             // super-blocks; the driver passes t0 multiple of 8 with
             // t0 + 8 <= t_pad, and the interleaved activations are built
             // whenever wide tiles run.
-            // No prefetch: past `KQ_DIRECT_MAX` tokens the tiles re-read
-            // their weights from L2.
             unsafe { kquant::tokens8_avx2::<K, LMR>(r.map(|r| row(r).as_ptr()), acts, t0, 0, o) }
         };
         // One row at a time: a linear stream through the weights.
