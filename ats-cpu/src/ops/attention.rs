@@ -1,13 +1,14 @@
 //! Flash attention on the CPU: online softmax over blocks of keys, so no
-//! score matrix is ever stored; grouped-query heads share each converted
-//! key/value block; causal, full and segment (window) masks.
+//! score matrix is ever stored; the keys and values are read where they lie
+//! in the cache, f16 or f32, without a converted copy; causal, full and
+//! segment (window) masks.
 
 use half::f16;
 use rayon::prelude::*;
 
 use super::decode_attention;
-use super::online_softmax::{self, Block, State};
-use super::vec::{f16_to_f32, scale};
+use super::online_softmax::{self, Block, MAX_KEYS, State};
+use super::vec::scale;
 
 /// Keys and values: rows of `n_kv_heads * head_dim`.
 #[derive(Clone, Copy, Debug)]
@@ -26,6 +27,35 @@ pub enum KvData<'a> {
         /// Values.
         v: &'a [f16],
     },
+}
+
+impl<'a> KvData<'a> {
+    /// Values in each of the two slices (the shorter).
+    pub fn len(&self) -> usize {
+        match self {
+            KvData::F32 { k, v } => k.len().min(v.len()),
+            KvData::F16 { k, v } => k.len().min(v.len()),
+        }
+    }
+
+    /// Whether there are no values.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Both slices from value `n`.
+    pub fn skip(self, n: usize) -> KvData<'a> {
+        match self {
+            KvData::F32 { k, v } => KvData::F32 {
+                k: &k[n..],
+                v: &v[n..],
+            },
+            KvData::F16 { k, v } => KvData::F16 {
+                k: &k[n..],
+                v: &v[n..],
+            },
+        }
+    }
 }
 
 /// Where key `t` of a sequence is among the rows of [`KvData`].
@@ -92,36 +122,30 @@ impl<'a> KvRows<'a> {
         }
     }
 
-    /// Keys and values `t0..t0 + n` of the head columns `cols` as f32, one
-    /// key after another (`cols.len()` values each).
-    pub(crate) fn gather(
+    /// Keys `t0..t0 + n` as blocks of consecutive cache rows of `width`
+    /// values, at most [`MAX_KEYS`] each: `(first key, block)`, each block
+    /// from column `col`.
+    pub(crate) fn blocks(
         &self,
         t0: usize,
         n: usize,
         width: usize,
-        cols: std::ops::Range<usize>,
-        kd: &mut [f32],
-        vd: &mut [f32],
-    ) {
-        let w = cols.len();
-        let mut at = 0;
-        for (row, len) in self.map.runs(t0, n) {
-            for j in 0..len {
-                let src = (row + j) * width + cols.start;
-                let (ko, vo) = (&mut kd[at * w..][..w], &mut vd[at * w..][..w]);
-                match self.data {
-                    KvData::F32 { k, v } => {
-                        ko.copy_from_slice(&k[src..src + w]);
-                        vo.copy_from_slice(&v[src..src + w]);
-                    }
-                    KvData::F16 { k, v } => {
-                        f16_to_f32(&k[src..src + w], ko);
-                        f16_to_f32(&v[src..src + w], vo);
-                    }
-                }
-                at += 1;
-            }
-        }
+        col: usize,
+    ) -> impl Iterator<Item = (usize, Block<'a>)> + '_ {
+        let data = self.data;
+        let mut key = t0;
+        self.map.runs(t0, n).flat_map(move |(row, len)| {
+            let first = key;
+            key += len;
+            (0..len).step_by(MAX_KEYS).map(move |j| {
+                let block = Block {
+                    kv: data.skip((row + j) * width + col),
+                    stride: width,
+                    n: MAX_KEYS.min(len - j),
+                };
+                (first + j, block)
+            })
+        })
     }
 }
 
@@ -205,20 +229,19 @@ impl AttnShape {
     }
 
     /// Scratch bytes one task holds: its accumulators and softmax state for
-    /// `q_rows x group` heads, and one key block and one value block in f32.
-    /// Independent of the key count: no score matrix is ever stored.
+    /// `q_rows x group` heads. Independent of the key count: no score matrix
+    /// is ever stored, and keys and values are read in place.
     pub fn task_scratch_bytes(&self) -> u64 {
         let (qb, hd) = (self.q_rows() as u64, self.head_dim as u64);
         let group = (self.n_heads / self.n_kv_heads.max(1)) as u64;
-        let k = K_BLOCK as u64;
-        4 * (qb * group * (hd + 2) + 2 * k * hd + k) + 16 * qb
+        4 * qb * group * (hd + 2) + 16 * qb
     }
 
     /// Scratch bytes of a whole call on `threads` threads (each runs one
     /// task at a time); decode shapes take the key-split path's.
     pub fn scratch_bytes(&self, threads: usize) -> u64 {
         if let Some(splits) = decode_attention::splits(self) {
-            return decode_attention::scratch_bytes(self, splits, threads);
+            return decode_attention::scratch_bytes(self, splits);
         }
         self.tasks().min(threads.max(1)) as u64 * self.task_scratch_bytes()
     }
@@ -227,9 +250,9 @@ impl AttnShape {
 /// Query rows per task when the caller does not choose: small enough that a
 /// task's scratch stays in L1/L2.
 pub const DEFAULT_Q_BLOCK: usize = 16;
-/// Keys per block: the scores of one block for one query row are all that is
-/// held at once.
-const K_BLOCK: usize = 64;
+/// Keys per block: the rows of every query of a task meet one block of keys
+/// before the next, so the block stays in cache.
+const K_BLOCK: usize = MAX_KEYS;
 
 /// The output matrix, written by tasks whose rows x head-group regions are disjoint.
 struct SharedOut {
@@ -262,8 +285,6 @@ struct Scratch {
     acc: Vec<f32>,
     m: Vec<f32>,
     l: Vec<f32>,
-    kbuf: Vec<f32>,
-    vbuf: Vec<f32>,
     bounds: Vec<(usize, usize)>,
 }
 
@@ -275,8 +296,6 @@ impl Scratch {
             acc: vec![0.0; qb * group * hd],
             m: vec![0.0; qb * group],
             l: vec![0.0; qb * group],
-            kbuf: vec![0.0; K_BLOCK * hd],
-            vbuf: vec![0.0; K_BLOCK * hd],
             bounds: Vec::with_capacity(qb),
         }
     }
@@ -380,33 +399,27 @@ fn block(
     m.fill(f32::NEG_INFINITY);
     let l = &mut sc.l[..rows * group];
     l.fill(0.0);
-    let (kbuf, vbuf) = (&mut sc.kbuf, &mut sc.vbuf);
 
     let mut kb = k_lo;
     while kb < k_hi {
         let n = K_BLOCK.min(k_hi - kb);
-        // gather this kv head's rows of the block as f32, once for all heads of the group
-        kv.gather(kb, n, kv_width, g * hd..(g + 1) * hd, kbuf, vbuf);
-        for (i, &(lo, hi)) in sc.bounds.iter().enumerate() {
-            let (j0, j1) = (lo.max(kb), hi.min(kb + n));
-            if j0 >= j1 {
-                continue;
-            }
-            for h in 0..group {
-                let qh = &q[(r0 + i) * q_width + (g * group + h) * hd..][..hd];
-                let idx = i * group + h;
-                let b = Block {
-                    k: &kbuf[(j0 - kb) * hd..],
-                    v: &vbuf[(j0 - kb) * hd..],
-                    stride: hd,
-                    n: j1 - j0,
-                };
-                let st = State {
-                    m: &mut m[idx],
-                    l: &mut l[idx],
-                    acc: &mut acc[idx * hd..][..hd],
-                };
-                online_softmax::update(qh, b, s.scale, st);
+        for (t, blk) in kv.blocks(kb, n, kv_width, g * hd) {
+            for (i, &(lo, hi)) in sc.bounds.iter().enumerate() {
+                let (j0, j1) = (lo.max(t), hi.min(t + blk.n));
+                if j0 >= j1 {
+                    continue;
+                }
+                let b = blk.rows(j0 - t, j1 - j0);
+                for h in 0..group {
+                    let qh = &q[(r0 + i) * q_width + (g * group + h) * hd..][..hd];
+                    let idx = i * group + h;
+                    let st = State {
+                        m: &mut m[idx],
+                        l: &mut l[idx],
+                        acc: &mut acc[idx * hd..][..hd],
+                    };
+                    online_softmax::update(qh, b, s.scale, st);
+                }
             }
         }
         kb += n;
@@ -685,7 +698,7 @@ mod tests {
         s.n_queries = 1;
         let at = |n_keys: usize| AttnShape { n_keys, ..s }.scratch_bytes(16);
         assert_eq!(at(100_000), at(1_000_000));
-        assert!(at(1_000_000) < 64 * 16 * 82 * 4 + 16 * (2 * 16 * 16 * 80 + 16) * 4 + 1);
+        assert!(at(1_000_000) <= 64 * 16 * 82 * 4);
         assert!(at(300) < at(100_000));
     }
 }

@@ -1,23 +1,45 @@
 //! One attention head over one block of keys: the scores, then the online
 //! softmax update of the head's running maximum `m`, sum `l` and weighted
 //! values `acc`. Both attention paths call it for every (head, key block);
-//! the AVX2 path keeps the accumulators in registers across the block's keys
-//! and takes the exponentials eight at a time.
+//! the AVX2 path keeps the accumulators in registers across the block's keys,
+//! takes the exponentials eight at a time and reads an f16 cache where it
+//! lies, widening each eight values in a register.
 
-use super::vec::{axpy, dot, scale};
+use half::f16;
+
+use super::attention::KvData;
+use super::vec::scale;
 
 /// Keys and values of one block for one head: row `j` of the keys is
 /// `k[j * stride..][..head_dim]`, likewise the values.
 #[derive(Clone, Copy)]
 pub(crate) struct Block<'a> {
-    /// Keys, from the first row's head offset.
-    pub k: &'a [f32],
-    /// Values, from the first row's head offset.
-    pub v: &'a [f32],
-    /// Floats from one row to the next.
+    /// Keys and values, from the first row's head offset.
+    pub kv: KvData<'a>,
+    /// Values from one row to the next.
     pub stride: usize,
     /// Rows in the block (at most [`MAX_KEYS`]).
     pub n: usize,
+}
+
+impl<'a> Block<'a> {
+    /// Rows `from..from + n` of the block.
+    pub fn rows(self, from: usize, n: usize) -> Block<'a> {
+        debug_assert!(from + n <= self.n);
+        Block {
+            kv: self.kv.skip(from * self.stride),
+            n,
+            ..self
+        }
+    }
+
+    /// The block from column `col` of each row (another head's columns).
+    pub fn cols(self, col: usize) -> Block<'a> {
+        Block {
+            kv: self.kv.skip(col),
+            ..self
+        }
+    }
 }
 
 /// Most keys a block holds.
@@ -33,27 +55,97 @@ pub(crate) struct State<'a> {
     pub acc: &'a mut [f32],
 }
 
+/// A cache element the kernels read directly.
+pub(crate) trait KvElem: Copy {
+    /// The value as f32 (exact).
+    fn f32(self) -> f32;
+
+    /// Eight values from `p`, widened to f32.
+    ///
+    /// # Safety
+    /// AVX2 and F16C; eight values readable at `p`.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256;
+}
+
+impl KvElem for f32 {
+    #[inline]
+    fn f32(self) -> f32 {
+        self
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load8(p: *const f32) -> std::arch::x86_64::__m256 {
+        // SAFETY: eight f32 readable at p (caller).
+        unsafe { std::arch::x86_64::_mm256_loadu_ps(p) }
+    }
+}
+
+impl KvElem for f16 {
+    #[inline]
+    fn f32(self) -> f32 {
+        self.to_f32()
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load8(p: *const f16) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        // SAFETY: eight f16 (16 bytes) readable at p (caller); F16C present.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
+    }
+}
+
 /// Updates `st` with the keys of `b` for query `q` (scores scaled by `scale`).
 pub(crate) fn update(q: &[f32], b: Block<'_>, scale_by: f32, st: State<'_>) {
     debug_assert!(b.n <= MAX_KEYS);
     #[cfg(target_arch = "x86_64")]
     if super::vec::has_avx2() && q.len().is_multiple_of(8) && q.len() <= 256 {
-        // SAFETY: AVX2/FMA detected; the head size is a multiple of 8 up to
-        // 256 (the accumulator tiles); rows are inside the slices (checked
-        // by the indexing of the portable path's contract, asserted below).
-        assert!(b.n == 0 || (b.n - 1) * b.stride + q.len() <= b.k.len().min(b.v.len()));
-        return unsafe { avx2::update(q, b, scale_by, st) };
+        let need = if b.n == 0 {
+            0
+        } else {
+            (b.n - 1) * b.stride + q.len()
+        };
+        assert!(need <= b.kv.len(), "attention block past its rows");
+        // SAFETY: AVX2/FMA/F16C detected; the head size is a multiple of 8
+        // up to 256 (the accumulator tiles); rows 0..n lie inside the
+        // slices (asserted above).
+        return unsafe {
+            match b.kv {
+                KvData::F32 { k, v } => avx2::update(q, (k, v), b.stride, b.n, scale_by, st),
+                KvData::F16 { k, v } => avx2::update(q, (k, v), b.stride, b.n, scale_by, st),
+            }
+        };
     }
     update_scalar(q, b, scale_by, st)
 }
 
 /// [`update`], portable.
 pub(crate) fn update_scalar(q: &[f32], b: Block<'_>, scale_by: f32, st: State<'_>) {
+    match b.kv {
+        KvData::F32 { k, v } => update_rows(q, (k, v), b.stride, b.n, scale_by, st),
+        KvData::F16 { k, v } => update_rows(q, (k, v), b.stride, b.n, scale_by, st),
+    }
+}
+
+/// [`update_scalar`] for one element type.
+fn update_rows<E: KvElem>(
+    q: &[f32],
+    (k, v): (&[E], &[E]),
+    stride: usize,
+    n: usize,
+    scale_by: f32,
+    st: State<'_>,
+) {
     let hd = q.len();
     let mut sc = [0f32; MAX_KEYS];
     let mut mx = *st.m;
-    for (j, s) in sc.iter_mut().enumerate().take(b.n) {
-        *s = dot(q, &b.k[j * b.stride..][..hd]) * scale_by;
+    for (j, s) in sc.iter_mut().enumerate().take(n) {
+        let row = &k[j * stride..][..hd];
+        *s = q.iter().zip(row).map(|(a, b)| a * b.f32()).sum::<f32>() * scale_by;
         mx = mx.max(*s);
     }
     if mx > *st.m {
@@ -63,10 +155,12 @@ pub(crate) fn update_scalar(q: &[f32], b: Block<'_>, scale_by: f32, st: State<'_
         scale(st.acc, corr);
         *st.m = mx;
     }
-    for (j, &s) in sc.iter().enumerate().take(b.n) {
+    for (j, &s) in sc.iter().enumerate().take(n) {
         let p = (s - mx).exp();
         *st.l += p;
-        axpy(st.acc, p, &b.v[j * b.stride..][..hd]);
+        for (a, x) in st.acc.iter_mut().zip(&v[j * stride..][..hd]) {
+            *a += p * x.f32();
+        }
     }
 }
 
@@ -74,7 +168,7 @@ pub(crate) fn update_scalar(q: &[f32], b: Block<'_>, scale_by: f32, st: State<'_
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{Block, MAX_KEYS, State};
+    use super::{KvElem, MAX_KEYS, State};
 
     /// `exp(x)` for eight lanes: Cody-Waite reduction by ln 2 and a degree-5
     /// polynomial (Cephes' expf), within 2 ulp of the libm result for the
@@ -119,25 +213,32 @@ mod avx2 {
     }
 
     /// # Safety
-    /// AVX2 and FMA; `q.len()` a multiple of 8 up to 256; rows `0..b.n` of
-    /// `b.k` and `b.v` (at `j * b.stride`, `q.len()` long) inside the slices;
-    /// `st.acc` at least `q.len()` long.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn update(q: &[f32], b: Block<'_>, scale_by: f32, st: State<'_>) {
+    /// AVX2, FMA and F16C; `q.len()` a multiple of 8 up to 256; rows `0..n`
+    /// of `k` and `v` (at `j * stride`, `q.len()` long) inside the slices;
+    /// `st.acc` at least `q.len()` long; `n <= MAX_KEYS`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn update<E: KvElem>(
+        q: &[f32],
+        (k, v): (&[E], &[E]),
+        stride: usize,
+        n: usize,
+        scale_by: f32,
+        st: State<'_>,
+    ) {
         let hd = q.len();
-        let (pq, pk, pv) = (q.as_ptr(), b.k.as_ptr(), b.v.as_ptr());
+        let (pq, pk, pv) = (q.as_ptr(), k.as_ptr(), v.as_ptr());
         let mut sc = [0f32; MAX_KEYS];
         // scores four keys at a time: four independent FMA chains, q loaded once
         let mut j = 0;
-        while j + 4 <= b.n {
+        while j + 4 <= n {
             let mut a = [_mm256_setzero_ps(); 4];
-            // SAFETY: rows j..j+4 are inside b.k (caller); i + 8 <= hd.
+            // SAFETY: rows j..j+4 are inside k (caller); i + 8 <= hd.
             unsafe {
-                let rows = [0, 1, 2, 3].map(|t| pk.add((j + t) * b.stride));
+                let rows = [0, 1, 2, 3].map(|t| pk.add((j + t) * stride));
                 for i in (0..hd).step_by(8) {
                     let qv = _mm256_loadu_ps(pq.add(i));
                     for (t, acc) in a.iter_mut().enumerate() {
-                        *acc = _mm256_fmadd_ps(qv, _mm256_loadu_ps(rows[t].add(i)), *acc);
+                        *acc = _mm256_fmadd_ps(qv, E::load8(rows[t].add(i)), *acc);
                     }
                 }
             }
@@ -145,26 +246,22 @@ mod avx2 {
             let t = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
             let s4 = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
             let s4 = _mm_mul_ps(s4, _mm_set1_ps(scale_by));
-            // SAFETY: j + 4 <= b.n <= MAX_KEYS.
+            // SAFETY: j + 4 <= n <= MAX_KEYS.
             unsafe { _mm_storeu_ps(sc.as_mut_ptr().add(j), s4) };
             j += 4;
         }
-        for (jj, s) in sc.iter_mut().enumerate().take(b.n).skip(j) {
+        for (jj, s) in sc.iter_mut().enumerate().take(n).skip(j) {
             let mut a0 = _mm256_setzero_ps();
-            // SAFETY: row jj's hd floats are inside b.k (caller); i + 8 <= hd.
+            // SAFETY: row jj's hd values are inside k (caller); i + 8 <= hd.
             unsafe {
-                let row = pk.add(jj * b.stride);
+                let row = pk.add(jj * stride);
                 for i in (0..hd).step_by(8) {
-                    a0 = _mm256_fmadd_ps(
-                        _mm256_loadu_ps(pq.add(i)),
-                        _mm256_loadu_ps(row.add(i)),
-                        a0,
-                    );
+                    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(pq.add(i)), E::load8(row.add(i)), a0);
                 }
             }
             *s = hsum(a0) * scale_by;
         }
-        let mx = sc[..b.n].iter().fold(*st.m, |m, &x| m.max(x));
+        let mx = sc[..n].iter().fold(*st.m, |m, &x| m.max(x));
         if mx > *st.m {
             let corr = (*st.m - mx).exp();
             *st.l *= corr;
@@ -174,8 +271,8 @@ mod avx2 {
             *st.m = mx;
         }
         // probabilities, eight at a time (the tail lanes are exp(-inf - mx) = 0)
-        let n8 = b.n.div_ceil(8) * 8;
-        for s in sc.iter_mut().take(n8).skip(b.n) {
+        let n8 = n.div_ceil(8) * 8;
+        for s in sc.iter_mut().take(n8).skip(n) {
             *s = f32::NEG_INFINITY;
         }
         let vmx = _mm256_set1_ps(mx);
@@ -200,11 +297,11 @@ mod avx2 {
                 for (t, a) in acc.iter_mut().enumerate().take(w) {
                     *a = _mm256_loadu_ps(pa.add(c0 + 8 * t));
                 }
-                for (j, &p) in sc.iter().enumerate().take(b.n) {
+                for (j, &p) in sc.iter().enumerate().take(n) {
                     let vp = _mm256_set1_ps(p);
-                    let row = pv.add(j * b.stride + c0);
+                    let row = pv.add(j * stride + c0);
                     for (t, a) in acc.iter_mut().enumerate().take(w) {
-                        *a = _mm256_fmadd_ps(vp, _mm256_loadu_ps(row.add(8 * t)), *a);
+                        *a = _mm256_fmadd_ps(vp, E::load8(row.add(8 * t)), *a);
                     }
                 }
                 for (t, a) in acc.iter().enumerate().take(w) {
@@ -226,8 +323,41 @@ mod tests {
             .collect()
     }
 
+    /// Runs [`update`] and [`update_scalar`] twice on `b` (from a fresh
+    /// state, then on top of it: the rescale) and compares the states.
+    fn check(q: &[f32], b: Block<'_>, what: &str) {
+        let hd = q.len();
+        let (mut m1, mut l1, mut a1) = (f32::NEG_INFINITY, 0f32, vec![0f32; hd]);
+        let (mut m2, mut l2, mut a2) = (f32::NEG_INFINITY, 0f32, vec![0f32; hd]);
+        for s in [0.1, 0.7] {
+            let st1 = State {
+                m: &mut m1,
+                l: &mut l1,
+                acc: &mut a1,
+            };
+            update(q, b, s, st1);
+            let st2 = State {
+                m: &mut m2,
+                l: &mut l2,
+                acc: &mut a2,
+            };
+            update_scalar(q, b, s, st2);
+        }
+        // the two sum a score's products in different orders: scores of up
+        // to ~100 differ by a few ulp, and the exponentials carry that
+        let tol = 1e-4;
+        assert!(
+            (m1 - m2).abs() <= tol * m2.abs().max(1.0),
+            "{what}: m {m1} vs {m2}"
+        );
+        assert!((l1 - l2).abs() <= tol * l2, "{what}: l {l1} vs {l2}");
+        for (x, y) in a1.iter().zip(&a2) {
+            assert!((x - y).abs() <= tol * l2, "{what}: acc {x} vs {y}");
+        }
+    }
+
     #[test]
-    fn simd_update_matches_the_portable_one() {
+    fn simd_update_matches_the_portable_one_in_f32_and_f16() {
         for (hd, n, stride) in [
             (64, 16, 192),
             (128, 64, 1024),
@@ -238,46 +368,59 @@ mod tests {
             let q = values(hd, 1.0);
             let k = values(n * stride, 2.0);
             let v = values(n * stride, 3.0);
-            let b = Block {
-                k: &k,
-                v: &v,
-                stride,
-                n,
-            };
-            // from a fresh state, then again on top of it (the rescale)
-            let (mut m1, mut l1, mut a1) = (f32::NEG_INFINITY, 0f32, vec![0f32; hd]);
-            let (mut m2, mut l2, mut a2) = (f32::NEG_INFINITY, 0f32, vec![0f32; hd]);
-            for s in [0.1, 0.7] {
-                update(
-                    &q,
-                    b,
-                    s,
-                    State {
-                        m: &mut m1,
-                        l: &mut l1,
-                        acc: &mut a1,
-                    },
-                );
-                update_scalar(
-                    &q,
-                    b,
-                    s,
-                    State {
-                        m: &mut m2,
-                        l: &mut l2,
-                        acc: &mut a2,
-                    },
-                );
-            }
-            assert!(
-                (m1 - m2).abs() <= 1e-5 * m2.abs().max(1.0),
-                "hd {hd}: m {m1} vs {m2}"
-            );
-            assert!((l1 - l2).abs() <= 1e-5 * l2, "hd {hd}: l {l1} vs {l2}");
-            for (x, y) in a1.iter().zip(&a2) {
-                assert!((x - y).abs() <= 1e-5 * l2, "hd {hd}: acc {x} vs {y}");
-            }
+            let kv = KvData::F32 { k: &k, v: &v };
+            check(&q, Block { kv, stride, n }, &format!("f32 hd {hd}"));
+            let kh: Vec<f16> = k.iter().map(|&x| f16::from_f32(x)).collect();
+            let vh: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
+            let kv = KvData::F16 { k: &kh, v: &vh };
+            check(&q, Block { kv, stride, n }, &format!("f16 hd {hd}"));
         }
+    }
+
+    #[test]
+    fn f16_blocks_give_what_their_f32_values_give() {
+        // the f16 path widens in registers: exactly the f32 path on the
+        // same (f16-representable) values
+        let (hd, n, stride) = (64, 37, 192);
+        let q = values(hd, 1.0);
+        let kh: Vec<f16> = values(n * stride, 2.0)
+            .iter()
+            .map(|&x| f16::from_f32(x))
+            .collect();
+        let vh: Vec<f16> = values(n * stride, 3.0)
+            .iter()
+            .map(|&x| f16::from_f32(x))
+            .collect();
+        let (k, v): (Vec<f32>, Vec<f32>) = (
+            kh.iter().map(|x| x.to_f32()).collect(),
+            vh.iter().map(|x| x.to_f32()).collect(),
+        );
+        let run = |kv: KvData<'_>| {
+            let (mut m, mut l, mut a) = (f32::NEG_INFINITY, 0f32, vec![0f32; hd]);
+            let b = Block { kv, stride, n }.rows(2, 30).cols(64);
+            let st = State {
+                m: &mut m,
+                l: &mut l,
+                acc: &mut a,
+            };
+            update(&q, b, 0.3, st);
+            (m, l, a)
+        };
+        let want = run(KvData::F32 { k: &k, v: &v });
+        assert_eq!(run(KvData::F16 { k: &kh, v: &vh }), want);
+        // another head's columns give another answer (the test can fail)
+        let other = {
+            let (mut m, mut l, mut a) = (f32::NEG_INFINITY, 0f32, vec![0f32; hd]);
+            let kv = KvData::F32 { k: &k, v: &v };
+            let st = State {
+                m: &mut m,
+                l: &mut l,
+                acc: &mut a,
+            };
+            update(&q, Block { kv, stride, n }.rows(2, 30), 0.3, st);
+            (m, l, a)
+        };
+        assert_ne!(other, want);
     }
 
     #[cfg(target_arch = "x86_64")]
