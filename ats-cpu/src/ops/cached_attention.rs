@@ -8,6 +8,7 @@ use ats_core::graph::{AttnSpec, Graph, Mask, Op};
 use ats_core::round::{CacheRows, Round, SeqSpan};
 use half::f16;
 use half::slice::HalfFloatSliceExt;
+use rayon::prelude::*;
 
 use super::attention::{self, AttnShape, KeyRange, KvData, KvRows, RowMap};
 use crate::storage::CpuStorage;
@@ -62,32 +63,62 @@ pub(crate) fn attention(
         sinks,
         out,
     } = io;
-    for span in round.spans().iter() {
+    let spans = round.spans();
+    for span in spans.iter() {
         let r = span.rows.clone();
         append(ks, kv, span, &k[r.start * kv_w..r.end * kv_w], kv_w)?;
         append(vs, kv, span, &v[r.start * kv_w..r.end * kv_w], kv_w)?;
-        let (kg, vg) = (ks.read(), vs.read());
-        let data = match kv.dtype {
-            KvType::F32 => KvData::F32 {
-                k: &kg[..],
-                v: &vg[..],
-            },
-            KvType::F16 => KvData::F16 {
-                k: bytemuck::cast_slice(&kg[..]),
-                v: bytemuck::cast_slice(&vg[..]),
-            },
-        };
-        let rows = KvRows {
-            data,
-            map: row_map(&span.cache, kv.block_tokens),
-        };
-        let shape = shape_of(spec, span.len(), Some(span), round);
-        let range = causal(span.past, spec.window);
-        let o = &mut out[r.start * q_w..r.end * q_w];
-        let q = &q[r.start * q_w..r.end * q_w];
-        attention::flash_attention_sinks(q, rows, range, sinks, o, shape);
     }
+    let (kg, vg) = (ks.read(), vs.read());
+    let data = match kv.dtype {
+        KvType::F32 => KvData::F32 {
+            k: &kg[..],
+            v: &vg[..],
+        },
+        KvType::F16 => KvData::F16 {
+            k: bytemuck::cast_slice(&kg[..]),
+            v: bytemuck::cast_slice(&vg[..]),
+        },
+    };
+    // One parallel region for the whole round: every sequence's tasks
+    // share the threads, rather than a region (and a wait) per sequence.
+    split_rows(&spans, out, q_w)?
+        .into_par_iter()
+        .for_each(|(span, o)| {
+            let rows = KvRows {
+                data,
+                map: row_map(&span.cache, kv.block_tokens),
+            };
+            let shape = shape_of(spec, span.len(), Some(span), round);
+            let range = causal(span.past, spec.window);
+            let q = &q[span.rows.start * q_w..span.rows.end * q_w];
+            attention::flash_attention_sinks(q, rows, range, sinks, o, shape);
+        });
     Ok(())
+}
+
+/// Each span with its rows of `out` (`width` values a row); the spans must
+/// cover the rows in order.
+fn split_rows<'s, 'o>(
+    spans: &'s [SeqSpan],
+    mut out: &'o mut [f32],
+    width: usize,
+) -> Result<Vec<(&'s SeqSpan, &'o mut [f32])>, String> {
+    let mut next = 0;
+    let mut parts = Vec::with_capacity(spans.len());
+    for span in spans {
+        if span.rows.start != next || span.len() * width > out.len() {
+            return Err(format!(
+                "sequence rows {:?} do not follow row {next} of the attention output",
+                span.rows
+            ));
+        }
+        let (o, rest) = std::mem::take(&mut out).split_at_mut(span.len() * width);
+        parts.push((span, o));
+        out = rest;
+        next = span.rows.end;
+    }
+    Ok(parts)
 }
 
 /// The causal key range after `past` keys, within a sliding window when the
