@@ -1,14 +1,15 @@
 //! Flash attention on the CPU: online softmax over blocks of keys, so no
-//! score matrix is ever stored; the keys and values are read where they lie
-//! in the cache, f16 or f32, without a converted copy; causal, full and
-//! segment (window) masks.
+//! score matrix is ever stored; causal, full and segment (window) masks.
+//! Keys and values are read where they lie in the cache, except f16 blocks
+//! that a task reads many times (several query rows), which it converts
+//! once into a [`Stage`].
 
 use half::f16;
 use rayon::prelude::*;
 
 use super::decode_attention;
 use super::online_softmax::{self, Block, MAX_KEYS, State};
-use super::vec::scale;
+use super::vec::{f16_to_f32, scale};
 
 /// Keys and values: rows of `n_kv_heads * head_dim`.
 #[derive(Clone, Copy, Debug)]
@@ -147,6 +148,91 @@ impl<'a> KvRows<'a> {
             })
         })
     }
+
+    /// Keys `t0..t0 + n` (at most [`MAX_KEYS`]) of the columns `cols` of
+    /// rows of `width` values, handed to `f` as `(first key, block)`: read in
+    /// place, or, with a `stage` and f16 rows, converted once into the stage.
+    pub(crate) fn visit(
+        &self,
+        t0: usize,
+        n: usize,
+        width: usize,
+        cols: std::ops::Range<usize>,
+        stage: Option<&mut Stage>,
+        mut f: impl FnMut(usize, Block<'_>),
+    ) {
+        debug_assert!(n <= MAX_KEYS);
+        match (stage, self.data) {
+            (Some(st), KvData::F16 { .. }) => {
+                let w = cols.len();
+                self.gather(t0, n, width, cols, &mut st.k, &mut st.v);
+                let kv = KvData::F32 {
+                    k: &st.k[..n * w],
+                    v: &st.v[..n * w],
+                };
+                f(t0, Block { kv, stride: w, n });
+            }
+            _ => {
+                for (t, b) in self.blocks(t0, n, width, cols.start) {
+                    f(t, b);
+                }
+            }
+        }
+    }
+
+    /// Keys and values `t0..t0 + n` of the head columns `cols` as f32, one
+    /// key after another (`cols.len()` values each).
+    fn gather(
+        &self,
+        t0: usize,
+        n: usize,
+        width: usize,
+        cols: std::ops::Range<usize>,
+        kd: &mut [f32],
+        vd: &mut [f32],
+    ) {
+        let w = cols.len();
+        let mut at = 0;
+        for (row, len) in self.map.runs(t0, n) {
+            for j in 0..len {
+                let src = (row + j) * width + cols.start;
+                let (ko, vo) = (&mut kd[at * w..][..w], &mut vd[at * w..][..w]);
+                match self.data {
+                    KvData::F32 { k, v } => {
+                        ko.copy_from_slice(&k[src..src + w]);
+                        vo.copy_from_slice(&v[src..src + w]);
+                    }
+                    KvData::F16 { k, v } => {
+                        f16_to_f32(&k[src..src + w], ko);
+                        f16_to_f32(&v[src..src + w], vo);
+                    }
+                }
+                at += 1;
+            }
+        }
+    }
+}
+
+/// f32 copies of one block of keys and values: where a task converts an f16
+/// block once for all the query rows that read it.
+pub(crate) struct Stage {
+    k: Vec<f32>,
+    v: Vec<f32>,
+}
+
+impl Stage {
+    /// Room for `keys` keys of `width` values.
+    pub(crate) fn new(keys: usize, width: usize) -> Stage {
+        Stage {
+            k: vec![0.0; keys * width],
+            v: vec![0.0; keys * width],
+        }
+    }
+
+    /// Bytes of a stage of `keys` keys of `width` values.
+    pub(crate) fn bytes(keys: usize, width: usize) -> u64 {
+        8 * (keys * width) as u64
+    }
 }
 
 /// Which keys query row `r` sees.
@@ -229,19 +315,21 @@ impl AttnShape {
     }
 
     /// Scratch bytes one task holds: its accumulators and softmax state for
-    /// `q_rows x group` heads. Independent of the key count: no score matrix
-    /// is ever stored, and keys and values are read in place.
+    /// `q_rows x group` heads, and a [`Stage`] of one key block. Independent
+    /// of the key count: no score matrix is ever stored.
     pub fn task_scratch_bytes(&self) -> u64 {
         let (qb, hd) = (self.q_rows() as u64, self.head_dim as u64);
         let group = (self.n_heads / self.n_kv_heads.max(1)) as u64;
-        4 * qb * group * (hd + 2) + 16 * qb
+        4 * (qb * group * (hd + 2) + K_BLOCK as u64)
+            + 16 * qb
+            + Stage::bytes(K_BLOCK, self.head_dim)
     }
 
     /// Scratch bytes of a whole call on `threads` threads (each runs one
     /// task at a time); decode shapes take the key-split path's.
     pub fn scratch_bytes(&self, threads: usize) -> u64 {
         if let Some(splits) = decode_attention::splits(self) {
-            return decode_attention::scratch_bytes(self, splits);
+            return decode_attention::scratch_bytes(self, splits, threads);
         }
         self.tasks().min(threads.max(1)) as u64 * self.task_scratch_bytes()
     }
@@ -251,7 +339,7 @@ impl AttnShape {
 /// task's scratch stays in L1/L2.
 pub const DEFAULT_Q_BLOCK: usize = 16;
 /// Keys per block: the rows of every query of a task meet one block of keys
-/// before the next, so the block stays in cache.
+/// before the next, so the block (or its stage) stays in cache.
 const K_BLOCK: usize = MAX_KEYS;
 
 /// The output matrix, written by tasks whose rows x head-group regions are disjoint.
@@ -286,6 +374,7 @@ struct Scratch {
     m: Vec<f32>,
     l: Vec<f32>,
     bounds: Vec<(usize, usize)>,
+    stage: Stage,
 }
 
 impl Scratch {
@@ -297,6 +386,7 @@ impl Scratch {
             m: vec![0.0; qb * group],
             l: vec![0.0; qb * group],
             bounds: Vec::with_capacity(qb),
+            stage: Stage::new(K_BLOCK, hd),
         }
     }
 }
@@ -388,23 +478,33 @@ fn block(
     let group = s.n_heads / s.n_kv_heads;
     let q_width = s.n_heads * hd;
     let kv_width = s.n_kv_heads * hd;
-    sc.bounds.clear();
-    sc.bounds
-        .extend((0..rows).map(|i| range.of(r0 + i, s.n_keys)));
-    let k_lo = sc.bounds.iter().map(|x| x.0).min().unwrap_or(0);
-    let k_hi = sc.bounds.iter().map(|x| x.1).max().unwrap_or(0);
-    let acc = &mut sc.acc[..rows * group * hd];
+    let Scratch {
+        acc,
+        m,
+        l,
+        bounds,
+        stage,
+    } = sc;
+    bounds.clear();
+    bounds.extend((0..rows).map(|i| range.of(r0 + i, s.n_keys)));
+    let k_lo = bounds.iter().map(|x| x.0).min().unwrap_or(0);
+    let k_hi = bounds.iter().map(|x| x.1).max().unwrap_or(0);
+    let acc = &mut acc[..rows * group * hd];
     acc.fill(0.0);
-    let m = &mut sc.m[..rows * group];
+    let m = &mut m[..rows * group];
     m.fill(f32::NEG_INFINITY);
-    let l = &mut sc.l[..rows * group];
+    let l = &mut l[..rows * group];
     l.fill(0.0);
+    // One query row (decode) reads each key `group` times: in place. More
+    // rows read an f16 block often enough to convert it once.
+    let mut stage = (rows > 1).then_some(stage);
 
     let mut kb = k_lo;
     while kb < k_hi {
         let n = K_BLOCK.min(k_hi - kb);
-        for (t, blk) in kv.blocks(kb, n, kv_width, g * hd) {
-            for (i, &(lo, hi)) in sc.bounds.iter().enumerate() {
+        let cols = g * hd..(g + 1) * hd;
+        kv.visit(kb, n, kv_width, cols, stage.as_deref_mut(), |t, blk| {
+            for (i, &(lo, hi)) in bounds.iter().enumerate() {
                 let (j0, j1) = (lo.max(t), hi.min(t + blk.n));
                 if j0 >= j1 {
                     continue;
@@ -421,7 +521,7 @@ fn block(
                     online_softmax::update(qh, b, s.scale, st);
                 }
             }
-        }
+        });
         kb += n;
     }
 }
@@ -698,7 +798,7 @@ mod tests {
         s.n_queries = 1;
         let at = |n_keys: usize| AttnShape { n_keys, ..s }.scratch_bytes(16);
         assert_eq!(at(100_000), at(1_000_000));
-        assert!(at(1_000_000) <= 64 * 16 * 82 * 4);
+        assert!(at(1_000_000) < 64 * 16 * 82 * 4 + 16 * (2 * 16 * 16 * 80 + 16) * 4 + 1);
         assert!(at(300) < at(100_000));
     }
 }

@@ -7,7 +7,7 @@
 
 use rayon::prelude::*;
 
-use super::attention::{AttnShape, KeyRange, KvRows};
+use super::attention::{AttnShape, KeyRange, KvRows, Stage};
 use super::online_softmax::{self, State};
 use super::vec::{axpy, scale};
 
@@ -17,8 +17,8 @@ const MAX_QUERIES: usize = 8;
 const SPLIT_MIN_KEYS: usize = 128;
 /// Most splits: bounds the partial states whatever the context.
 const MAX_SPLITS: usize = 64;
-/// Cache rows every query head meets before the next rows: all heads of a
-/// row are read from cache, whichever head reads them first.
+/// Cache rows every query head meets before the next rows (converted to f32
+/// at once from an f16 cache: every query head reads them).
 const ROWS: usize = 16;
 
 /// Key splits for `s`, or `None` when the general path takes the shape.
@@ -28,11 +28,12 @@ pub(crate) fn splits(s: &AttnShape) -> Option<usize> {
         .then(|| s.n_keys.div_ceil(SPLIT_MIN_KEYS).min(MAX_SPLITS))
 }
 
-/// Scratch bytes of the split path: the partial states of every split (the
-/// tasks read keys and values in place, whatever the thread count).
-pub(crate) fn scratch_bytes(s: &AttnShape, splits: usize) -> u64 {
+/// Scratch bytes of the split path on `threads` threads: the partial states
+/// of every split, and per running task its stage of converted rows.
+pub(crate) fn scratch_bytes(s: &AttnShape, splits: usize, threads: usize) -> u64 {
     let states = (s.n_queries * s.n_heads * (s.head_dim + 2)) as u64;
-    4 * splits as u64 * states
+    let task = Stage::bytes(ROWS, s.n_kv_heads * s.head_dim) + 4 * ROWS as u64;
+    4 * splits as u64 * states + splits.min(threads.max(1)) as u64 * task
 }
 
 /// [`super::attention::flash_attention_sinks`] over `splits` key splits.
@@ -59,16 +60,16 @@ pub(crate) fn split_attention(
     let k_lo = k_lo.min(k_hi);
     let per = (k_hi - k_lo).div_ceil(splits);
     let mut parts = vec![0f32; splits * stride];
-    parts
-        .par_chunks_mut(stride)
-        .enumerate()
-        .for_each(|(i, part)| {
+    parts.par_chunks_mut(stride).enumerate().for_each_init(
+        || Stage::new(ROWS, kvw),
+        |stage, (i, part)| {
             let (a, b) = (k_lo + i * per, (k_lo + (i + 1) * per).min(k_hi));
             let (acc, ml) = part.split_at_mut(states * hd);
             let (m, l) = ml.split_at_mut(states);
             m.fill(f32::NEG_INFINITY);
             for j0 in (a..b).step_by(ROWS) {
-                for (t, blk) in kv.blocks(j0, ROWS.min(b - j0), kvw, 0) {
+                let n = ROWS.min(b - j0);
+                kv.visit(j0, n, kvw, 0..kvw, Some(&mut *stage), |t, blk| {
                     for r in 0..s.n_queries {
                         let (lo, hi) = range.of(r, s.n_keys);
                         let (x0, x1) = (lo.max(t), hi.min(t + blk.n));
@@ -87,9 +88,10 @@ pub(crate) fn split_attention(
                             online_softmax::update(&q[idx * hd..][..hd], b, s.scale, st);
                         }
                     }
-                }
+                });
             }
-        });
+        },
+    );
     // out = sum_i acc_i e^(m_i - M) / (sum_i l_i e^(m_i - M) + e^(sink - M))
     for idx in 0..states {
         let o = &mut out[idx * hd..][..hd];
