@@ -42,6 +42,15 @@ impl<'a> Block<'a> {
     }
 }
 
+/// A [`Block`] whose rows are of one element type.
+#[derive(Clone, Copy)]
+struct Typed<'a, E> {
+    k: &'a [E],
+    v: &'a [E],
+    stride: usize,
+    n: usize,
+}
+
 /// Most keys a block holds.
 pub(crate) const MAX_KEYS: usize = 64;
 
@@ -110,13 +119,14 @@ pub(crate) fn update(q: &[f32], b: Block<'_>, scale_by: f32, st: State<'_>) {
             (b.n - 1) * b.stride + q.len()
         };
         assert!(need <= b.kv.len(), "attention block past its rows");
+        let (stride, n) = (b.stride, b.n);
         // SAFETY: AVX2/FMA/F16C detected; the head size is a multiple of 8
         // up to 256 (the accumulator tiles); rows 0..n lie inside the
         // slices (asserted above).
         return unsafe {
             match b.kv {
-                KvData::F32 { k, v } => avx2::update(q, (k, v), b.stride, b.n, scale_by, st),
-                KvData::F16 { k, v } => avx2::update(q, (k, v), b.stride, b.n, scale_by, st),
+                KvData::F32 { k, v } => avx2::update(q, Typed { k, v, stride, n }, scale_by, st),
+                KvData::F16 { k, v } => avx2::update(q, Typed { k, v, stride, n }, scale_by, st),
             }
         };
     }
@@ -125,21 +135,16 @@ pub(crate) fn update(q: &[f32], b: Block<'_>, scale_by: f32, st: State<'_>) {
 
 /// [`update`], portable.
 pub(crate) fn update_scalar(q: &[f32], b: Block<'_>, scale_by: f32, st: State<'_>) {
+    let (stride, n) = (b.stride, b.n);
     match b.kv {
-        KvData::F32 { k, v } => update_rows(q, (k, v), b.stride, b.n, scale_by, st),
-        KvData::F16 { k, v } => update_rows(q, (k, v), b.stride, b.n, scale_by, st),
+        KvData::F32 { k, v } => update_rows(q, Typed { k, v, stride, n }, scale_by, st),
+        KvData::F16 { k, v } => update_rows(q, Typed { k, v, stride, n }, scale_by, st),
     }
 }
 
 /// [`update_scalar`] for one element type.
-fn update_rows<E: KvElem>(
-    q: &[f32],
-    (k, v): (&[E], &[E]),
-    stride: usize,
-    n: usize,
-    scale_by: f32,
-    st: State<'_>,
-) {
+fn update_rows<E: KvElem>(q: &[f32], b: Typed<'_, E>, scale_by: f32, st: State<'_>) {
+    let Typed { k, v, stride, n } = b;
     let hd = q.len();
     let mut sc = [0f32; MAX_KEYS];
     let mut mx = *st.m;
@@ -168,7 +173,7 @@ fn update_rows<E: KvElem>(
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{KvElem, MAX_KEYS, State};
+    use super::{KvElem, MAX_KEYS, State, Typed};
 
     /// `exp(x)` for eight lanes: Cody-Waite reduction by ln 2 and a degree-5
     /// polynomial (Cephes' expf), within 2 ulp of the libm result for the
@@ -217,14 +222,13 @@ mod avx2 {
     /// of `k` and `v` (at `j * stride`, `q.len()` long) inside the slices;
     /// `st.acc` at least `q.len()` long; `n <= MAX_KEYS`.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn update<E: KvElem>(
+    pub(super) unsafe fn update<E: KvElem>(
         q: &[f32],
-        (k, v): (&[E], &[E]),
-        stride: usize,
-        n: usize,
+        b: Typed<'_, E>,
         scale_by: f32,
         st: State<'_>,
     ) {
+        let Typed { k, v, stride, n } = b;
         let hd = q.len();
         let (pq, pk, pv) = (q.as_ptr(), k.as_ptr(), v.as_ptr());
         let mut sc = [0f32; MAX_KEYS];
