@@ -217,3 +217,29 @@ fn shared_across_threads() {
     fn check<T: Send + Sync>() {}
     check::<ChatTemplate>();
 }
+
+#[test]
+fn repeating_a_sequence_is_bounded() {
+    // Found by libFuzzer (a timeout under ASan): `messages * 6 * 999999` is
+    // a lazy repetition of 18 million items (MiniJinja caps them at 10^8),
+    // free of fuel. Printing it stops writing at the output cap, but
+    // MiniJinja's list printer still walks every item: about 1 s here, and
+    // the render ends with the cap's error, never a hang or a panic.
+    let msgs = vec![
+        ChatMessage::text("system", "be brief"),
+        ChatMessage::text("user", "hi"),
+        ChatMessage::text("assistant", "hello"),
+    ];
+    let t = tmpl("{{ messages *6 * 999999}}").with_limits(ChatLimits {
+        fuel: 100_000,
+        max_output_bytes: 1 << 16,
+    });
+    let r = t.render(&msgs, false);
+    assert!(
+        matches!(r, Err(ChatError::OutputTooLarge { limit }) if limit == 1 << 16),
+        "{r:?}"
+    );
+    // past MiniJinja's cap the repetition is refused outright
+    let t = tmpl("{{ messages * 999999 * 999999 }}");
+    assert!(matches!(t.render(&msgs, false), Err(ChatError::Render(_))));
+}
