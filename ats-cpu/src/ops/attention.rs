@@ -32,20 +32,15 @@ pub enum KvData<'a> {
 
 impl<'a> KvData<'a> {
     /// Values in each of the two slices (the shorter).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match self {
             KvData::F32 { k, v } => k.len().min(v.len()),
             KvData::F16 { k, v } => k.len().min(v.len()),
         }
     }
 
-    /// Whether there are no values.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Both slices from value `n`.
-    pub fn skip(self, n: usize) -> KvData<'a> {
+    pub(crate) fn skip(self, n: usize) -> KvData<'a> {
         match self {
             KvData::F32 { k, v } => KvData::F32 {
                 k: &k[n..],
@@ -123,32 +118,6 @@ impl<'a> KvRows<'a> {
         }
     }
 
-    /// Keys `t0..t0 + n` as blocks of consecutive cache rows of `width`
-    /// values, at most [`MAX_KEYS`] each: `(first key, block)`, each block
-    /// from column `col`.
-    pub(crate) fn blocks(
-        &self,
-        t0: usize,
-        n: usize,
-        width: usize,
-        col: usize,
-    ) -> impl Iterator<Item = (usize, Block<'a>)> + '_ {
-        let data = self.data;
-        let mut key = t0;
-        self.map.runs(t0, n).flat_map(move |(row, len)| {
-            let first = key;
-            key += len;
-            (0..len).step_by(MAX_KEYS).map(move |j| {
-                let block = Block {
-                    kv: data.skip((row + j) * width + col),
-                    stride: width,
-                    n: MAX_KEYS.min(len - j),
-                };
-                (first + j, block)
-            })
-        })
-    }
-
     /// Keys `t0..t0 + n` (at most [`MAX_KEYS`]) of the columns `cols` of
     /// rows of `width` values, handed to `f` as `(first key, block)`: read in
     /// place, or, with a `stage` and f16 rows, converted once into the stage.
@@ -172,9 +141,20 @@ impl<'a> KvRows<'a> {
                 };
                 f(t0, Block { kv, stride: w, n });
             }
-            _ => {
-                for (t, b) in self.blocks(t0, n, width, cols.start) {
-                    f(t, b);
+            (_, data) => {
+                // one block per run of consecutive rows (n <= MAX_KEYS)
+                let mut key = t0;
+                for (row, len) in self.map.runs(t0, n) {
+                    let kv = data.skip(row * width + cols.start);
+                    f(
+                        key,
+                        Block {
+                            kv,
+                            stride: width,
+                            n: len,
+                        },
+                    );
+                    key += len;
                 }
             }
         }
