@@ -84,11 +84,13 @@ fn main() {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let model = zeros_model(&dir, model_name);
     let vm = machine(&format!("{spec},compute=off"), 16, (vram * 1e9) as u64);
+    // the context `ats-cli bench -p P -n N` plans for (`with_context`)
+    let n_ctx = p.max(n_gen).max(1);
     let mut e = session(
         &model,
         &vm,
         policy,
-        p.max(n_gen) + 8,
+        n_ctx,
         ReschedConfig::default(),
     )
     .expect("session");
@@ -112,7 +114,7 @@ fn main() {
         if let Some(n) = g.nodes.iter().position(|x| x.op.kind_name() == "attention") {
             let c = e.planner().cost();
             for (what, n_tokens, past) in [
-                ("decode", 1, (p.max(n_gen) + 8) / 2),
+                ("decode", 1, n_ctx / 2),
                 ("prompt 512", 512, 0),
                 ("prompt 2048", 2048, 0),
             ] {
