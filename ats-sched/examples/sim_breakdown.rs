@@ -86,14 +86,7 @@ fn main() {
     let vm = machine(&format!("{spec},compute=off"), 16, (vram * 1e9) as u64);
     // the context `ats-cli bench -p P -n N` plans for (`with_context`)
     let n_ctx = p.max(n_gen).max(1);
-    let mut e = session(
-        &model,
-        &vm,
-        policy,
-        n_ctx,
-        ReschedConfig::default(),
-    )
-    .expect("session");
+    let mut e = session(&model, &vm, policy, n_ctx, ReschedConfig::default()).expect("session");
     let r = e.planner().report();
     println!(
         "{model_name} on {spec} at {vram}G, {}: resident {:.2} GB, max tier {}, temp slots {}",

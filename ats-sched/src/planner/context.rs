@@ -18,6 +18,10 @@ use crate::profile::CostModel;
 /// of a long context would make every decode plan look attention-bound).
 const DECODE_DEPTH_CAP: usize = 2048;
 
+/// The shortest reference prompt a layout is judged by (or the whole
+/// context, if shorter).
+const MIN_REFERENCE_PROMPT: usize = 512;
+
 /// What the planner learned beyond the cost model.
 pub(super) struct Learned<'a> {
     /// Per plan shape, a correction of its decode estimate (the audition).
@@ -99,6 +103,32 @@ impl<'a> Ctx<'a> {
             past: 0,
             n_outputs: self.outputs(tier),
         }
+    }
+
+    /// The reference workload's prompt: it fills the context to the depth
+    /// decode is estimated at (half, at most [`DECODE_DEPTH_CAP`]), at least
+    /// [`MIN_REFERENCE_PROMPT`] tokens. A fixed short prompt could not tell
+    /// layouts apart by what long prompts cost them (KV caches on the host).
+    pub fn reference_prompt(&self) -> usize {
+        let n_ctx = self.run.n_ctx.max(1);
+        self.decode_shape()
+            .past
+            .max(MIN_REFERENCE_PROMPT)
+            .min(n_ctx)
+    }
+
+    /// One round of the reference prompt cut into chunks of up to `tier`
+    /// tokens, at the chunks' mean depth: `(round, rounds)`.
+    pub fn reference_chunk(&self, tier: usize) -> (RoundShape, usize) {
+        let prompt = self.reference_prompt();
+        let chunk = tier.clamp(1, prompt);
+        let rounds = prompt.div_ceil(chunk);
+        let shape = RoundShape {
+            n_tokens: chunk,
+            past: (rounds - 1) * chunk / 2,
+            n_outputs: self.outputs(chunk),
+        };
+        (shape, rounds)
     }
 
     /// Output rows of a round of `tier` tokens.

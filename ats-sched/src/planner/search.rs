@@ -14,15 +14,15 @@ use super::items::build_items;
 use super::layout::Layout;
 use super::policy::LayoutChoice;
 use super::residency::resident_for;
-use super::tier_plan::{TierPlan, tier_plan};
+use super::tier_plan::{TierPlan, secs_at, tier_plan};
 use super::{ItemEstimate, PlanError, PlanKind, PlanSet, TierEntry};
 use crate::exec::{ExecPlan, SlotPlan};
 use crate::size::fmt_bytes;
 
-/// The reference workload a layout is chosen by: a prompt of this many
-/// tokens, then [`WORKLOAD_DECODE`] generated tokens.
-pub(super) const WORKLOAD_PROMPT: usize = 512;
-/// Generated tokens of the reference workload.
+/// Prompt chunks of a CPU-only run when the run sets no limit.
+const HOST_CHUNK: usize = 512;
+/// Generated tokens of the reference workload a layout is chosen by, after
+/// its prompt ([`Ctx::reference_prompt`]).
 pub(super) const WORKLOAD_DECODE: f64 = 128.0;
 
 /// The largest tiers a layout's compute buffers may be sized for: decode
@@ -81,6 +81,7 @@ fn evaluate(
     if held + slots.total_bytes() + exact > budget {
         return Ok(None);
     }
+    let workload_secs = workload_secs(ctx, &resident, streaming, &tiers)?;
     let layout = Layout {
         items: ctx.items.clone(),
         regions: regions(ctx, &resident, &slots, exact),
@@ -90,7 +91,7 @@ fn evaluate(
         streaming,
         slots,
         budget: Some(budget),
-        workload_secs: workload_secs(ctx, &tiers),
+        workload_secs,
     };
     Ok(Some(Candidate { layout, tiers }))
 }
@@ -106,9 +107,9 @@ fn residency(
     max_tier: usize,
 ) -> Result<(Vec<bool>, Vec<String>), PlanError> {
     let dec = ctx.costs(ctx.decode_shape());
-    let pre_tier = WORKLOAD_PROMPT.min(max_tier).min(ctx.run.n_ctx);
-    let pre = ctx.costs(ctx.shape(pre_tier));
-    let prompt_rounds = WORKLOAD_PROMPT.min(ctx.run.n_ctx).div_ceil(pre_tier) as f64;
+    let (pre_shape, prompt_rounds) = ctx.reference_chunk(max_tier);
+    let pre = ctx.costs(pre_shape);
+    let prompt_rounds = prompt_rounds as f64;
     let first = resident_for(ctx, avail - temp_all, &dec, &pre, prompt_rounds)?;
     if !streaming {
         return Ok(first);
@@ -145,15 +146,22 @@ fn exact_compute(
     most
 }
 
-/// The reference workload's estimate: its decode rounds, plus the prompt in
-/// chunks of its best tier.
-fn workload_secs(ctx: &Ctx<'_>, tiers: &[(usize, TierPlan)]) -> f64 {
+/// The reference workload's estimate: its decode rounds, plus the
+/// reference prompt in chunks of its best tier, each tier's plan priced at
+/// the chunks' size and mean depth.
+fn workload_secs(
+    ctx: &Ctx<'_>,
+    resident: &[bool],
+    streaming: bool,
+    tiers: &[(usize, TierPlan)],
+) -> Result<f64, PlanError> {
     let decode = tiers.first().map_or(f64::INFINITY, |t| t.1.secs);
-    let prompt = tiers
-        .iter()
-        .map(|(t, tp)| WORKLOAD_PROMPT.min(ctx.run.n_ctx).div_ceil(*t) as f64 * tp.secs)
-        .fold(f64::INFINITY, f64::min);
-    WORKLOAD_DECODE * decode + prompt
+    let mut prompt = f64::INFINITY;
+    for (t, tp) in tiers {
+        let (shape, rounds) = ctx.reference_chunk(*t);
+        prompt = prompt.min(rounds as f64 * secs_at(ctx, tp, resident, streaming, shape)?);
+    }
+    Ok(WORKLOAD_DECODE * decode + prompt)
 }
 
 /// The GPU bytes per region of a layout holding `resident`, with `slots`
@@ -280,11 +288,7 @@ fn plan_set(
 
 /// Every tier on the CPU alone.
 pub(super) fn plan_host_only(ctx: &Ctx<'_>) -> PlanSet {
-    let max = ctx
-        .run
-        .max_chunk
-        .unwrap_or(WORKLOAD_PROMPT)
-        .min(ctx.run.n_ctx);
+    let max = ctx.run.max_chunk.unwrap_or(HOST_CHUNK).min(ctx.run.n_ctx);
     let mut tiers = Vec::new();
     for t in crate::tiers::planned(max, ctx.run.parallel) {
         let secs: f64 = ctx.costs(ctx.shape(t)).iter().map(|c| c.cpu).sum();

@@ -2,6 +2,7 @@
 //! GPU-only, dynamic promotion by the transfer DP), the best the policy
 //! allows kept.
 
+use ats_core::graph::cost::RoundShape;
 use ats_core::machine::DeviceId;
 
 use super::context::Ctx;
@@ -54,6 +55,53 @@ fn transfer_items(
         .collect()
 }
 
+/// The transfer DP's settings for a round of `shape`.
+fn transfer_params(ctx: &Ctx<'_>, resident: &[bool], shape: RoundShape) -> TransferParams {
+    let out_bytes = ctx
+        .g
+        .value_bytes(ctx.g.output, shape.n_tokens, shape.n_outputs) as f64;
+    TransferParams {
+        slots: (ctx.run.slots_per_role.max(1) * ctx.slots(resident).roles().max(1)).max(1),
+        output_switch_cost: ctx.cost.d2h_secs(DeviceId::Gpu, out_bytes)
+            + ctx.cost.switch_secs(DeviceId::Gpu),
+    }
+}
+
+/// Estimated seconds of a round of `shape` run with `tp`'s placement (the
+/// items it streams stay streamed): a tier's plan priced at another round
+/// than the one it was chosen at.
+pub(super) fn secs_at(
+    ctx: &Ctx<'_>,
+    tp: &TierPlan,
+    resident: &[bool],
+    streaming: bool,
+    shape: RoundShape,
+) -> Result<f64, PlanError> {
+    let contention = match tp.kind {
+        PlanKind::Static => 1.0,
+        _ => ctx.cost.contention(DeviceId::Host),
+    };
+    let costs = ctx.costs(shape);
+    let items = transfer_items(
+        &costs,
+        &ctx.items,
+        &ctx.streamable,
+        resident,
+        streaming,
+        contention,
+    );
+    let promote: Vec<bool> = tp
+        .on_gpu
+        .iter()
+        .zip(resident)
+        .map(|(&g, &r)| g && !r)
+        .collect();
+    let params = transfer_params(ctx, resident, shape);
+    round_time(&items, &promote, &params)
+        .map(|t| t.total)
+        .map_err(|e| PlanError::Algorithm(e.to_string()))
+}
+
 /// Estimates the three shapes for one tier and returns the best allowed:
 /// (kind, seconds, per-item "on the GPU", every estimate). Decode estimates
 /// carry the measured correction of their shape; `prefer` (the shape the
@@ -68,14 +116,7 @@ pub(super) fn tier_plan(
 ) -> Result<TierPlan, PlanError> {
     let shape = ctx.shape(tier);
     let costs = ctx.costs(shape);
-    let out_bytes = ctx
-        .g
-        .value_bytes(ctx.g.output, shape.n_tokens, shape.n_outputs) as f64;
-    let params = TransferParams {
-        slots: (ctx.run.slots_per_role.max(1) * ctx.slots(resident).roles().max(1)).max(1),
-        output_switch_cost: ctx.cost.d2h_secs(DeviceId::Gpu, out_bytes)
-            + ctx.cost.switch_secs(DeviceId::Gpu),
-    };
+    let params = transfer_params(ctx, resident, shape);
     let alg = |e: crate::dynamic::TransferError| PlanError::Algorithm(e.to_string());
     let plain = transfer_items(
         &costs,
