@@ -41,7 +41,16 @@ const SPLIT_PADDING_BYTES: u64 = 64 * 1024;
 struct Candidate {
     layout: Layout,
     tiers: Vec<(usize, TierPlan)>,
+    /// The reference prompt's share of the layout's workload estimate.
+    prompt_secs: f64,
 }
+
+/// Layouts whose reference workloads are estimated within this fraction of
+/// the fastest tie: the estimates err by more (decode by up to 20% before
+/// the audition corrects it). Of them the one with the fastest prompt is
+/// kept, since decode plans are auditioned and re-planned within a layout
+/// later but its tiers and compute buffers are not.
+const LAYOUT_TIE: f64 = 0.02;
 
 /// The compute reserve a layout search starts from (see [`SPLIT_PADDING`]).
 fn padded_reserve(ctx: &Ctx<'_>, tier: usize) -> u64 {
@@ -81,7 +90,7 @@ fn evaluate(
     if held + slots.total_bytes() + exact > budget {
         return Ok(None);
     }
-    let workload_secs = workload_secs(ctx, &resident, streaming, &tiers)?;
+    let (workload_secs, prompt_secs) = workload_secs(ctx, &resident, streaming, &tiers)?;
     let layout = Layout {
         items: ctx.items.clone(),
         regions: regions(ctx, &resident, &slots, exact),
@@ -93,7 +102,11 @@ fn evaluate(
         budget: Some(budget),
         workload_secs,
     };
-    Ok(Some(Candidate { layout, tiers }))
+    Ok(Some(Candidate {
+        layout,
+        tiers,
+        prompt_secs,
+    }))
 }
 
 /// Residency under the policy for what the compute buffers leave, then
@@ -148,20 +161,20 @@ fn exact_compute(
 
 /// The reference workload's estimate: its decode rounds, plus the
 /// reference prompt in chunks of its best tier, each tier's plan priced at
-/// the chunks' size and mean depth.
+/// the chunks' size and mean depth; `(workload, prompt)` seconds.
 fn workload_secs(
     ctx: &Ctx<'_>,
     resident: &[bool],
     streaming: bool,
     tiers: &[(usize, TierPlan)],
-) -> Result<f64, PlanError> {
+) -> Result<(f64, f64), PlanError> {
     let decode = tiers.first().map_or(f64::INFINITY, |t| t.1.secs);
     let mut prompt = f64::INFINITY;
     for (t, tp) in tiers {
         let (shape, rounds) = ctx.reference_chunk(*t);
         prompt = prompt.min(rounds as f64 * secs_at(ctx, tp, resident, streaming, shape)?);
     }
-    Ok(WORKLOAD_DECODE * decode + prompt)
+    Ok((WORKLOAD_DECODE * decode + prompt, prompt))
 }
 
 /// The GPU bytes per region of a layout holding `resident`, with `slots`
@@ -177,14 +190,28 @@ fn regions(ctx: &Ctx<'_>, resident: &[bool], slots: &SlotPlan, compute: u64) -> 
     regions
 }
 
-/// Whether `l` is a better pick than `best` under the policy's choice.
-fn better(choice: LayoutChoice, l: &Layout, best: &Layout) -> bool {
+/// The candidate the policy picks: the fastest reference workload, of a
+/// tie ([`LAYOUT_TIE`]) the fastest prompt; or the largest batch, with
+/// temp slots if it has them.
+fn pick(choice: LayoutChoice, cands: Vec<Candidate>) -> Option<Candidate> {
     match choice {
-        LayoutChoice::Fastest => l.workload_secs < best.workload_secs,
-        LayoutChoice::LargestBatch => {
-            best.max_tier < l.max_tier
-                || (best.max_tier == l.max_tier && !best.streaming && l.streaming)
+        LayoutChoice::Fastest => {
+            let fastest = cands
+                .iter()
+                .map(|c| c.layout.workload_secs)
+                .fold(f64::INFINITY, f64::min);
+            cands
+                .into_iter()
+                .filter(|c| c.layout.workload_secs <= fastest * (1.0 + LAYOUT_TIE))
+                .min_by(|a, b| {
+                    a.prompt_secs
+                        .total_cmp(&b.prompt_secs)
+                        .then(a.layout.workload_secs.total_cmp(&b.layout.workload_secs))
+                })
         }
+        LayoutChoice::LargestBatch => cands
+            .into_iter()
+            .max_by_key(|c| (c.layout.max_tier, c.layout.streaming)),
     }
 }
 
@@ -200,19 +227,13 @@ pub(super) fn plan_on_gpu(ctx: &Ctx<'_>, budget: u64) -> Result<PlanSet, PlanErr
     if max_tiers.is_empty() {
         max_tiers.push(1);
     }
-    let mut best: Option<Candidate> = None;
+    let mut cands = Vec::new();
     for &t in &max_tiers {
         for &s in ctx.rules.streaming {
-            if let Some(c) = evaluate(ctx, budget, t, s)?
-                && best
-                    .as_ref()
-                    .is_none_or(|b| better(ctx.rules.choice, &c.layout, &b.layout))
-            {
-                best = Some(c);
-            }
+            cands.extend(evaluate(ctx, budget, t, s)?);
         }
     }
-    let Some(best) = best else {
+    let Some(best) = pick(ctx.rules.choice, cands) else {
         let minimum = padded_reserve(ctx, 1);
         return Err(PlanError::BudgetTooSmall {
             budget,

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The papers' headline comparison in virtual time: `ats` against the `layers`
+# baseline (llama.cpp's layer offload) on the machines ATSInfer measured
+# (an RTX 3060 laptop, an RTX 4090 desktop), the synthetic llama-8b and
+# qwen3-30b-a3b, prompt and decode rates and their ratios.
+#
+#   bash scripts/sim-headline.sh [P] [N]     # default: -p 512 -n 128
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -p ats-cli >/dev/null 2>&1
+bin=target/release/ats-cli
+dir=${ATS_SIM_MODELS:-/tmp/ats-sim-models}
+mkdir -p "$dir"
+for m in llama-8b qwen3-30b-a3b; do
+    [ -f "$dir/$m.gguf" ] || "$bin" synth --preset "$m" --zeros -o "$dir/$m.gguf" >/dev/null
+done
+p=${1:-512}
+n=${2:-128}
+run() { # machine model vram policy -> "prompt gen plan"
+    "$bin" bench -m "$dir/$2.gguf" --sim-machine "$1,compute=off" --vram "$3" \
+        -p "$p" -n "$n" -r 1 --policy "$4" --json 2>/dev/null |
+        python3 -c 'import json,sys
+d = json.load(sys.stdin)
+t = {x["test"]: x["avg_ts"] for x in d["tests"]}
+print(t["pp'"$p"'"], t["tg'"$n"'"], d["decode_plan"])'
+}
+printf '| machine | model | VRAM | layers prompt / gen t/s | ats prompt / gen t/s (decode plan) | ats / layers prompt | gen |\n'
+printf '| --- | --- | --- | --- | --- | ---: | ---: |\n'
+for mach in rtx3060-laptop:2G,4G rtx4090-desktop:4G,8G,16G; do
+    name=${mach%%:*}
+    for m in llama-8b qwen3-30b-a3b; do
+        for v in $(echo "${mach#*:}" | tr , " "); do
+            read -r lp lg _ < <(run "$name" "$m" "$v" layers)
+            read -r ap ag plan < <(run "$name" "$m" "$v" ats)
+            python3 -c "import sys; n,m,v,lp,lg,ap,ag,pl=sys.argv[1:]; lp,lg,ap,ag=map(float,(lp,lg,ap,ag)); print(f'| {n} | {m} | {v} | {lp:.1f} / {lg:.1f} | {ap:.1f} / {ag:.1f} ({pl}) | {ap/lp:.2f}x | {ag/lg:.2f}x |')" \
+                "$name" "$m" "$v" "$lp" "$lg" "$ap" "$ag" "$plan"
+        done
+    done
+done
