@@ -13,7 +13,8 @@ use crate::config::RunConfig;
 use crate::exec::{ExecPlan, Schedule, SlotPlan, WeightHome};
 use crate::profile::CostModel;
 
-/// Decode rounds are estimated this deep into the context: halfway, at most
+/// Decode rounds are estimated this deep into a sequence's context (its
+/// share of the caches when several run): halfway, at most
 /// this many tokens (a typical chat turn's depth; attention at the very end
 /// of a long context would make every decode plan look attention-bound).
 const DECODE_DEPTH_CAP: usize = 2048;
@@ -79,7 +80,7 @@ impl<'a> Ctx<'a> {
     pub fn decode_shape(&self) -> RoundShape {
         RoundShape {
             n_tokens: 1,
-            past: (self.run.n_ctx / 2).min(DECODE_DEPTH_CAP),
+            past: (self.seq_ctx() / 2).min(DECODE_DEPTH_CAP),
             n_outputs: 1,
         }
     }
@@ -110,11 +111,16 @@ impl<'a> Ctx<'a> {
     /// [`MIN_REFERENCE_PROMPT`] tokens. A fixed short prompt could not tell
     /// layouts apart by what long prompts cost them (KV caches on the host).
     pub fn reference_prompt(&self) -> usize {
-        let n_ctx = self.run.n_ctx.max(1);
         self.decode_shape()
             .past
             .max(MIN_REFERENCE_PROMPT)
-            .min(n_ctx)
+            .min(self.seq_ctx())
+    }
+
+    /// The context one sequence is expected to use: its share when
+    /// `parallel` sequences share the caches.
+    fn seq_ctx(&self) -> usize {
+        (self.run.n_ctx / self.run.parallel.max(1)).max(1)
     }
 
     /// One round of the reference prompt cut into chunks of up to `tier`
