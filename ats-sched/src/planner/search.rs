@@ -46,7 +46,7 @@ struct Candidate {
 }
 
 /// Layouts whose reference workloads are estimated within this fraction of
-/// the fastest tie: the estimates err by more (decode by up to 20% before
+/// the fastest tie: the estimates err by more (decode by about 20% before
 /// the audition corrects it). Of them the one with the fastest prompt is
 /// kept, since decode plans are auditioned and re-planned within a layout
 /// later but its tiers and compute buffers are not.
