@@ -6,6 +6,7 @@ pub mod cols;
 mod decode_attention;
 pub mod elementwise;
 pub mod embed;
+mod exp;
 pub mod moe;
 pub mod norm;
 mod online_softmax;
