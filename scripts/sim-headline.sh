@@ -6,14 +6,7 @@
 #
 #   bash scripts/sim-headline.sh [P] [N]     # default: -p 512 -n 128
 set -euo pipefail
-cd "$(dirname "$0")/.."
-cargo build --release -p ats-cli >/dev/null 2>&1
-bin=target/release/ats-cli
-dir=${ATS_SIM_MODELS:-/tmp/ats-sim-models}
-mkdir -p "$dir"
-for m in llama-8b qwen3-30b-a3b; do
-    [ -f "$dir/$m.gguf" ] || "$bin" synth --preset "$m" --zeros -o "$dir/$m.gguf" >/dev/null
-done
+source "$(dirname "$0")/sim-models.sh"
 p=${1:-512}
 n=${2:-128}
 run() { # machine model vram policy -> "prompt gen plan"

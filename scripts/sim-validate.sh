@@ -6,14 +6,7 @@
 #
 #   bash scripts/sim-validate.sh [MACHINE-OVERRIDES]   # e.g. ",gemm_tflops=150"
 set -euo pipefail
-cd "$(dirname "$0")/.."
-cargo build --release -p ats-cli >/dev/null 2>&1
-bin=target/release/ats-cli
-dir=${ATS_SIM_MODELS:-/tmp/ats-sim-models}
-mkdir -p "$dir"
-for p in llama-8b qwen3-30b-a3b; do
-    [ -f "$dir/$p.gguf" ] || "$bin" synth --preset "$p" --zeros -o "$dir/$p.gguf" >/dev/null
-done
+source "$(dirname "$0")/sim-models.sh"
 extra=${1:-}
 printf '| model | VRAM | policy | prompt t/s | gen t/s | decode plan: audition ms/round | re-plans |\n'
 printf '| --- | --- | --- | ---: | ---: | --- | ---: |\n'
