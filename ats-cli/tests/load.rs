@@ -244,7 +244,7 @@ fn a_thousand_mixed_requests_from_sixteen_clients() {
     let rss_warm = rss_kib(server.pid());
 
     let watching = AtomicBool::new(true);
-    let answers = std::thread::scope(|s| {
+    let (answers, rss_half) = std::thread::scope(|s| {
         let watcher = s.spawn(|| {
             let mut polls = 0;
             while watching.load(Ordering::SeqCst) {
@@ -262,7 +262,6 @@ fn a_thousand_mixed_requests_from_sixteen_clients() {
         assert!(watcher.join().unwrap() > 0);
         (answers, rss_half)
     });
-    let (answers, rss_half) = answers;
 
     for (key, answer) in &answers {
         assert_eq!(answer, &want[key], "{key} under load differs from alone");
