@@ -30,9 +30,13 @@ const LOAD: &str = "cpuload=25:0.7;55:0,gpuload=55:0.6;85:0,pcieslow=55:3;85:1";
 /// Seconds skipped at the start of each phase (the re-scheduler's reaction).
 const SETTLE: f64 = 3.0;
 
+/// One decode round: when it ended, its TPOT, and the plans it ran under.
 struct Sample {
     t: f64,
     tpot: f64,
+    replans: usize,
+    relayouts: usize,
+    plan: &'static str,
 }
 
 fn policy(load_aware: bool) -> ReschedConfig {
@@ -65,9 +69,13 @@ fn drive(
         }
         let t0 = e.now();
         e.decode(100 + (n % 1000) as u32).expect("decode");
+        let st = e.planner().replan_stats();
         out.push(Sample {
             t: vm.scenario_time(),
             tpot: e.now() - t0,
+            replans: st.replans,
+            relayouts: st.relayouts,
+            plan: e.plan_set().tiers[0].kind.name(),
         });
         n += 1;
     }
@@ -102,9 +110,9 @@ fn load(model_name: &str, vram_gb: f64) {
                 "{name},{:.2},{:.3},{},{},{}",
                 x.t,
                 x.tpot * 1e3,
-                st.replans,
-                st.relayouts,
-                e.plan_set().tiers[0].kind.name()
+                x.replans,
+                x.relayouts,
+                x.plan
             );
         }
         eprintln!("{name}: {st:?}");

@@ -264,6 +264,18 @@ impl Rescheduler {
         }
     }
 
+    /// Takes the measured averages as the reference at `now`, for a plan
+    /// kept after a re-plan: the estimates did not explain what it measured
+    /// (a re-plan with them changed nothing), so from now on only a change
+    /// of its measured times is drift.
+    pub fn rebase(&mut self, now: f64) -> Result<(), ReschedError> {
+        check_time("plan time", now)?;
+        self.snapshot = self.current_costs();
+        self.plan_time = now;
+        self.fresh = false;
+        Ok(())
+    }
+
     /// Records a plan rebuilt at `now` from `snapshot` (for re-plans the caller
     /// makes for other reasons). The moving averages carry on and are measured
     /// against the new snapshot; `check` waits for a new observation.
@@ -277,6 +289,13 @@ impl Rescheduler {
                 ops: vec![None; n],
                 copies: vec![None; n],
             };
+        }
+        // an item the new plan does not copy will not be observed copying:
+        // its old average would count as drift for as long as the plan runs
+        for (o, &s) in self.observed.copies.iter_mut().zip(&snapshot.copy_times) {
+            if s == 0.0 {
+                *o = None;
+            }
         }
         self.snapshot = snapshot;
         self.plan_time = now;
@@ -465,6 +484,46 @@ mod tests {
             Decision::Keep(KeepReason::TooSoon { .. })
         ));
         assert!(is_replan(&r.check(100.0).unwrap()));
+    }
+
+    #[test]
+    fn a_rebased_plan_drifts_only_when_its_measurements_change() {
+        let mut r = Rescheduler::new(config(Tau::Seconds(1.0)), snapshot(), 0.0).unwrap();
+        // the estimates are 40% off and stay so: a re-plan kept the plan
+        observe_all_ops(&mut r, 1.4);
+        assert!(r.deviation() > 0.15);
+        r.rebase(2.0).unwrap();
+        assert_eq!(
+            r.check(10.0).unwrap(),
+            Decision::Keep(KeepReason::NoObservations)
+        );
+        observe_all_ops(&mut r, 1.4);
+        match r.check(10.0).unwrap() {
+            Decision::Keep(KeepReason::WithinEpsilon { deviation }) => {
+                assert!(deviation.abs() < 1e-12)
+            }
+            d => panic!("{d:?}"),
+        }
+        // the load changes: 1.4 -> 2.1 is drift again
+        observe_all_ops(&mut r, 2.1);
+        assert!(is_replan(&r.check(10.0).unwrap()));
+    }
+
+    #[test]
+    fn a_plan_that_stops_copying_an_item_forgets_its_copy_average() {
+        let mut r = Rescheduler::new(config(Tau::Seconds(1.0)), snapshot(), 0.0).unwrap();
+        r.observe_copy(1, 0.005).unwrap();
+        r.observe_copy(2, 0.005).unwrap();
+        // the new plan streams item 2 only, its copies estimated 3x slower
+        let next = CostSnapshot {
+            op_times: snapshot().op_times,
+            copy_times: vec![0.0, 0.0, 0.015, 0.0],
+        };
+        r.replanned(next, 1.0).unwrap();
+        r.observe_copy(2, 0.015).unwrap();
+        // item 1's old average no longer counts against the plan
+        assert!(r.deviation().abs() < 1e-12, "{}", r.deviation());
+        assert_eq!(r.current_costs().copy_times[1], 0.0);
     }
 
     #[test]

@@ -69,6 +69,18 @@ pub enum ChangeReason {
     Requested,
 }
 
+/// What the re-scheduler measures later rounds against once a change is
+/// committed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reference {
+    /// The new plans' estimates.
+    Estimates,
+    /// The plans that ran before an audition stay: what they measured.
+    Measured,
+    /// Nothing changes yet (an audition's candidate takes its turn).
+    Unchanged,
+}
+
 /// New plans the session should give the executor, then commit or reject.
 #[derive(Debug)]
 pub struct PlanChange {
@@ -76,6 +88,7 @@ pub struct PlanChange {
     reason: ChangeReason,
     /// An audition that starts once the change is committed.
     audition: Option<Audition>,
+    reference: Reference,
 }
 
 impl PlanChange {
@@ -153,6 +166,18 @@ impl Adaptation {
 
     fn end_audition(&mut self) {
         self.audition = AuditionState::Over;
+    }
+
+    /// Tells the re-scheduler that the plans it watches stay, and their
+    /// measured times are the reference now.
+    fn note_kept(&mut self) {
+        let now = self.busy_secs;
+        if let Some(rs) = &mut self.resched
+            && let Err(e) = rs.rebase(now)
+        {
+            self.stats.bad_observations += 1;
+            self.stats.fail("re-scheduler rebase", e);
+        }
     }
 
     /// Tells the re-scheduler that `set`'s estimates are the reference now.
@@ -257,14 +282,15 @@ impl Planner {
         let AuditionState::Running(a) = &mut self.adapt.audition else {
             return None;
         };
-        let change = |set: PlanSet| PlanChange {
+        let change = |set: PlanSet, reference| PlanChange {
             set,
             reason: ChangeReason::Audition,
             audition: None,
+            reference,
         };
         Some(match a.record(secs) {
             Step::Continue => None,
-            Step::Switch(i) => Some(change(a.candidate(i).clone())),
+            Step::Switch(i) => Some(change(a.candidate(i).clone(), Reference::Unchanged)),
             Step::Done(report) => {
                 let winner = a.candidate(report.winner).clone();
                 // shapes this audition measured take their new correction;
@@ -272,9 +298,15 @@ impl Planner {
                 let fresh = report.bias();
                 self.adapt.bias.retain(|b| fresh.iter().all(|f| f.0 != b.0));
                 self.adapt.bias.extend(fresh);
+                // candidate 0 is the plans that ran before the audition
+                let reference = if report.winner == 0 {
+                    Reference::Measured
+                } else {
+                    Reference::Estimates
+                };
                 self.adapt.last_audition = Some(report);
                 self.adapt.end_audition();
-                Some(change(winner))
+                Some(change(winner, reference))
             }
         })
     }
@@ -350,6 +382,7 @@ impl Planner {
             set,
             reason: ChangeReason::Requested,
             audition: None,
+            reference: Reference::Estimates,
         }
     }
 
@@ -364,7 +397,11 @@ impl Planner {
                 self.adapt.rounds_since_move = 0;
             }
         }
-        self.adapt.note_replanned(&change.set);
+        match change.reference {
+            Reference::Estimates => self.adapt.note_replanned(&change.set),
+            Reference::Measured => self.adapt.note_kept(),
+            Reference::Unchanged => {}
+        }
         if let Some(a) = change.audition {
             self.adapt.audition = AuditionState::Running(a);
         }
@@ -406,6 +443,7 @@ impl Planner {
                 set: moved,
                 reason: ChangeReason::Relayout,
                 audition: None,
+                reference: Reference::Estimates,
             });
         }
         if only_if_changed {
@@ -415,6 +453,7 @@ impl Planner {
             set: new,
             reason: ChangeReason::Replan,
             audition: None,
+            reference: Reference::Estimates,
         })
     }
 
@@ -441,23 +480,49 @@ impl Planner {
                 });
                 // without auditions the new plans are taken as they are
                 let set = if audition.is_some() { keep } else { new };
+                // with an audition, its end sets the reference
+                let reference = if audition.is_some() {
+                    Reference::Unchanged
+                } else {
+                    Reference::Estimates
+                };
                 Some(PlanChange {
                     set,
                     reason: ChangeReason::Replan,
                     audition,
+                    reference,
                 })
             }
             kept => {
-                // the current decode plan stays; fresher estimates are the reference
+                // the current decode plan stays; the estimates could not
+                // explain what it measures, so its measurements are the reference
                 let fresh = kept.unwrap_or(new);
-                self.adapt.note_replanned(&fresh);
+                self.adapt.note_kept();
                 self.adapt.stats.refreshes += 1;
                 if same_plans(&fresh, &self.set) {
                     self.set = fresh;
                 }
-                None
+                self.reaudition()
             }
         }
+    }
+
+    /// After a drift the estimates kept the decode plan, but some of them
+    /// rest on costs last measured under another load (a link not used
+    /// since the plan stopped streaming still counts as slow): measure
+    /// every shape again for a few rounds rather than trust them.
+    fn reaudition(&mut self) -> Option<PlanChange> {
+        let rounds = self.run.resched.audition_rounds;
+        if rounds == 0 {
+            return None;
+        }
+        let candidates = self.audition_candidates();
+        (candidates.len() >= 2).then(|| PlanChange {
+            set: self.set.clone(),
+            reason: ChangeReason::Replan,
+            audition: Some(Audition::new(candidates, rounds)),
+            reference: Reference::Unchanged,
+        })
     }
 
     /// A new memory layout from the live costs, when its decode round beats
@@ -473,7 +538,11 @@ impl Planner {
                 return None;
             }
         };
-        let (keep, moved) = (same.tiers.first()?.est_secs, set.tiers.first()?.est_secs);
+        let (keep_est, moved) = (same.tiers.first()?.est_secs, set.tiers.first()?.est_secs);
+        // the current plans' decode round is measured, the move's only
+        // estimated: the move must beat the measurement too
+        let measured = self.adapt.resched.as_ref().and_then(Rescheduler::tpot);
+        let keep = measured.map_or(keep_est, |m| keep_est.min(m));
         // NaN estimates compare false and keep the layout
         let better = moved < keep * (1.0 - self.run.resched.hysteresis);
         if !better {
@@ -557,12 +626,27 @@ fn with_decode_plan(set: &PlanSet, plan: &ExecPlan, entry: TierEntry) -> PlanSet
     out
 }
 
-/// The re-scheduler's snapshot: per item, its estimated decode time where it runs.
+/// The re-scheduler's snapshot: per item, its estimated decode time where
+/// it runs, and its weight copy's time where the decode plan streams it (0
+/// where it does not: no copy will be observed to compare with).
 fn snapshot(set: &PlanSet) -> CostSnapshot {
     let finite = |x: f64| if x.is_finite() { x.max(0.0) } else { 0.0 };
+    let streamed =
+        |i: usize, on_gpu: bool| on_gpu && !set.layout.resident.get(i).copied().unwrap_or(true);
     CostSnapshot {
         op_times: set.decode.iter().map(|e| finite(e.decode_secs)).collect(),
-        copy_times: set.decode.iter().map(|e| finite(e.copy_secs)).collect(),
+        copy_times: set
+            .decode
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                if streamed(i, e.on_gpu) {
+                    finite(e.copy_secs)
+                } else {
+                    0.0
+                }
+            })
+            .collect(),
     }
 }
 
