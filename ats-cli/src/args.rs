@@ -7,7 +7,7 @@ use ats_core::device::KvType;
 use ats_core::round::MAX_CONTEXT;
 use ats_core::sampling::SamplerField;
 use ats_core::spec::ModelSpec;
-use ats_sched::config::{ConfigError, Policy, RunConfig};
+use ats_sched::config::{ConfigError, Policy, RunConfig, Workload};
 use ats_sched::rescheduler::{ReschedConfig, Tau};
 use clap::Args;
 
@@ -58,6 +58,11 @@ pub struct ModelArgs {
     /// Largest prompt chunk per round (default: the planner's tier choice).
     #[arg(short = 'b', long = "batch-size", value_name = "N")]
     pub batch: Option<usize>,
+    /// Choose the memory layout for requests of PROMPT tokens generating
+    /// GEN tokens (default: a prompt filling half the context, then 128
+    /// tokens; `bench` plans for its own -d, -p and -n).
+    #[arg(long = "workload", value_name = "PROMPT,GEN", value_parser = parse_workload)]
+    pub workload: Option<Workload>,
     /// Re-plan when measured op or copy times drift from the plan's by more
     /// than this fraction (load-aware re-scheduling).
     #[arg(long = "replan-threshold", value_name = "FRACTION", default_value_t = 0.15, value_parser = parse_fraction)]
@@ -103,6 +108,7 @@ impl ModelArgs {
         run.vram = self.devices.vram;
         run.resched = self.resched();
         run.parallel = self.parallel;
+        run.workload = self.workload;
         match run.validate() {
             Ok(()) => Ok(run),
             Err(ConfigError::Context(n)) => {
@@ -112,6 +118,23 @@ impl ModelArgs {
             Err(e @ ConfigError::BlockRows(_)) => usage_bail!("{e}"),
         }
     }
+}
+
+fn parse_workload(s: &str) -> Result<Workload, String> {
+    let bad = || format!("{s:?}: give prompt and generated tokens, e.g. 512,128");
+    let (p, g) = s.split_once(',').ok_or_else(bad)?;
+    let n = |x: &str| x.trim().parse::<usize>().map_err(|_| bad());
+    let (prompt, generate) = (n(p)?, n(g)?);
+    if prompt.max(generate) > MAX_CONTEXT {
+        return Err(format!(
+            "{s:?}: at most {MAX_CONTEXT} tokens each, the longest context"
+        ));
+    }
+    Ok(Workload {
+        depth: 0,
+        prompt,
+        generate,
+    })
 }
 
 fn parse_fraction(s: &str) -> Result<f64, String> {

@@ -75,6 +75,12 @@ fn bad_sizes_and_counts_are_refused() {
     let (code, err) = ats(&["run", "-m", m, "-p", "hi", "-n", "0"]);
     assert_eq!(code, Some(2), "a usage error: {err}");
     assert!(err.contains("-n must be at least 1"), "{err}");
+    let (code, err) = ats(&["run", "-m", m, "-p", "hi", "--workload", "512"]);
+    assert_eq!(code, Some(2), "clap usage error: {err}");
+    assert!(err.contains("512,128"), "{err}");
+    let (code, err) = ats(&["run", "-m", m, "-p", "hi", "--workload", "1,99999999999"]);
+    assert_eq!(code, Some(2), "clap usage error: {err}");
+    assert!(err.contains("at most"), "{err}");
 }
 
 #[test]

@@ -4,15 +4,17 @@
 //! load-aware re-scheduler; and TPOT as the generation grows under a
 //! thermal wall (ATSInfer's Figure 12).
 //!
-//! `cargo run --release -p ats-sched --example load_adaptivity [-- load|thermal [MODEL [VRAM_GB]]]`
+//! `cargo run --release -p ats-sched --example load_adaptivity [-- load|thermal [MODEL [VRAM_GB [hint]]]]`
+//! (`hint`: the thermal run's layout is chosen for its 64-token prompt and
+//! 2,048 generated tokens, as `--workload 64,2048` would)
 //! (MODEL: a synth preset, default `llama-8b`; timing only, `compute=off`).
 
 mod common;
 
-use ats_sched::config::Policy;
+use ats_sched::config::{Policy, Workload};
 use ats_sched::rescheduler::ReschedConfig;
 use ats_sched::session::Session;
-use common::{machine, median, prompt, session, zeros_model};
+use common::{machine, median, prompt, session, session_for, zeros_model};
 
 /// Phase boundaries in scenario seconds: normal, CPU pressure, GPU + PCIe
 /// pressure, normal again.
@@ -146,7 +148,7 @@ fn load(model_name: &str, vram_gb: f64) {
 
 /// TPOT per 128 generated tokens as one generation grows past a thermal
 /// wall (GPU clock to 60% and CPU clock to 75% after 30 s).
-fn thermal(model_name: &str, vram_gb: f64) {
+fn thermal(model_name: &str, vram_gb: f64, hint: bool) {
     let dir = std::env::temp_dir().join("ats-load-adaptivity");
     std::fs::create_dir_all(&dir).expect("temp dir");
     let model = zeros_model(&dir, model_name);
@@ -155,8 +157,21 @@ fn thermal(model_name: &str, vram_gb: f64) {
     let mut cols = Vec::new();
     for load_aware in [false, true] {
         let vm = machine(spec, 8, (vram_gb * 1e9) as u64);
-        let mut e =
-            session(&model, &vm, Policy::Ats, n_gen + 128, policy(load_aware)).expect("session");
+        // with `hint`, the layout is chosen for this run's prompt and generation
+        let workload = hint.then_some(Workload {
+            depth: 0,
+            prompt: 64,
+            generate: n_gen,
+        });
+        let mut e = session_for(
+            &model,
+            &vm,
+            Policy::Ats,
+            n_gen + 128,
+            policy(load_aware),
+            workload,
+        )
+        .expect("session");
         vm.start_scenario();
         let p = prompt(&e, 64);
         e.prefill(&p, false).expect("prefill");
@@ -198,7 +213,7 @@ fn main() {
     let model = args.get(2).map_or("llama-8b", String::as_str);
     let vram: f64 = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(4.0);
     match mode {
-        "thermal" => thermal(model, vram),
+        "thermal" => thermal(model, vram, args.get(4).is_some_and(|a| a == "hint")),
         _ => load(model, vram),
     }
 }

@@ -8,16 +8,18 @@
 //! Timing only (`compute=off`: no logits), on real models' shapes with
 //! all-zero sparse weights, so the 8B and 30B models plan and run here.
 //!
-//! `cargo run --release -p ats-sched --example planner_quality [-- FILTER]`
-//! (FILTER: run the configurations whose row contains it, e.g. `gen3`).
+//! `cargo run --release -p ats-sched --example planner_quality [-- FILTER [hint]]`
+//! (FILTER: run the configurations whose row contains it, e.g. `gen3`, or
+//! "" for all; `hint`: the session states its workload, decode at the
+//! prefilled context's depth, as `--workload` does).
 
 mod common;
 
 use ats_core::spec::ModelSpec;
-use ats_sched::config::Policy;
+use ats_sched::config::{Policy, Workload};
 use ats_sched::exec::ExecPlan;
 use ats_sched::planner::{PlanKind, PlanSet};
-use common::{decode_times, frozen, machine, median, prompt, session, zeros_model};
+use common::{decode_times, frozen, machine, median, prompt, session_for, zeros_model};
 
 /// Decode rounds measured per plan (virtual time: every round at the same
 /// depth costs the same; three show the depth's drift).
@@ -40,10 +42,17 @@ fn run_one(
     threads: usize,
     generation: u32,
     ctx: usize,
+    hint: bool,
 ) -> Option<Row> {
     let spec = format!("pcie-gen5-desktop,pcie=gen{generation}x16,compute=off");
     let vm = machine(&spec, threads, (budget_gb * 1e9) as u64);
-    let mut e = match session(model, &vm, Policy::Ats, ctx + 64, frozen()) {
+    // with `hint`, the planner is told the decode depth (`--workload`)
+    let workload = hint.then_some(Workload {
+        depth: ctx,
+        prompt: 1,
+        generate: 64,
+    });
+    let mut e = match session_for(model, &vm, Policy::Ats, ctx + 64, frozen(), workload) {
         Ok(e) => e,
         Err(err) => {
             eprintln!("{name} {budget_gb}G t{threads} gen{generation} {ctx}: {err}");
@@ -98,7 +107,8 @@ fn run_one(
 }
 
 fn main() {
-    let filter = std::env::args().nth(1);
+    let filter = std::env::args().nth(1).filter(|f| !f.is_empty());
+    let hint = std::env::args().nth(2).is_some_and(|a| a == "hint");
     let dir = std::env::temp_dir().join("ats-planner-quality");
     std::fs::create_dir_all(&dir).expect("temp dir");
     let models = [
@@ -120,7 +130,9 @@ fn main() {
                         if filter.as_ref().is_some_and(|f| !tag.contains(f.as_str())) {
                             continue;
                         }
-                        if let Some(r) = run_one(model, name, budget, threads, generation, ctx) {
+                        if let Some(r) =
+                            run_one(model, name, budget, threads, generation, ctx, hint)
+                        {
                             println!("{}", r.line);
                             rows.push(r);
                         }

@@ -13,10 +13,10 @@ mod common;
 use std::collections::BTreeMap;
 
 use ats_core::machine::DeviceId;
-use ats_sched::config::Policy;
+use ats_sched::config::{Policy, Workload};
 use ats_sched::rescheduler::ReschedConfig;
 use ats_sched::session::Session;
-use common::{machine, prompt, session, zeros_model};
+use common::{machine, prompt, session_for, zeros_model};
 
 /// Per (device, op kind): virtual seconds and nodes, over the rounds run
 /// since the last call.
@@ -84,9 +84,22 @@ fn main() {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let model = zeros_model(&dir, model_name);
     let vm = machine(&format!("{spec},compute=off"), 16, (vram * 1e9) as u64);
-    // the context `ats-cli bench -p P -n N` plans for (`with_context`)
+    // the context and workload `ats-cli bench -p P -n N` plans for
     let n_ctx = p.max(n_gen).max(1);
-    let mut e = session(&model, &vm, policy, n_ctx, ReschedConfig::default()).expect("session");
+    let workload = Workload {
+        depth: 0,
+        prompt: p,
+        generate: n_gen,
+    };
+    let mut e = session_for(
+        &model,
+        &vm,
+        policy,
+        n_ctx,
+        ReschedConfig::default(),
+        Some(workload),
+    )
+    .expect("session");
     let r = e.planner().report();
     println!(
         "{model_name} on {spec} at {vram}G, {}: resident {:.2} GB, max tier {}, temp slots {}",

@@ -88,6 +88,18 @@ pub enum ConfigError {
     },
 }
 
+/// What one sequence of a run is expected to do, for the workload the
+/// planner judges layouts by (see [`RunConfig::workload`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Workload {
+    /// Tokens already in the context when the prompt starts.
+    pub depth: usize,
+    /// Prompt tokens.
+    pub prompt: usize,
+    /// Generated tokens.
+    pub generate: usize,
+}
+
 /// Everything a run is configured by.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RunConfig {
@@ -117,6 +129,13 @@ pub struct RunConfig {
     pub parallel: usize,
     /// Rows per KV block ([`crate::session::KV_BLOCK_TOKENS`]).
     pub kv_block_tokens: usize,
+    /// The request the layout is chosen for (`None`: a prompt filling half
+    /// of a sequence's context, at least 512 tokens, then 128 generated).
+    /// Layouts trade prompt speed for decode speed, so a run that knows
+    /// its requests (a benchmark, long generations from short prompts)
+    /// says so here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workload: Option<Workload>,
 }
 
 impl RunConfig {
@@ -135,6 +154,7 @@ impl RunConfig {
             resched: ReschedConfig::default(),
             parallel: 1,
             kv_block_tokens: crate::session::KV_BLOCK_TOKENS,
+            workload: None,
         }
     }
 

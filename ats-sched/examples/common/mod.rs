@@ -12,7 +12,7 @@ use ats_core::dtype::DType;
 use ats_core::spec::ModelSpec;
 use ats_core::synth::SynthSpec;
 use ats_cpu::CpuDevice;
-use ats_sched::config::{Policy, RunConfig};
+use ats_sched::config::{Policy, RunConfig, Workload};
 use ats_sched::planner::Planner;
 use ats_sched::rescheduler::ReschedConfig;
 use ats_sched::session::Session;
@@ -89,6 +89,19 @@ pub fn session(
     n_ctx: usize,
     resched: ReschedConfig,
 ) -> Result<Session, String> {
+    session_for(model, vm, policy, n_ctx, resched, None)
+}
+
+/// [`session`], its layout chosen for `workload` (as `bench` and
+/// `--workload` state it).
+pub fn session_for(
+    model: &Arc<ModelSpec>,
+    vm: &VirtualMachine,
+    policy: Policy,
+    n_ctx: usize,
+    resched: ReschedConfig,
+    workload: Option<Workload>,
+) -> Result<Session, String> {
     let cost = vm.cost_model(true, &|_| kernels())?;
     let run = RunConfig {
         n_ctx,
@@ -96,6 +109,7 @@ pub fn session(
         policy,
         resched,
         vram: vm.machine().gpu().and_then(|g| g.ledger().budget()),
+        workload,
         ..RunConfig::for_model(model, vm.threads())
     };
     let planner =

@@ -24,6 +24,10 @@ use crate::rescheduler::{CostSnapshot, Decision, ReschedConfig, Rescheduler};
 /// and the least number of decode rounds between two moves.
 pub const PAYBACK_ROUNDS: f64 = 64.0;
 
+/// A re-audition measures only shapes estimated within this factor of the
+/// current plan's measured round (see [`Planner::reaudition`]).
+const REAUDITION_RANGE: f64 = 2.0;
+
 /// How often the plans changed, and what failed on the way.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct ReplanStats {
@@ -509,14 +513,23 @@ impl Planner {
 
     /// After a drift the estimates kept the decode plan, but some of them
     /// rest on costs last measured under another load (a link not used
-    /// since the plan stopped streaming still counts as slow): measure
-    /// every shape again for a few rounds rather than trust them.
+    /// since the plan stopped streaming still counts as slow; a device's
+    /// load is seen only through the ops it runs): measure the shapes
+    /// again for a few rounds rather than trust them. A shape estimated
+    /// more than [`REAUDITION_RANGE`] times the current plan's measured
+    /// round is left out: its rounds would cost more than a stale estimate
+    /// can be off.
     fn reaudition(&mut self) -> Option<PlanChange> {
         let rounds = self.run.resched.audition_rounds;
+        let measured = self.adapt.resched.as_ref().and_then(Rescheduler::tpot)?;
         if rounds == 0 {
             return None;
         }
-        let candidates = self.audition_candidates();
+        // the first candidate is the current plan
+        let candidates: Vec<_> = (self.audition_candidates().into_iter().enumerate())
+            .filter(|(i, c)| *i == 0 || c.0.tiers[0].est_secs <= REAUDITION_RANGE * measured)
+            .map(|(_, c)| c)
+            .collect();
         (candidates.len() >= 2).then(|| PlanChange {
             set: self.set.clone(),
             reason: ChangeReason::Replan,
@@ -631,8 +644,6 @@ fn with_decode_plan(set: &PlanSet, plan: &ExecPlan, entry: TierEntry) -> PlanSet
 /// where it does not: no copy will be observed to compare with).
 fn snapshot(set: &PlanSet) -> CostSnapshot {
     let finite = |x: f64| if x.is_finite() { x.max(0.0) } else { 0.0 };
-    let streamed =
-        |i: usize, on_gpu: bool| on_gpu && !set.layout.resident.get(i).copied().unwrap_or(true);
     CostSnapshot {
         op_times: set.decode.iter().map(|e| finite(e.decode_secs)).collect(),
         copy_times: set
@@ -640,7 +651,7 @@ fn snapshot(set: &PlanSet) -> CostSnapshot {
             .iter()
             .enumerate()
             .map(|(i, e)| {
-                if streamed(i, e.on_gpu) {
+                if streamed(set, i) {
                     finite(e.copy_secs)
                 } else {
                     0.0
@@ -648,6 +659,13 @@ fn snapshot(set: &PlanSet) -> CostSnapshot {
             })
             .collect(),
     }
+}
+
+/// Whether `set`'s decode plan streams item `i` (runs it on the GPU from a
+/// temp slot).
+fn streamed(set: &PlanSet, i: usize) -> bool {
+    set.decode.get(i).is_some_and(|e| e.on_gpu)
+        && !set.layout.resident.get(i).copied().unwrap_or(true)
 }
 
 #[cfg(test)]

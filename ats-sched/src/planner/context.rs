@@ -23,6 +23,10 @@ const DECODE_DEPTH_CAP: usize = 2048;
 /// context, if shorter).
 const MIN_REFERENCE_PROMPT: usize = 512;
 
+/// Generated tokens of the reference workload a layout is chosen by, after
+/// its prompt ([`Ctx::reference_prompt`]), unless the run states its own.
+const REFERENCE_DECODE: usize = 128;
+
 /// What the planner learned beyond the cost model.
 pub(super) struct Learned<'a> {
     /// Per plan shape, a correction of its decode estimate (the audition).
@@ -76,13 +80,23 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// The round a decode plan is estimated at.
+    /// The round a decode plan is estimated at: halfway through the stated
+    /// workload's generation, or through a sequence's context.
     pub fn decode_shape(&self) -> RoundShape {
+        let past = match self.run.workload {
+            Some(w) => (w.depth + w.prompt + w.generate / 2).min(self.seq_ctx() - 1),
+            None => (self.seq_ctx() / 2).min(DECODE_DEPTH_CAP),
+        };
         RoundShape {
             n_tokens: 1,
-            past: (self.seq_ctx() / 2).min(DECODE_DEPTH_CAP),
+            past,
             n_outputs: 1,
         }
+    }
+
+    /// Decode rounds of the reference workload.
+    pub fn reference_decode(&self) -> f64 {
+        self.run.workload.map_or(REFERENCE_DECODE, |w| w.generate) as f64
     }
 
     /// The round a tier's plan is estimated at: decode for tier 1, a round
@@ -111,10 +125,15 @@ impl<'a> Ctx<'a> {
     /// [`MIN_REFERENCE_PROMPT`] tokens. A fixed short prompt could not tell
     /// layouts apart by what long prompts cost them (KV caches on the host).
     pub fn reference_prompt(&self) -> usize {
-        self.decode_shape()
-            .past
-            .max(MIN_REFERENCE_PROMPT)
-            .min(self.seq_ctx())
+        match self.run.workload {
+            // at least a token: a prompt's plans are still made
+            Some(w) => w.prompt.clamp(1, self.seq_ctx()),
+            None => self
+                .decode_shape()
+                .past
+                .max(MIN_REFERENCE_PROMPT)
+                .min(self.seq_ctx()),
+        }
     }
 
     /// The context one sequence is expected to use: its share when
@@ -129,9 +148,10 @@ impl<'a> Ctx<'a> {
         let prompt = self.reference_prompt();
         let chunk = tier.clamp(1, prompt);
         let rounds = prompt.div_ceil(chunk);
+        let depth = self.run.workload.map_or(0, |w| w.depth);
         let shape = RoundShape {
             n_tokens: chunk,
-            past: (rounds - 1) * chunk / 2,
+            past: (depth + (rounds - 1) * chunk / 2).min(self.seq_ctx() - 1),
             n_outputs: self.outputs(chunk),
         };
         (shape, rounds)

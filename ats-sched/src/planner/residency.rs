@@ -5,7 +5,6 @@
 use super::baseline;
 use super::context::Ctx;
 use super::policy::Residency;
-use super::search::WORKLOAD_DECODE;
 use super::{PlanError, items::ItemCost};
 use crate::placement::{ItemGroup, PlacementItem, PlacementParams, place};
 use crate::size::fmt_bytes;
@@ -43,13 +42,14 @@ fn dp_items(
     pre: &[ItemCost],
     prompt_rounds: f64,
 ) -> Vec<PlacementItem> {
+    let decode = ctx.reference_decode();
     ctx.items
         .iter()
         .zip(dec.iter().zip(pre))
         .map(|(it, (d, p))| PlacementItem {
             size_bytes: it.bytes(),
-            benefit: WORKLOAD_DECODE * (d.cpu - d.gpu) + prompt_rounds * (p.cpu - p.gpu),
-            switch_cost: WORKLOAD_DECODE * d.switch + prompt_rounds * p.switch,
+            benefit: decode * (d.cpu - d.gpu) + prompt_rounds * (p.cpu - p.gpu),
+            switch_cost: decode * d.switch + prompt_rounds * p.switch,
             group: if it.experts.is_some() {
                 ItemGroup::Expert
             } else {
@@ -70,7 +70,7 @@ fn resident_dp(
     let items = dp_items(ctx, dec, pre, prompt_rounds);
     let out_bytes = ctx.g.value_bytes(ctx.g.output, 1, 1) as f64;
     let mut params = PlacementParams::new(avail);
-    params.output_switch_cost = WORKLOAD_DECODE
+    params.output_switch_cost = ctx.reference_decode()
         * (ctx.cost.d2h_secs(DeviceId::Gpu, out_bytes) + ctx.cost.switch_secs(DeviceId::Gpu));
     params.unit_bytes = dp_unit(avail, ctx.items.len());
     let p = place(&items, &params).map_err(|e| PlanError::Algorithm(e.to_string()))?;

@@ -21,9 +21,6 @@ use crate::size::fmt_bytes;
 
 /// Prompt chunks of a CPU-only run when the run sets no limit.
 const HOST_CHUNK: usize = 512;
-/// Generated tokens of the reference workload a layout is chosen by, after
-/// its prompt ([`Ctx::reference_prompt`]).
-pub(super) const WORKLOAD_DECODE: f64 = 128.0;
 
 /// The largest tiers a layout's compute buffers may be sized for: decode
 /// only, short prompt chunks, llama.cpp's micro-batch, long chunks. Each
@@ -174,7 +171,7 @@ fn workload_secs(
         let (shape, rounds) = ctx.reference_chunk(*t);
         prompt = prompt.min(rounds as f64 * secs_at(ctx, tp, resident, streaming, shape)?);
     }
-    Ok((WORKLOAD_DECODE * decode + prompt, prompt))
+    Ok((ctx.reference_decode() * decode + prompt, prompt))
 }
 
 /// The GPU bytes per region of a layout holding `resident`, with `slots`

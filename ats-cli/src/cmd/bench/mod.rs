@@ -5,6 +5,7 @@
 mod parallel;
 
 use anyhow::{Context, Result};
+use ats_sched::config::Workload;
 use clap::Args;
 use rand::{Rng, SeedableRng};
 
@@ -96,7 +97,12 @@ pub fn run(a: BenchArgs) -> Result<()> {
         usage_bail!("nothing to measure: -p and -n are both 0");
     }
     let need = a.n_depth.saturating_add(a.n_prompt.max(a.n_gen).max(1));
-    let model = with_context(&a.model, need, need, "-d plus -p or -n")?;
+    let mut model = with_context(&a.model, need, need, "-d plus -p or -n")?;
+    model.workload.get_or_insert(Workload {
+        depth: a.n_depth,
+        prompt: a.n_prompt,
+        generate: a.n_gen,
+    });
     let mut loaded = load::load(&model, false)?;
     let session = &mut loaded.session;
     let vocab = session.spec().hp.n_vocab as u32;

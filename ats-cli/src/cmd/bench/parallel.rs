@@ -5,6 +5,7 @@
 //! (S_TG), both aggregated over the batch.
 
 use anyhow::Result;
+use ats_sched::config::Workload;
 use ats_sched::session::{KV_BLOCK_TOKENS, Logits, SeqId, SeqInput, Session};
 use ats_sched::size::fmt_bytes;
 use rand::{Rng, SeedableRng};
@@ -146,6 +147,11 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         .saturating_mul(KV_BLOCK_TOKENS);
     let mut model = with_context(&a.model, per_seq, blocks.saturating_mul(most), "-p plus -n")?;
     model.parallel = most;
+    model.workload.get_or_insert(Workload {
+        depth: 0,
+        prompt: a.n_prompt,
+        generate: a.n_gen,
+    });
     let mut loaded = load::load(&model, false)?;
     let session = &mut loaded.session;
     let vocab = session.spec().hp.n_vocab as u32;
