@@ -343,6 +343,21 @@ pub fn sim_kernels() -> std::sync::Arc<dyn ats_core::device::Device> {
     )
 }
 
+/// A model of synth preset `preset`'s real shapes (`llama-8b`, ...) with
+/// all-zero weights, as a sparse file in `dir`: for machine models that
+/// only time (`compute=off`).
+pub fn zeros_model(
+    dir: &std::path::Path,
+    preset: &str,
+) -> std::sync::Arc<ats_core::spec::ModelSpec> {
+    let path = dir.join(format!("{preset}-zeros.gguf"));
+    ats_core::synth::SynthSpec::preset(preset)
+        .unwrap_or_else(|| panic!("no synth preset {preset}"))
+        .write_zeros(&path, None)
+        .unwrap();
+    std::sync::Arc::new(ats_core::spec::ModelSpec::open(&path).unwrap())
+}
+
 /// The cost model a run on `vm` plans with: its profile in virtual time.
 pub fn sim_cost(vm: &ats_sched::sim::VirtualMachine) -> ats_sched::profile::CostModel {
     vm.cost_model(true, &|_| sim_kernels())

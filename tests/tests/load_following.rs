@@ -10,13 +10,12 @@ use std::sync::Arc;
 
 use ats_core::device::KvType;
 use ats_core::spec::ModelSpec;
-use ats_core::synth::SynthSpec;
 use ats_sched::config::{Policy, RunConfig};
 use ats_sched::planner::Planner;
 use ats_sched::rescheduler::ReschedConfig;
 use ats_sched::session::Session;
 use ats_sched::sim::VirtualMachine;
-use ats_tests::{sim_cost, sim_machine};
+use ats_tests::{sim_cost, sim_machine, zeros_model};
 
 /// Normal to 25 s, 70% of the cores taken to 55 s, then 60% of the SM time
 /// and a 3x slower link to 85 s, normal to 110 s (scenario seconds).
@@ -69,12 +68,7 @@ fn phases(spec: &Arc<ModelSpec>, resched: ReschedConfig) -> ([f64; 4], usize) {
 #[test]
 fn the_load_aware_policy_follows_the_load_and_never_loses() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("llama-8b-zeros.gguf");
-    SynthSpec::preset("llama-8b")
-        .unwrap()
-        .write_zeros(&path, None)
-        .unwrap();
-    let spec = Arc::new(ModelSpec::open(&path).unwrap());
+    let spec = zeros_model(dir.path(), "llama-8b");
     let frozen = ReschedConfig {
         epsilon: 1e12,
         ..ReschedConfig::default()

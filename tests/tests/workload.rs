@@ -8,11 +8,10 @@ use std::sync::Arc;
 
 use ats_core::device::KvType;
 use ats_core::spec::ModelSpec;
-use ats_core::synth::SynthSpec;
 use ats_sched::config::{Policy, RunConfig, Workload};
 use ats_sched::planner::Planner;
 use ats_sched::session::Session;
-use ats_tests::{sim_cost, sim_machine};
+use ats_tests::{sim_cost, sim_machine, zeros_model};
 
 const N_CTX: usize = 2176;
 
@@ -49,12 +48,7 @@ fn timings(spec: &Arc<ModelSpec>, workload: Option<Workload>) -> (f64, f64) {
 #[test]
 fn the_layout_follows_the_stated_workload() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("llama-8b-zeros.gguf");
-    SynthSpec::preset("llama-8b")
-        .unwrap()
-        .write_zeros(&path, None)
-        .unwrap();
-    let spec = Arc::new(ModelSpec::open(&path).unwrap());
+    let spec = zeros_model(dir.path(), "llama-8b");
     let generate = Workload {
         depth: 0,
         prompt: 64,
