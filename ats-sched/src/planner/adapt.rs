@@ -253,8 +253,7 @@ impl Planner {
             // by the observed over assumed seconds per byte
             let factor = (secs / bytes as f64 * 1e9) / self.set.copy_secs_per_gb.max(1e-12);
             for (i, e) in self.set.decode.iter().enumerate() {
-                let streamed = e.on_gpu && !self.set.layout.resident[i];
-                if streamed
+                if streamed(&self.set, i)
                     && e.copy_secs.is_finite()
                     && let Err(err) = rs.observe_copy(i, e.copy_secs * factor)
                 {
@@ -527,7 +526,13 @@ impl Planner {
         }
         // the first candidate is the current plan
         let candidates: Vec<_> = (self.audition_candidates().into_iter().enumerate())
-            .filter(|(i, c)| *i == 0 || c.0.tiers[0].est_secs <= REAUDITION_RANGE * measured)
+            .filter(|(i, c)| {
+                *i == 0
+                    || c.0
+                        .tiers
+                        .first()
+                        .is_some_and(|t| t.est_secs <= REAUDITION_RANGE * measured)
+            })
             .map(|(_, c)| c)
             .collect();
         (candidates.len() >= 2).then(|| PlanChange {

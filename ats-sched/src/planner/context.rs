@@ -84,7 +84,11 @@ impl<'a> Ctx<'a> {
     /// workload's generation, or through a sequence's context.
     pub fn decode_shape(&self) -> RoundShape {
         let past = match self.run.workload {
-            Some(w) => (w.depth + w.prompt + w.generate / 2).min(self.seq_ctx() - 1),
+            Some(w) => w
+                .depth
+                .saturating_add(w.prompt)
+                .saturating_add(w.generate / 2)
+                .min(self.seq_ctx() - 1),
             None => (self.seq_ctx() / 2).min(DECODE_DEPTH_CAP),
         };
         RoundShape {
@@ -151,7 +155,9 @@ impl<'a> Ctx<'a> {
         let depth = self.run.workload.map_or(0, |w| w.depth);
         let shape = RoundShape {
             n_tokens: chunk,
-            past: (depth + (rounds - 1) * chunk / 2).min(self.seq_ctx() - 1),
+            past: depth
+                .saturating_add((rounds - 1) * chunk / 2)
+                .min(self.seq_ctx() - 1),
             n_outputs: self.outputs(chunk),
         };
         (shape, rounds)
