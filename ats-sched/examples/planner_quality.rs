@@ -11,7 +11,8 @@
 //! `cargo run --release -p ats-sched --example planner_quality [-- FILTER [hint]]`
 //! (FILTER: run the configurations whose row contains it, e.g. `gen3`, or
 //! "" for all; `hint`: the session states its workload, decode at the
-//! prefilled context's depth, as `--workload` does).
+//! prefilled context's depth, as `--workload` does). Each shape's decode
+//! estimate and its measurement go to stderr.
 
 mod common;
 
@@ -76,8 +77,17 @@ fn run_one(
         if measured.iter().any(|m| m.1 == plan) {
             continue;
         }
+        let est = set.tiers[0].est_secs;
         e.set_plans_for_experiment(set).expect("forced plans");
         let t = median(&decode_times(&mut e, ROUNDS, 101));
+        // the estimate that chose it, against its virtual measurement
+        eprintln!(
+            "{name} {budget_gb}G t{threads} gen{generation} {ctx}: {} estimated {:.2} ms, measured {:.2} ms ({:+.0}%)",
+            kind.name(),
+            est * 1e3,
+            t * 1e3,
+            (est / t - 1.0) * 100.0
+        );
         measured.push((kind, plan, t));
     }
     let (winner, _, fastest) = measured
