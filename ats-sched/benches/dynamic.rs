@@ -1,4 +1,4 @@
-//! Dynamic transfer DP for one round of 500 items.
+//! The dynamic transfer search for one round of 500 items.
 
 use std::hint::black_box;
 
@@ -13,10 +13,13 @@ fn instance() -> Vec<TransferItem> {
     (0..500)
         .map(|_| {
             let on_gpu = rng.random_bool(0.33);
+            let cpu_time = rng.random_range(0.5e-3..5e-3);
             TransferItem {
                 on_gpu,
                 promotable: !on_gpu,
-                cpu_time: rng.random_range(0.5e-3..5e-3),
+                cpu_time,
+                cpu_time_beside: 1.8 * cpu_time,
+                slot_group: rng.random_range(0..3),
                 gpu_time: rng.random_range(0.05e-3..0.5e-3),
                 copy_time: rng.random_range(0.2e-3..4e-3),
                 switch_cost: rng.random_range(0.02e-3..0.1e-3),

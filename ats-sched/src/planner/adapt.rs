@@ -15,6 +15,7 @@ use ats_core::machine::DeviceId;
 use serde::Serialize;
 
 use super::audition::{Audition, AuditionReport, Step};
+use super::tier_plan::{TierPlan, secs_at};
 use super::{PlanError, PlanKind, PlanSet, Planner, TierEntry};
 use crate::exec::{ExecPlan, RoundStats};
 use crate::rescheduler::{CostSnapshot, Decision, ReschedConfig, Rescheduler};
@@ -134,6 +135,9 @@ pub(super) struct Adaptation {
     pub bias: Vec<(PlanKind, f64)>,
     /// Decode rounds since the layout last changed (or since the start).
     rounds_since_move: usize,
+    /// An audition at the first decode or after a drift ran: plan once
+    /// more when it is over ([`Planner::settled_replan`]).
+    replan_after_audition: bool,
     pub stats: ReplanStats,
     has_gpu: bool,
 }
@@ -148,6 +152,7 @@ impl Adaptation {
             last_audition: None,
             bias: Vec::new(),
             rounds_since_move: 0,
+            replan_after_audition: false,
             stats: ReplanStats::default(),
             has_gpu,
         }
@@ -210,6 +215,9 @@ impl Planner {
         if let Some(step) = self.audition_step(stats.total_secs) {
             return step;
         }
+        if std::mem::take(&mut self.adapt.replan_after_audition) {
+            return self.settled_replan();
+        }
         self.observe_drift(stats);
         self.maybe_replan()
     }
@@ -217,13 +225,41 @@ impl Planner {
     /// Node and copy times into the cost model.
     fn learn_costs(&mut self, stats: &RoundStats, shape: RoundShape) {
         let kv_f16 = self.run.kv_type == ats_core::device::KvType::F16;
-        for &(node, d, secs) in &stats.node_secs {
-            self.cost.observe(&self.graph, d, node, shape, kv_f16, secs);
-        }
         let (bytes, secs) = gpu_copies(stats);
+        // A decode round that streams weights runs some host items beside
+        // the copies: their times go in at the speed alone the plan's
+        // estimate implies, so that they say how loaded the host is and can
+        // price plans that copy differently (or not at all).
+        let slowdown = if bytes > 0 && shape.n_tokens == 1 {
+            self.node_slowdowns()
+        } else {
+            Vec::new()
+        };
+        for &(node, d, secs) in &stats.node_secs {
+            let f = match d {
+                DeviceId::Host => slowdown.get(node).copied().unwrap_or(1.0),
+                _ => 1.0,
+            };
+            self.cost
+                .observe(&self.graph, d, node, shape, kv_f16, secs / f);
+        }
         if bytes > 0 {
             self.cost.observe_copy(DeviceId::Gpu, bytes as f64, secs);
         }
+    }
+
+    /// Per graph node: the current decode plan's estimated slowdown of its
+    /// item beside weight copies (1 where none overlaps it).
+    fn node_slowdowns(&self) -> Vec<f64> {
+        let mut f = vec![1.0; self.graph.nodes.len()];
+        for (it, e) in self.set.layout.items.iter().zip(&self.set.decode) {
+            for &n in &it.nodes {
+                if let Some(x) = f.get_mut(n) {
+                    *x = e.slowdown.max(1.0);
+                }
+            }
+        }
+        f
     }
 
     /// A decode round's item and copy times against the re-scheduler's snapshot.
@@ -279,8 +315,11 @@ impl Planner {
                 return None;
             }
             // this round ran the planner's choice: it is that candidate's warm-up
+            let candidates = self.priced_now(candidates);
             let a = Audition::new(candidates, self.run.resched.audition_rounds);
             self.adapt.audition = AuditionState::Running(a);
+            // the first plans rest on the profile alone
+            self.adapt.replan_after_audition = true;
         }
         let AuditionState::Running(a) = &mut self.adapt.audition else {
             return None;
@@ -352,6 +391,44 @@ impl Planner {
             out.push((c, vec![kind]));
         }
         out
+    }
+
+    /// Audition candidates with their decode rounds priced at the current
+    /// costs and without the shapes' corrections: an estimate made when a
+    /// plan was chosen rests on costs learned since (the first plan's, on
+    /// the profile alone, was 28% above its run on `rtx3060-laptop`, and
+    /// every other shape's correction took that error), and the corrections
+    /// an audition reports replace the earlier ones rather than multiply
+    /// them. A candidate that cannot be priced keeps its estimate.
+    fn priced_now(
+        &mut self,
+        mut candidates: Vec<(PlanSet, Vec<PlanKind>)>,
+    ) -> Vec<(PlanSet, Vec<PlanKind>)> {
+        let mut failures = Vec::new();
+        {
+            let ctx = self.ctx(None);
+            for (set, _) in &mut candidates {
+                let Some(e) = set.tiers.first() else {
+                    continue;
+                };
+                let tp = TierPlan {
+                    kind: e.kind,
+                    secs: e.est_secs,
+                    on_gpu: e.on_gpu.clone(),
+                    estimates: e.estimates.clone(),
+                };
+                let (resident, streaming) = (&set.layout.resident, set.layout.streaming);
+                match secs_at(&ctx, &tp, resident, streaming, ctx.decode_shape()) {
+                    Ok(secs) => set.tiers[0].est_secs = secs,
+                    Err(err) => failures.push(err),
+                }
+            }
+        }
+        for err in failures {
+            self.adapt.stats.failed += 1;
+            self.adapt.stats.fail("audition estimate", err);
+        }
+        candidates
     }
 
     /// A re-plan when the re-scheduler says the measurements drifted.
@@ -470,16 +547,33 @@ impl Planner {
     /// such switches in 134 rounds cost more than they saved): the prompt
     /// tiers are re-planned with the next switch.
     fn replan_in_layout(&mut self, new: PlanSet) -> Option<PlanChange> {
+        match self.switch_to(new) {
+            Switch::To(change) => Some(change),
+            Switch::Kept(kept, new) => {
+                // the current decode plan stays; the estimates could not
+                // explain what it measures, so its measurements are the reference
+                let fresh = kept.unwrap_or(*new);
+                self.adapt.note_kept();
+                self.adapt.stats.refreshes += 1;
+                if same_plans(&fresh, &self.set) {
+                    self.set = fresh;
+                }
+                self.reaudition()
+            }
+        }
+    }
+
+    /// The switch to `new`'s decode plan, auditioned against the current
+    /// one, when it is estimated faster by more than the hysteresis.
+    fn switch_to(&mut self, new: PlanSet) -> Switch {
         let hysteresis = self.run.resched.hysteresis;
         let rounds = self.run.resched.audition_rounds;
         match with_decode_of(&new, &self.set) {
             Some(keep) if worth_switching(&new, &self.set, hysteresis) => {
+                let kinds = |set: &PlanSet| vec![set.tiers[0].kind];
                 let audition = (rounds > 0).then(|| {
-                    let kinds = |set: &PlanSet| vec![set.tiers[0].kind];
-                    Audition::new(
-                        vec![(keep.clone(), kinds(&self.set)), (new.clone(), kinds(&new))],
-                        rounds,
-                    )
+                    let pair = vec![(keep.clone(), kinds(&self.set)), (new.clone(), kinds(&new))];
+                    Audition::new(self.priced_now(pair), rounds)
                 });
                 // without auditions the new plans are taken as they are
                 let set = if audition.is_some() { keep } else { new };
@@ -489,24 +583,36 @@ impl Planner {
                 } else {
                     Reference::Estimates
                 };
-                Some(PlanChange {
+                Switch::To(PlanChange {
                     set,
                     reason: ChangeReason::Replan,
                     audition,
                     reference,
                 })
             }
-            kept => {
-                // the current decode plan stays; the estimates could not
-                // explain what it measures, so its measurements are the reference
-                let fresh = kept.unwrap_or(new);
-                self.adapt.note_kept();
-                self.adapt.stats.refreshes += 1;
-                if same_plans(&fresh, &self.set) {
-                    self.set = fresh;
-                }
-                self.reaudition()
+            kept => Switch::Kept(kept, Box::new(new)),
+        }
+    }
+
+    /// The re-plan an audition owes: the first plans were made from the
+    /// profile alone, and a drift that started a re-audition was seen when
+    /// the live costs had taken only part of the new load in (a drift
+    /// shows once an item's average has moved by the threshold), so those
+    /// plans were made from them half-way. After the audition's rounds the
+    /// live costs have caught up: plan again, and switch only when that
+    /// pays (no further re-audition).
+    fn settled_replan(&mut self) -> Option<PlanChange> {
+        let new = match self.plan_in_layout(&self.set, None) {
+            Ok(s) => s,
+            Err(e) => {
+                self.adapt.stats.failed += 1;
+                self.adapt.stats.fail("re-plan after an audition", e);
+                return None;
             }
+        };
+        match self.switch_to(new) {
+            Switch::To(change) => Some(change),
+            Switch::Kept(..) => None,
         }
     }
 
@@ -535,6 +641,8 @@ impl Planner {
             })
             .map(|(_, c)| c)
             .collect();
+        let candidates = self.priced_now(candidates);
+        self.adapt.replan_after_audition = candidates.len() >= 2;
         (candidates.len() >= 2).then(|| PlanChange {
             set: self.set.clone(),
             reason: ChangeReason::Replan,
@@ -581,6 +689,15 @@ impl Planner {
             + self.cost.d2h_secs(DeviceId::Gpu, moved_out as f64);
         (copy <= (keep - moved) * PAYBACK_ROUNDS).then_some(set)
     }
+}
+
+/// What a re-plan in the layout does with the decode plan.
+enum Switch {
+    /// Switch (after an audition, if auditions are on).
+    To(PlanChange),
+    /// Keep it: the current decode plan in the new plans' tiers (if any),
+    /// and the new plans.
+    Kept(Option<PlanSet>, Box<PlanSet>),
 }
 
 /// Bytes and seconds of the GPU's weight copies in a round.

@@ -138,12 +138,18 @@ impl AuditionReport {
                 1.0
             }
         };
-        let base = ratio(&self.entries[self.winner]);
-        let mut out = Vec::new();
-        for e in &self.entries {
+        let winner = &self.entries[self.winner];
+        let base = ratio(winner);
+        let mut out: Vec<(PlanKind, f64)> = Vec::new();
+        // one correction per shape: two plans of one shape (a re-plan
+        // auditioned against the plan it would replace) leave the winner's
+        // shapes at 1, and otherwise the first candidate's
+        for e in std::iter::once(winner).chain(&self.entries) {
             let b = ratio(e) / base;
             for &k in &e.kinds {
-                out.push((k, if b.is_finite() && b > 0.0 { b } else { 1.0 }));
+                if out.iter().all(|o| o.0 != k) {
+                    out.push((k, if b.is_finite() && b > 0.0 { b } else { 1.0 }));
+                }
             }
         }
         out
@@ -262,6 +268,24 @@ mod tests {
         let stat = 0.020 * b.iter().find(|x| x.0 == PlanKind::Static).unwrap().1;
         assert!(stat < gpu, "{stat} vs {gpu}");
         assert!((gpu / stat - 0.030 / 0.025).abs() < 1e-9);
+    }
+
+    #[test]
+    fn two_plans_of_one_shape_leave_one_correction() {
+        // a re-plan's dynamic plan against the dynamic plan it would
+        // replace: the winner ran as estimated, the loser 25% under its
+        // (low) estimate's ratio; the shape keeps the winner's 1
+        let entry = |est: f64, measured: f64| AuditionEntry {
+            kinds: vec![PlanKind::Dynamic],
+            est_secs: est,
+            measured_secs: measured,
+        };
+        for winner in [0, 1] {
+            let mut entries = vec![entry(0.059, 0.0462), entry(0.044, 0.0462)];
+            entries[winner].est_secs = 0.0462;
+            let r = AuditionReport { entries, winner };
+            assert_eq!(r.bias(), vec![(PlanKind::Dynamic, 1.0)], "winner {winner}");
+        }
     }
 
     #[test]

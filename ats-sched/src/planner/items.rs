@@ -125,6 +125,9 @@ pub fn build_items(g: &Graph, n_ctx: usize, kv_elem: usize) -> (Vec<Item>, Vec<u
 pub struct ItemCost {
     /// Seconds on the CPU.
     pub cpu: f64,
+    /// Seconds on the CPU while weight copies stream beside it (they take
+    /// their share of the host's memory bandwidth).
+    pub cpu_streaming: f64,
     /// Seconds on the GPU.
     pub gpu: f64,
     /// Seconds to move its inputs across PCIe plus the fixed switch cost.
@@ -151,9 +154,15 @@ pub fn item_costs(
                 .iter()
                 .map(|&n| cost.node_secs(g, n, DeviceId::Host, shape, kv_f16))
                 .sum();
+            let cpu_streaming: f64 = it
+                .nodes
+                .iter()
+                .map(|&n| cost.node_secs_beside_copies(g, n, DeviceId::Host, shape, kv_f16))
+                .sum();
             if !has_gpu {
                 return ItemCost {
                     cpu,
+                    cpu_streaming,
                     gpu: f64::INFINITY,
                     switch: 0.0,
                     copy: f64::INFINITY,
@@ -179,6 +188,7 @@ pub fn item_costs(
             };
             ItemCost {
                 cpu,
+                cpu_streaming,
                 gpu: gpu_t,
                 switch,
                 copy: cost.h2d_secs(DeviceId::Gpu, copy_bytes),

@@ -113,6 +113,9 @@ pub struct ItemEstimate {
     pub decode_secs: f64,
     /// Estimated seconds to copy its weights to the GPU for a decode round.
     pub copy_secs: f64,
+    /// On the CPU: how much slower than alone it runs beside the plan's
+    /// weight copies, by the estimate (1: no copy overlaps it).
+    pub slowdown: f64,
 }
 
 /// Plans for every tier, sharing one memory layout.

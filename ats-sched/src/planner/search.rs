@@ -14,7 +14,7 @@ use super::items::build_items;
 use super::layout::Layout;
 use super::policy::LayoutChoice;
 use super::residency::resident_for;
-use super::tier_plan::{TierPlan, secs_at, tier_plan};
+use super::tier_plan::{TierPlan, item_secs_at, secs_at, tier_plan};
 use super::{ItemEstimate, PlanError, PlanKind, PlanSet, TierEntry};
 use crate::exec::{ExecPlan, SlotPlan};
 use crate::size::fmt_bytes;
@@ -242,7 +242,7 @@ pub(super) fn plan_on_gpu(ctx: &Ctx<'_>, budget: u64) -> Result<PlanSet, PlanErr
     if !ctx.cost.is_measured(DeviceId::Gpu) || !ctx.cost.is_measured(DeviceId::Host) {
         notes.push(NO_PROFILE.to_string());
     }
-    Ok(plan_set(ctx, Arc::new(best.layout), &best.tiers, notes))
+    plan_set(ctx, Arc::new(best.layout), &best.tiers, notes)
 }
 
 /// The note a plan made without a profile carries.
@@ -255,7 +255,7 @@ fn plan_set(
     layout: Arc<Layout>,
     tiers: &[(usize, TierPlan)],
     notes: Vec<String>,
-) -> PlanSet {
+) -> Result<PlanSet, PlanError> {
     let mut plans: Vec<ExecPlan> = Vec::new();
     let mut entries = Vec::new();
     for (t, tp) in tiers {
@@ -282,18 +282,27 @@ fn plan_set(
             on_gpu: tp.on_gpu.clone(),
         });
     }
-    let dec = ctx.costs(ctx.decode_shape());
-    let tier1_gpu = &tiers[0].1.on_gpu;
+    let shape = ctx.decode_shape();
+    let dec = ctx.costs(shape);
+    let tier1 = &tiers[0].1;
+    // a CPU item's decode time with the copies that overlap it
+    let secs = item_secs_at(ctx, tier1, &layout.resident, layout.streaming, shape)?;
     let decode = dec
         .iter()
-        .zip(tier1_gpu)
-        .map(|(c, &g)| ItemEstimate {
+        .zip(&tier1.on_gpu)
+        .zip(secs)
+        .map(|((c, &g), s)| ItemEstimate {
             on_gpu: g,
-            decode_secs: if g { c.gpu } else { c.cpu },
+            decode_secs: if g { c.gpu } else { s },
             copy_secs: c.copy,
+            slowdown: if g || c.cpu <= 0.0 {
+                1.0
+            } else {
+                (s / c.cpu).max(1.0)
+            },
         })
         .collect();
-    PlanSet {
+    Ok(PlanSet {
         plans,
         tiers: entries,
         layout,
@@ -301,7 +310,7 @@ fn plan_set(
         policy: ctx.run.policy,
         copy_secs_per_gb: ctx.cost.h2d_secs(DeviceId::Gpu, 1e9),
         notes,
-    }
+    })
 }
 
 /// Every tier on the CPU alone.
@@ -367,5 +376,5 @@ pub(super) fn replan(ctx: &Ctx<'_>, old: &PlanSet) -> Result<PlanSet, PlanError>
             fmt_bytes(planned)
         )));
     }
-    Ok(plan_set(ctx, layout, &tiers, old.notes.clone()))
+    plan_set(ctx, layout, &tiers, old.notes.clone())
 }

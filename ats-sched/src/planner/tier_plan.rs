@@ -1,5 +1,5 @@
 //! One tier's plan in a layout: the three shapes estimated (static,
-//! GPU-only, dynamic promotion by the transfer DP), the best the policy
+//! GPU-only, dynamic promotion by the transfer search), the best the policy
 //! allows kept.
 
 use ats_core::graph::cost::RoundShape;
@@ -8,7 +8,7 @@ use ats_core::machine::DeviceId;
 use super::context::Ctx;
 use super::items::{Item, ItemCost};
 use super::{PlanError, PlanKind};
-use crate::dynamic::{TransferItem, TransferParams, plan_transfers, round_time};
+use crate::dynamic::{TransferItem, TransferParams, item_secs, plan_transfers, round_time};
 
 /// Every plan shape's estimate for a tier (`None`: not allowed or not possible).
 pub type Estimates = Vec<(PlanKind, Option<f64>)>;
@@ -32,7 +32,6 @@ fn transfer_items(
     streamable: &[bool],
     resident: &[bool],
     streaming: bool,
-    contention: f64,
 ) -> Vec<TransferItem> {
     costs
         .iter()
@@ -46,22 +45,25 @@ fn transfer_items(
             TransferItem {
                 on_gpu: r,
                 promotable: streaming && !r && can,
-                cpu_time: c.cpu * contention,
+                cpu_time: c.cpu,
+                cpu_time_beside: c.cpu_streaming,
                 gpu_time: if routed_copy { c.gpu + c.copy } else { c.gpu },
                 copy_time: if routed_copy { 0.0 } else { c.copy },
                 switch_cost: c.switch,
+                // items of one sub-layer stream weights of the same roles
+                slot_group: it.sublayer as usize,
             }
         })
         .collect()
 }
 
 /// The transfer DP's settings for a round of `shape`.
-fn transfer_params(ctx: &Ctx<'_>, resident: &[bool], shape: RoundShape) -> TransferParams {
+fn transfer_params(ctx: &Ctx<'_>, shape: RoundShape) -> TransferParams {
     let out_bytes = ctx
         .g
         .value_bytes(ctx.g.output, shape.n_tokens, shape.n_outputs) as f64;
     TransferParams {
-        slots: (ctx.run.slots_per_role.max(1) * ctx.slots(resident).roles().max(1)).max(1),
+        slots: ctx.run.slots_per_role.max(1),
         output_switch_cost: ctx.cost.d2h_secs(DeviceId::Gpu, out_bytes)
             + ctx.cost.switch_secs(DeviceId::Gpu),
     }
@@ -77,29 +79,43 @@ pub(super) fn secs_at(
     streaming: bool,
     shape: RoundShape,
 ) -> Result<f64, PlanError> {
-    let contention = match tp.kind {
-        PlanKind::Static => 1.0,
-        _ => ctx.cost.contention(DeviceId::Host),
-    };
+    let (items, promote, params) = round_at(ctx, tp, resident, streaming, shape);
+    round_time(&items, &promote, &params)
+        .map(|t| t.total)
+        .map_err(|e| PlanError::Algorithm(e.to_string()))
+}
+
+/// Seconds each item computes in a round of `shape` run with `tp`'s
+/// placement: a CPU item slowed by the copies that overlap it.
+pub(super) fn item_secs_at(
+    ctx: &Ctx<'_>,
+    tp: &TierPlan,
+    resident: &[bool],
+    streaming: bool,
+    shape: RoundShape,
+) -> Result<Vec<f64>, PlanError> {
+    let (items, promote, params) = round_at(ctx, tp, resident, streaming, shape);
+    item_secs(&items, &promote, &params).map_err(|e| PlanError::Algorithm(e.to_string()))
+}
+
+/// The transfer items, promotion set and settings of a round of `shape`
+/// run with `tp`'s placement.
+fn round_at(
+    ctx: &Ctx<'_>,
+    tp: &TierPlan,
+    resident: &[bool],
+    streaming: bool,
+    shape: RoundShape,
+) -> (Vec<TransferItem>, Vec<bool>, TransferParams) {
     let costs = ctx.costs(shape);
-    let items = transfer_items(
-        &costs,
-        &ctx.items,
-        &ctx.streamable,
-        resident,
-        streaming,
-        contention,
-    );
+    let items = transfer_items(&costs, &ctx.items, &ctx.streamable, resident, streaming);
     let promote: Vec<bool> = tp
         .on_gpu
         .iter()
         .zip(resident)
         .map(|(&g, &r)| g && !r)
         .collect();
-    let params = transfer_params(ctx, resident, shape);
-    round_time(&items, &promote, &params)
-        .map(|t| t.total)
-        .map_err(|e| PlanError::Algorithm(e.to_string()))
+    (items, promote, transfer_params(ctx, shape))
 }
 
 /// Estimates the three shapes for one tier and returns the best allowed:
@@ -116,27 +132,13 @@ pub(super) fn tier_plan(
 ) -> Result<TierPlan, PlanError> {
     let shape = ctx.shape(tier);
     let costs = ctx.costs(shape);
-    let params = transfer_params(ctx, resident, shape);
+    let params = transfer_params(ctx, shape);
     let alg = |e: crate::dynamic::TransferError| PlanError::Algorithm(e.to_string());
-    let plain = transfer_items(
-        &costs,
-        &ctx.items,
-        &ctx.streamable,
-        resident,
-        streaming,
-        1.0,
-    );
-    let contended = transfer_items(
-        &costs,
-        &ctx.items,
-        &ctx.streamable,
-        resident,
-        streaming,
-        ctx.cost.contention(DeviceId::Host),
-    );
-    let none = vec![false; plain.len()];
-    let static_t = round_time(&plain, &none, &params).map_err(alg)?.total;
-    let mut allowed = ctx.rules.kinds(tier, streaming);
+    let items = transfer_items(&costs, &ctx.items, &ctx.streamable, resident, streaming);
+    let none = vec![false; items.len()];
+    let static_t = round_time(&items, &none, &params).map_err(alg)?.total;
+    let policy = ctx.rules.kinds(tier, streaming);
+    let mut allowed = policy.clone();
     if let Some(k) = ctx.force_kind
         && (streaming || k == PlanKind::Static)
     {
@@ -145,10 +147,10 @@ pub(super) fn tier_plan(
     let mut est: Vec<(PlanKind, Option<f64>, Vec<bool>)> =
         vec![(PlanKind::Static, Some(static_t), none.clone())];
     if streaming {
-        let all: Vec<bool> = contended.iter().map(|t| t.promotable).collect();
-        let g = round_time(&contended, &all, &params).map_err(alg)?.total;
+        let all: Vec<bool> = items.iter().map(|t| t.promotable).collect();
+        let g = round_time(&items, &all, &params).map_err(alg)?.total;
         est.push((PlanKind::GpuOnly, Some(g), all));
-        let d = plan_transfers(&contended, &params).map_err(alg)?;
+        let d = plan_transfers(&items, &params).map_err(alg)?;
         est.push((PlanKind::Dynamic, Some(d.timing.total), d.promote));
     } else {
         est.push((PlanKind::GpuOnly, None, none.clone()));
@@ -182,9 +184,11 @@ pub(super) fn tier_plan(
         .zip(&best.2)
         .map(|(&r, &p)| r || p)
         .collect();
+    // a forced plan still reports every shape the policy allows, so that
+    // an audition it wins can measure the others again later
     let estimates = est
         .iter()
-        .map(|e| (e.0, if allowed.contains(&e.0) { e.1 } else { None }))
+        .map(|e| (e.0, if policy.contains(&e.0) { e.1 } else { None }))
         .collect();
     Ok(TierPlan {
         kind: best.0,

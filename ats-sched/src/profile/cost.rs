@@ -117,6 +117,10 @@ struct DeviceCosts {
     floor: f64,
     exact: HashMap<(OpKey, usize, bool), f64>,
     contention: f64,
+    /// Per (op, tokens): the median slowdown of its samples under copy
+    /// traffic (a median: one sample that lost its core to the copying
+    /// thread ran 57x slower on a 2-core machine).
+    contention_by: HashMap<(String, usize), f64>,
 }
 
 impl DeviceCosts {
@@ -127,6 +131,7 @@ impl DeviceCosts {
         };
         let mut exact = HashMap::new();
         let (mut c_sum, mut u_sum) = (0.0, 0.0);
+        let mut ratios: HashMap<(String, usize), Vec<f64>> = HashMap::new();
         for s in &profile.samples {
             if s.threads == threads && !s.contended && s.secs > 0.0 {
                 peaks.flops = peaks.flops.max(s.flops / s.secs);
@@ -135,9 +140,13 @@ impl DeviceCosts {
             exact.insert((s.key.clone(), s.threads, s.contended), s.secs);
         }
         for s in profile.samples.iter().filter(|s| s.contended) {
-            if let Some(u) = exact.get(&(s.key.clone(), s.threads, false)) {
+            if let Some(&u) = exact.get(&(s.key.clone(), s.threads, false)) {
                 c_sum += s.secs;
                 u_sum += u;
+                if u > 0.0 {
+                    let r = ratios.entry((s.key.op.clone(), s.key.tokens)).or_default();
+                    r.push(s.secs / u);
+                }
             }
         }
         let fallback = default_peaks(&profile.kind, threads);
@@ -170,6 +179,13 @@ impl DeviceCosts {
             } else {
                 1.0
             },
+            contention_by: ratios
+                .into_iter()
+                .map(|(k, mut v)| {
+                    v.sort_by(f64::total_cmp);
+                    (k, v[v.len() / 2].max(1.0))
+                })
+                .collect(),
             profile,
         }
     }
@@ -290,7 +306,8 @@ impl CostModel {
         self.dev(d).is_some_and(|c| !c.profile.samples.is_empty())
     }
 
-    /// How much slower CPU kernels run while copies stream (1 = no effect).
+    /// How much slower CPU kernels run while copies stream (1 = no effect),
+    /// over every profiled sample ([`CostModel::contention_of`] is per node).
     pub fn contention(&self, d: DeviceId) -> f64 {
         self.dev(d).map_or(1.0, |c| c.contention)
     }
@@ -405,23 +422,13 @@ impl CostModel {
             return 0.0;
         }
         let key = op_key(g, node, shape);
-        let c = g.node_cost(node, shape, kv_f16);
-        let bytes = c.memory_bytes();
         if let Some(&s) = dc.exact.get(&(key.clone(), dc.threads, false)) {
             return s;
         }
+        let c = g.node_cost(node, shape, kv_f16);
+        let bytes = c.memory_bytes();
         // nearest neighbour of the same op and type, scaled by the roofline ratio
-        let best: Option<&Sample> = dc
-            .profile
-            .samples
-            .iter()
-            .filter(|s| !s.contended && s.key.op == key.op && s.key.dtype == key.dtype)
-            .min_by(|a, b| {
-                let da = dist(&a.key, &key, a.threads, dc.threads);
-                let db = dist(&b.key, &key, b.threads, dc.threads);
-                da.total_cmp(&db)
-            });
-        let est = match best {
+        let est = match nearest(dc, &key, false) {
             Some(s) => {
                 let thread_scale = s.threads as f64 / dc.threads.max(1) as f64;
                 let r_s = roof(s.flops, s.bytes, dc.peaks).max(1e-12);
@@ -430,6 +437,59 @@ impl CostModel {
             None => roof(c.flops, bytes, dc.peaks),
         };
         est.max(dc.floor)
+    }
+
+    /// How much slower node `node` runs on device `d` while weight copies
+    /// stream (1 = unaffected), as profiled: the median over its op's
+    /// samples at the nearest token count measured under copy traffic. A
+    /// memory-bound decode product loses what the copies take of the
+    /// memory bandwidth, a compute-bound prompt product almost nothing, so
+    /// one device-wide factor fits neither (the device's, from every
+    /// sample together, is the fallback).
+    pub fn contention_of(&self, g: &Graph, node: usize, d: DeviceId, shape: RoundShape) -> f64 {
+        let Some(dc) = self.dev(d) else {
+            return 1.0;
+        };
+        let key = op_key(g, node, shape);
+        dc.contention_by
+            .iter()
+            .filter(|((op, _), _)| *op == key.op)
+            .min_by(|a, b| {
+                let da = log_dist(a.0.1, key.tokens);
+                let db = log_dist(b.0.1, key.tokens);
+                da.total_cmp(&db).then(a.0.1.cmp(&b.0.1))
+            })
+            .map_or(dc.contention, |(_, &f)| f)
+    }
+
+    /// The least node `node` takes on device `d` beside weight copies: the
+    /// memory bandwidth they leave bounds it, whatever the device's load.
+    fn copies_floor(
+        &self,
+        g: &Graph,
+        node: usize,
+        d: DeviceId,
+        shape: RoundShape,
+        kv_f16: bool,
+    ) -> f64 {
+        self.profiled_secs(g, node, d, shape, kv_f16) * self.contention_of(g, node, d, shape)
+    }
+
+    /// The estimate for node `node` on device `d` while weight copies
+    /// stream beside it: its time alone ([`CostModel::node_secs`]) or the
+    /// copies' floor, whichever is longer (a device slowed by other
+    /// programs waits on its cores more than on memory, so the copies cost
+    /// it less).
+    pub fn node_secs_beside_copies(
+        &self,
+        g: &Graph,
+        node: usize,
+        d: DeviceId,
+        shape: RoundShape,
+        kv_f16: bool,
+    ) -> f64 {
+        self.node_secs(g, node, d, shape, kv_f16)
+            .max(self.copies_floor(g, node, d, shape, kv_f16))
     }
 
     /// The estimate for node `node` on device `d`: the live average if any,
@@ -447,6 +507,20 @@ impl CostModel {
             self.profiled_secs(g, node, d, shape, kv_f16) * self.scale_for(d, shape.n_tokens)
         })
     }
+}
+
+/// The sample of `key`'s op and type nearest to it, among those measured
+/// under copy traffic (`contended`) or alone.
+fn nearest<'a>(dc: &'a DeviceCosts, key: &OpKey, contended: bool) -> Option<&'a Sample> {
+    dc.profile
+        .samples
+        .iter()
+        .filter(|s| s.contended == contended && s.key.op == key.op && s.key.dtype == key.dtype)
+        .min_by(|a, b| {
+            let da = dist(&a.key, key, a.threads, dc.threads);
+            let db = dist(&b.key, key, b.threads, dc.threads);
+            da.total_cmp(&db)
+        })
 }
 
 fn dist(a: &OpKey, b: &OpKey, ta: usize, tb: usize) -> f64 {
@@ -549,6 +623,59 @@ mod tests {
         let now = c.live_secs(H, 0, 1).unwrap();
         assert!((now / seen - 1.0).abs() < 1e-9, "{seen} -> {now}");
         assert!(c.device_scale(H) < 0.5, "the device-wide ratio did move");
+    }
+
+    #[test]
+    fn contention_is_the_median_of_the_op_at_the_nearest_batch() {
+        // copy traffic doubles the memory-bound decode products (one of
+        // them lost its core and ran 50x slower) and barely touches the
+        // compute-bound prompt one; the device-wide factor fits neither
+        let busy = |s: Sample, f: f64| Sample {
+            contended: true,
+            secs: s.secs * f,
+            ..s
+        };
+        let (d, p) = (sample(1024, 1, 1e-4), sample(1024, 64, 4e-3));
+        let (d2, d3) = (sample(512, 1, 1e-5), sample(2048, 1, 2e-4));
+        let profile = DeviceProfile {
+            device: "cpu".into(),
+            kind: "cpu".into(),
+            samples: vec![
+                d.clone(),
+                d2.clone(),
+                d3.clone(),
+                p.clone(),
+                busy(d, 2.0),
+                busy(d2, 50.0),
+                busy(d3, 1.9),
+                busy(p, 1.05),
+            ],
+            ..Default::default()
+        };
+        let c = CostModel::new((profile, 2), None);
+        let g = tiny_graph();
+        let prompt = RoundShape {
+            n_tokens: 64,
+            past: 0,
+            n_outputs: 1,
+        };
+        let decode = c.contention_of(&g, 0, H, RoundShape::decode(0));
+        assert!((decode - 2.0).abs() < 1e-9, "{decode}");
+        assert!((c.contention_of(&g, 0, H, prompt) - 1.05).abs() < 1e-9);
+        let device = c.contention(H);
+        assert!(device > 1.1 && device < 1.9, "{device}");
+        // without samples under traffic, the device-wide factor (1: none)
+        assert_eq!(one_sample_cpu().contention_of(&g, 0, H, prompt), 1.0);
+        // beside copies: the floor (2x) until the device's own load passes it
+        let mut c = c;
+        let dec = RoundShape::decode(0);
+        let p0 = c.profiled_secs(&g, 0, H, dec, true);
+        assert!((c.node_secs_beside_copies(&g, 0, H, dec, true) / p0 - 2.0).abs() < 1e-9);
+        for _ in 0..2000 {
+            c.observe(&g, H, 0, dec, true, 3.0 * p0);
+        }
+        let loaded = c.node_secs_beside_copies(&g, 0, H, dec, true);
+        assert!((loaded / p0 - 3.0).abs() < 1e-6, "{loaded}");
     }
 
     fn tiny_graph() -> Graph {
