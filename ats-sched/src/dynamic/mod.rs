@@ -181,20 +181,20 @@ pub fn plan_transfers(
             ..it.clone()
         })
         .collect();
-    let starts = [
-        none,
+    let mut best = TransferPlan {
+        timing: round_time(items, &none, params)?,
+        promote: none,
+    };
+    for promote in [
         all,
         segments::plan(items, params),
         segments::plan(&beside, params),
-    ];
-    let mut best: Option<TransferPlan> = None;
-    for promote in starts {
+    ] {
         let timing = round_time(items, &promote, params)?;
-        if best.as_ref().is_none_or(|b| timing.total < b.timing.total) {
-            best = Some(TransferPlan { promote, timing });
+        if timing.total < best.timing.total {
+            best = TransferPlan { promote, timing };
         }
     }
-    let mut best = best.expect("four starts");
     for _ in 0..MAX_PASSES {
         if !improve_once(items, params, &free, &mut best)? {
             break;

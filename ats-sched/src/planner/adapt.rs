@@ -15,7 +15,7 @@ use ats_core::machine::DeviceId;
 use serde::Serialize;
 
 use super::audition::{Audition, AuditionReport, Step};
-use super::tier_plan::{TierPlan, secs_at};
+use super::tier_plan::secs_at;
 use super::{PlanError, PlanKind, PlanSet, Planner, TierEntry};
 use crate::exec::{ExecPlan, RoundStats};
 use crate::rescheduler::{CostSnapshot, Decision, ReschedConfig, Rescheduler};
@@ -411,14 +411,8 @@ impl Planner {
                 let Some(e) = set.tiers.first() else {
                     continue;
                 };
-                let tp = TierPlan {
-                    kind: e.kind,
-                    secs: e.est_secs,
-                    on_gpu: e.on_gpu.clone(),
-                    estimates: e.estimates.clone(),
-                };
                 let (resident, streaming) = (&set.layout.resident, set.layout.streaming);
-                match secs_at(&ctx, &tp, resident, streaming, ctx.decode_shape()) {
+                match secs_at(&ctx, &e.on_gpu, resident, streaming, ctx.decode_shape()) {
                     Ok(secs) => set.tiers[0].est_secs = secs,
                     Err(err) => failures.push(err),
                 }

@@ -149,16 +149,12 @@ pub fn item_costs(
     items
         .iter()
         .map(|it| {
-            let cpu: f64 = it
-                .nodes
-                .iter()
-                .map(|&n| cost.node_secs(g, n, DeviceId::Host, shape, kv_f16))
-                .sum();
-            let cpu_streaming: f64 = it
-                .nodes
-                .iter()
-                .map(|&n| cost.node_secs_beside_copies(g, n, DeviceId::Host, shape, kv_f16))
-                .sum();
+            // per node: its time alone, and beside weight copies
+            let (cpu, cpu_streaming) = it.nodes.iter().fold((0.0, 0.0), |(a, b), &n| {
+                let alone = cost.node_secs(g, n, DeviceId::Host, shape, kv_f16);
+                let beside = cost.beside_copies(g, n, DeviceId::Host, shape, kv_f16, alone);
+                (a + alone, b + beside)
+            });
             if !has_gpu {
                 return ItemCost {
                     cpu,

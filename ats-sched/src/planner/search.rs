@@ -169,7 +169,7 @@ fn workload_secs(
     let mut prompt = f64::INFINITY;
     for (t, tp) in tiers {
         let (shape, rounds) = ctx.reference_chunk(*t);
-        prompt = prompt.min(rounds as f64 * secs_at(ctx, tp, resident, streaming, shape)?);
+        prompt = prompt.min(rounds as f64 * secs_at(ctx, &tp.on_gpu, resident, streaming, shape)?);
     }
     Ok((ctx.reference_decode() * decode + prompt, prompt))
 }
@@ -286,7 +286,13 @@ fn plan_set(
     let dec = ctx.costs(shape);
     let tier1 = &tiers[0].1;
     // a CPU item's decode time with the copies that overlap it
-    let secs = item_secs_at(ctx, tier1, &layout.resident, layout.streaming, shape)?;
+    let secs = item_secs_at(
+        ctx,
+        &tier1.on_gpu,
+        &layout.resident,
+        layout.streaming,
+        shape,
+    )?;
     let decode = dec
         .iter()
         .zip(&tier1.on_gpu)

@@ -69,48 +69,47 @@ fn transfer_params(ctx: &Ctx<'_>, shape: RoundShape) -> TransferParams {
     }
 }
 
-/// Estimated seconds of a round of `shape` run with `tp`'s placement (the
+/// Estimated seconds of a round of `shape` with items `on_gpu` there (the
 /// items it streams stay streamed): a tier's plan priced at another round
 /// than the one it was chosen at.
 pub(super) fn secs_at(
     ctx: &Ctx<'_>,
-    tp: &TierPlan,
+    on_gpu: &[bool],
     resident: &[bool],
     streaming: bool,
     shape: RoundShape,
 ) -> Result<f64, PlanError> {
-    let (items, promote, params) = round_at(ctx, tp, resident, streaming, shape);
+    let (items, promote, params) = round_at(ctx, on_gpu, resident, streaming, shape);
     round_time(&items, &promote, &params)
         .map(|t| t.total)
         .map_err(|e| PlanError::Algorithm(e.to_string()))
 }
 
-/// Seconds each item computes in a round of `shape` run with `tp`'s
-/// placement: a CPU item slowed by the copies that overlap it.
+/// Seconds each item computes in a round of `shape` with items `on_gpu`
+/// there: a CPU item slowed by the copies that overlap it.
 pub(super) fn item_secs_at(
     ctx: &Ctx<'_>,
-    tp: &TierPlan,
+    on_gpu: &[bool],
     resident: &[bool],
     streaming: bool,
     shape: RoundShape,
 ) -> Result<Vec<f64>, PlanError> {
-    let (items, promote, params) = round_at(ctx, tp, resident, streaming, shape);
+    let (items, promote, params) = round_at(ctx, on_gpu, resident, streaming, shape);
     item_secs(&items, &promote, &params).map_err(|e| PlanError::Algorithm(e.to_string()))
 }
 
 /// The transfer items, promotion set and settings of a round of `shape`
-/// run with `tp`'s placement.
+/// with items `on_gpu` there.
 fn round_at(
     ctx: &Ctx<'_>,
-    tp: &TierPlan,
+    on_gpu: &[bool],
     resident: &[bool],
     streaming: bool,
     shape: RoundShape,
 ) -> (Vec<TransferItem>, Vec<bool>, TransferParams) {
     let costs = ctx.costs(shape);
     let items = transfer_items(&costs, &ctx.items, &ctx.streamable, resident, streaming);
-    let promote: Vec<bool> = tp
-        .on_gpu
+    let promote: Vec<bool> = on_gpu
         .iter()
         .zip(resident)
         .map(|(&g, &r)| g && !r)

@@ -428,7 +428,7 @@ impl CostModel {
         let c = g.node_cost(node, shape, kv_f16);
         let bytes = c.memory_bytes();
         // nearest neighbour of the same op and type, scaled by the roofline ratio
-        let est = match nearest(dc, &key, false) {
+        let est = match nearest(dc, &key) {
             Some(s) => {
                 let thread_scale = s.threads as f64 / dc.threads.max(1) as f64;
                 let r_s = roof(s.flops, s.bytes, dc.peaks).max(1e-12);
@@ -488,8 +488,22 @@ impl CostModel {
         shape: RoundShape,
         kv_f16: bool,
     ) -> f64 {
-        self.node_secs(g, node, d, shape, kv_f16)
-            .max(self.copies_floor(g, node, d, shape, kv_f16))
+        let alone = self.node_secs(g, node, d, shape, kv_f16);
+        self.beside_copies(g, node, d, shape, kv_f16, alone)
+    }
+
+    /// [`CostModel::node_secs_beside_copies`] for a caller that has the
+    /// node's time alone already.
+    pub fn beside_copies(
+        &self,
+        g: &Graph,
+        node: usize,
+        d: DeviceId,
+        shape: RoundShape,
+        kv_f16: bool,
+        alone: f64,
+    ) -> f64 {
+        alone.max(self.copies_floor(g, node, d, shape, kv_f16))
     }
 
     /// The estimate for node `node` on device `d`: the live average if any,
@@ -510,12 +524,12 @@ impl CostModel {
 }
 
 /// The sample of `key`'s op and type nearest to it, among those measured
-/// under copy traffic (`contended`) or alone.
-fn nearest<'a>(dc: &'a DeviceCosts, key: &OpKey, contended: bool) -> Option<&'a Sample> {
+/// without copy traffic.
+fn nearest<'a>(dc: &'a DeviceCosts, key: &OpKey) -> Option<&'a Sample> {
     dc.profile
         .samples
         .iter()
-        .filter(|s| s.contended == contended && s.key.op == key.op && s.key.dtype == key.dtype)
+        .filter(|s| !s.contended && s.key.op == key.op && s.key.dtype == key.dtype)
         .min_by(|a, b| {
             let da = dist(&a.key, key, a.threads, dc.threads);
             let db = dist(&b.key, key, b.threads, dc.threads);
