@@ -68,7 +68,6 @@ fn main() {
     };
     let mut ex = Executor::new(graph.clone(), host, machine, cfg, ExecPlan::all_cpu(&graph))
         .expect("executor");
-    ex.profile_nodes = true;
 
     // relative errors per op kind, and per round (sum over nodes)
     let mut by_op: BTreeMap<String, Vec<f64>> = BTreeMap::new();

@@ -73,9 +73,9 @@ impl ExecConfig {
 #[derive(Clone, Debug, Default)]
 pub struct RoundStats {
     /// `(node, device, seconds)` of nodes: timed on the host for synchronous
-    /// devices (and all devices under `profile_nodes`), by the device's own
-    /// timing events around each node for asynchronous ones (in-stream time,
-    /// which includes any wait for the host to launch the kernel).
+    /// devices, by the device's own timing events around each node for
+    /// asynchronous ones (in-stream time, which includes any wait for the
+    /// host to launch the kernel).
     pub node_secs: Vec<(usize, DeviceId, f64)>,
     /// `(device, bytes, seconds)` of weight copies an asynchronous device timed.
     pub async_copies: Vec<(DeviceId, u64, f64)>,
@@ -113,9 +113,6 @@ pub struct Executor {
     act: PerDevice<Vec<Buffer>>,
     schedules: HashMap<(usize, usize, usize, bool), Arc<Schedule>>,
     last_stats: RoundStats,
-    /// Synchronise after every node and time it on the host (profiling:
-    /// costs a wait per node, so only micro-benchmarks turn it on).
-    pub profile_nodes: bool,
 }
 
 impl std::fmt::Debug for Executor {
@@ -147,7 +144,6 @@ impl Executor {
             act: PerDevice::default(),
             schedules: HashMap::new(),
             last_stats: RoundStats::default(),
-            profile_nodes: false,
             plans: vec![ExecPlan::all_cpu(&graph)],
             graph,
             host_mem,

@@ -139,10 +139,7 @@ impl Executor {
         };
         let t = self.machine.now();
         dev.run(&args)?;
-        if self.profile_nodes {
-            dev.synchronize()?;
-        }
-        if self.profile_nodes || !dev.supports_async() {
+        if !dev.supports_async() {
             stats
                 .node_secs
                 .push((io.node, io.device, self.machine.now() - t));
@@ -193,9 +190,6 @@ impl Executor {
                 continue;
             }
             let t = dev.drain_timings();
-            if self.profile_nodes {
-                continue; // the host timed these nodes already
-            }
             stats
                 .node_secs
                 .extend(t.nodes.into_iter().map(|(n, s)| (n, d, s)));

@@ -31,6 +31,7 @@ pub mod policy;
 mod report;
 mod residency;
 mod search;
+mod spread;
 mod tier_plan;
 
 pub use adapt::{ChangeReason, PlanChange, ReplanStats};

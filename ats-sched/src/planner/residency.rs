@@ -5,6 +5,7 @@
 use super::baseline;
 use super::context::Ctx;
 use super::policy::Residency;
+use super::spread::spread;
 use super::{PlanError, items::ItemCost};
 use crate::placement::{ItemGroup, PlacementItem, PlacementParams, place};
 use crate::size::fmt_bytes;
@@ -35,20 +36,84 @@ const MIN_UNIT: u64 = 4096;
 /// with it.
 const MAX_DP_CELLS: u64 = 400_000_000;
 
+/// What the static DP takes a non-resident item to cost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Away {
+    /// Its time on the CPU.
+    OnCpu,
+    /// Where it can stream, the CPU and the link sharing it: `c*l/(c+l)`
+    /// for CPU time `c` and copy (or GPU) time `l`, as two resources
+    /// working in parallel on the non-resident items between them; else
+    /// its CPU time. Priced on the CPU alone, a product the link streams
+    /// cheaply stayed resident and the output head, which no copy pays
+    /// for, went to the CPU.
+    Shared,
+}
+
+impl Away {
+    /// Seconds of item cost `c` when not resident (`streamable`: it has slots).
+    fn secs(self, c: &ItemCost, streamable: bool) -> f64 {
+        match self {
+            Away::Shared if streamable => {
+                let link = c.gpu.max(c.copy);
+                c.cpu * link / (c.cpu + link)
+            }
+            _ => c.cpu,
+        }
+    }
+}
+
+/// How a residency is made: the DP's pricing of non-resident items, and
+/// whether alike items are then spread over the layers ([`spread`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Rule {
+    /// What a non-resident item costs the DP.
+    pub away: Away,
+    /// Spread alike items' residency evenly over the layers.
+    pub spread: bool,
+}
+
+impl Rule {
+    /// The DP as ATSInfer states it.
+    pub const PLAIN: Rule = Rule {
+        away: Away::OnCpu,
+        spread: false,
+    };
+
+    /// The rules a layout tries: the plain DP, and where the layout streams
+    /// under the static DP also the shared pricing and spread residencies
+    /// (which is fastest depends on the machine; the workload estimate of
+    /// each layout decides).
+    pub fn for_layout(ctx: &Ctx<'_>, streaming: bool) -> Vec<Rule> {
+        if !streaming || ctx.rules.residency != Residency::StaticDp {
+            return vec![Rule::PLAIN];
+        }
+        let mut rules = Vec::new();
+        for away in [Away::OnCpu, Away::Shared] {
+            for spread in [false, true] {
+                rules.push(Rule { away, spread });
+            }
+        }
+        rules
+    }
+}
+
 /// Weighted (decode, prompt) benefit and switch cost of each item for the static DP.
 fn dp_items(
     ctx: &Ctx<'_>,
     dec: &[ItemCost],
     pre: &[ItemCost],
     prompt_rounds: f64,
+    away: Away,
 ) -> Vec<PlacementItem> {
     let decode = ctx.reference_decode();
     ctx.items
         .iter()
         .zip(dec.iter().zip(pre))
-        .map(|(it, (d, p))| PlacementItem {
+        .zip(&ctx.streamable)
+        .map(|((it, (d, p)), &s)| PlacementItem {
             size_bytes: it.bytes(),
-            benefit: decode * (d.cpu - d.gpu) + prompt_rounds * (p.cpu - p.gpu),
+            benefit: decode * (away.secs(d, s) - d.gpu) + prompt_rounds * (away.secs(p, s) - p.gpu),
             switch_cost: decode * d.switch + prompt_rounds * p.switch,
             group: if it.experts.is_some() {
                 ItemGroup::Expert
@@ -66,35 +131,44 @@ fn resident_dp(
     dec: &[ItemCost],
     pre: &[ItemCost],
     prompt_rounds: f64,
+    rule: Rule,
 ) -> Result<(Vec<bool>, Vec<String>), PlanError> {
-    let items = dp_items(ctx, dec, pre, prompt_rounds);
+    let items = dp_items(ctx, dec, pre, prompt_rounds, rule.away);
     let out_bytes = ctx.g.value_bytes(ctx.g.output, 1, 1) as f64;
     let mut params = PlacementParams::new(avail);
     params.output_switch_cost = ctx.reference_decode()
         * (ctx.cost.d2h_secs(DeviceId::Gpu, out_bytes) + ctx.cost.switch_secs(DeviceId::Gpu));
     params.unit_bytes = dp_unit(avail, ctx.items.len());
     let p = place(&items, &params).map_err(|e| PlanError::Algorithm(e.to_string()))?;
-    let why = items
+    let name = match rule.away {
+        Away::OnCpu => "static DP",
+        Away::Shared => "static DP, the rest streamed",
+    };
+    let why: Vec<String> = items
         .iter()
         .zip(&p.on_gpu)
         .map(|(it, &g)| {
             let ms = it.benefit * 1e3;
             if g {
                 format!(
-                    "static DP: saves {ms:.2} ms per workload for {}",
+                    "{name}: saves {ms:.2} ms per workload for {}",
                     fmt_bytes(it.size_bytes)
                 )
             } else if it.benefit <= 0.0 {
-                format!("static DP: no gain on the GPU ({ms:.2} ms)")
+                format!("{name}: no gain on the GPU ({ms:.2} ms)")
             } else {
                 format!(
-                    "static DP: {ms:.2} ms for {} did not make the cut",
+                    "{name}: {ms:.2} ms for {} did not make the cut",
                     fmt_bytes(it.size_bytes)
                 )
             }
         })
         .collect();
-    Ok((p.on_gpu, why))
+    Ok(if rule.spread {
+        spread(ctx, &p.on_gpu, why)
+    } else {
+        (p.on_gpu, why)
+    })
 }
 
 /// Residency under the configured policy, with a reason per item.
@@ -104,11 +178,12 @@ pub(super) fn resident_for(
     dec: &[ItemCost],
     pre: &[ItemCost],
     prompt_rounds: f64,
+    rule: Rule,
 ) -> Result<(Vec<bool>, Vec<String>), PlanError> {
     match ctx.rules.residency {
         Residency::LayerFill { experts_on_cpu } => {
             Ok(baseline::resident_layers(ctx, avail, experts_on_cpu))
         }
-        Residency::StaticDp => resident_dp(ctx, avail, dec, pre, prompt_rounds),
+        Residency::StaticDp => resident_dp(ctx, avail, dec, pre, prompt_rounds, rule),
     }
 }

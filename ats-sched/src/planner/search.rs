@@ -13,7 +13,7 @@ use super::context::Ctx;
 use super::items::build_items;
 use super::layout::Layout;
 use super::policy::LayoutChoice;
-use super::residency::resident_for;
+use super::residency::{Rule, resident_for};
 use super::tier_plan::{TierPlan, item_secs_at, secs_at, tier_plan};
 use super::{ItemEstimate, PlanError, PlanKind, PlanSet, TierEntry};
 use crate::exec::{ExecPlan, SlotPlan};
@@ -55,12 +55,36 @@ fn padded_reserve(ctx: &Ctx<'_>, tier: usize) -> u64 {
 }
 
 /// The layout with compute buffers for `max_tier` (temp slots if
-/// `streaming`), if it fits `budget`.
+/// `streaming`), if it fits `budget`: of the residencies its rules make
+/// ([`Rule::for_layout`]), the one with the fastest reference workload.
 fn evaluate(
     ctx: &Ctx<'_>,
     budget: u64,
     max_tier: usize,
     streaming: bool,
+) -> Result<Option<Candidate>, PlanError> {
+    let mut best: Option<Candidate> = None;
+    for rule in Rule::for_layout(ctx, streaming) {
+        let Some(c) = evaluate_with(ctx, budget, max_tier, streaming, rule)? else {
+            continue;
+        };
+        if best
+            .as_ref()
+            .is_none_or(|b| c.layout.workload_secs < b.layout.workload_secs)
+        {
+            best = Some(c);
+        }
+    }
+    Ok(best)
+}
+
+/// [`evaluate`] with residency made by `rule`.
+fn evaluate_with(
+    ctx: &Ctx<'_>,
+    budget: u64,
+    max_tier: usize,
+    streaming: bool,
+    rule: Rule,
 ) -> Result<Option<Candidate>, PlanError> {
     let compute = padded_reserve(ctx, max_tier);
     let none = vec![false; ctx.items.len()];
@@ -72,7 +96,7 @@ fn evaluate(
     if compute + temp_all > budget {
         return Ok(None);
     }
-    let (resident, why) = residency(ctx, budget - compute, temp_all, streaming, max_tier)?;
+    let (resident, why) = residency(ctx, budget - compute, temp_all, streaming, max_tier, rule)?;
     let slots = if streaming {
         ctx.slots(&resident)
     } else {
@@ -115,12 +139,13 @@ fn residency(
     temp_all: u64,
     streaming: bool,
     max_tier: usize,
+    rule: Rule,
 ) -> Result<(Vec<bool>, Vec<String>), PlanError> {
     let dec = ctx.costs(ctx.decode_shape());
     let (pre_shape, prompt_rounds) = ctx.reference_chunk(max_tier);
     let pre = ctx.costs(pre_shape);
     let prompt_rounds = prompt_rounds as f64;
-    let first = resident_for(ctx, avail - temp_all, &dec, &pre, prompt_rounds)?;
+    let first = resident_for(ctx, avail - temp_all, &dec, &pre, prompt_rounds, rule)?;
     if !streaming {
         return Ok(first);
     }
@@ -128,7 +153,7 @@ fn residency(
     if temp >= temp_all {
         return Ok(first);
     }
-    let second = resident_for(ctx, avail - temp, &dec, &pre, prompt_rounds)?;
+    let second = resident_for(ctx, avail - temp, &dec, &pre, prompt_rounds, rule)?;
     let fits = ctx.held_bytes(&second.0) + ctx.slots(&second.0).total_bytes() <= avail;
     Ok(if fits { second } else { first })
 }

@@ -290,6 +290,14 @@ impl CostModel {
         self.copy_scale[d].unwrap_or(1.0)
     }
 
+    /// Forgets how copies to device `d` ran lately (back to the profile's
+    /// rate), for plans about to be measured again: a plan that stopped
+    /// copying cannot see the link recover, so its last reading, taken
+    /// under another load, would price every streaming plan as it was then.
+    pub fn forget_copy_scale(&mut self, d: DeviceId) {
+        self.copy_scale[d] = None;
+    }
+
     /// Records an observed copy of `bytes` to device `d`.
     pub fn observe_copy(&mut self, d: DeviceId, bytes: f64, secs: f64) {
         let model = self.h2d_base_secs(d, bytes);
@@ -427,14 +435,18 @@ impl CostModel {
         }
         let c = g.node_cost(node, shape, kv_f16);
         let bytes = c.memory_bytes();
-        // nearest neighbour of the same op and type, scaled by the roofline ratio
+        // nearest neighbour of the same op and type, its work scaled by the
+        // roofline ratio; the device's fixed cost per node (its floor) is
+        // paid once whatever the size, so it is not scaled (scaled, a
+        // launch-bound sample priced a product 4x its size 2.2x too slow)
         let est = match nearest(dc, &key) {
             Some(s) => {
                 let thread_scale = s.threads as f64 / dc.threads.max(1) as f64;
                 let r_s = roof(s.flops, s.bytes, dc.peaks).max(1e-12);
-                s.secs * thread_scale.max(0.0) * roof(c.flops, bytes, dc.peaks) / r_s
+                let work = (s.secs - dc.floor).max(0.0);
+                dc.floor + work * thread_scale.max(0.0) * roof(c.flops, bytes, dc.peaks) / r_s
             }
-            None => roof(c.flops, bytes, dc.peaks),
+            None => dc.floor + roof(c.flops, bytes, dc.peaks),
         };
         est.max(dc.floor)
     }

@@ -215,7 +215,7 @@ pub(super) fn micro_set(quick: bool) -> Vec<Micro> {
         }
     }
     let attn_ctx: &[usize] = if quick {
-        &[256, 2048]
+        &[256, 2048, 8192]
     } else {
         &[128, 512, 2048, 8192]
     };
