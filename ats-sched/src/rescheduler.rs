@@ -8,7 +8,10 @@
 //! - the relative deviation exceeds `epsilon`: for op times and for copy times
 //!   separately, `sum_i |avg_i - snap_i| / sum_i snap_i` over the items that
 //!   have observations, the larger of the two (a weighted measure, so noise on
-//!   a tiny op does not count like a shift of the whole GPU); and
+//!   a tiny op does not count like a shift of the whole GPU), and also for
+//!   the op items on the GPU alone when they hold at least [`GROUP_SHARE`]
+//!   of the op time (a game ending makes a plan's GPU items 2.5x faster,
+//!   only 12% of a round that runs mostly on the CPU); and
 //! - at least `tau` seconds have passed since the plan was made.
 //!
 //! On `Replan` the averages become the new snapshot (they are the costs the
@@ -24,7 +27,14 @@ pub struct CostSnapshot {
     pub op_times: Vec<f64>,
     /// Seconds per weight copy, indexed like the plan's items.
     pub copy_times: Vec<f64>,
+    /// Which op items run on the GPU (empty: not known, one group).
+    #[serde(default)]
+    pub on_gpu: Vec<bool>,
 }
+
+/// The least share of a plan's op time its GPU items must hold for their
+/// own deviation to count: below it, noise on a few small items would.
+pub const GROUP_SHARE: f64 = 0.1;
 
 /// The minimum time between two plans.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -217,7 +227,29 @@ impl Rescheduler {
     pub fn deviation(&self) -> f64 {
         let ops = relative_deviation(&self.snapshot.op_times, &self.observed.ops);
         let copies = relative_deviation(&self.snapshot.copy_times, &self.observed.copies);
-        ops.max(copies)
+        ops.max(copies).max(self.gpu_deviation())
+    }
+
+    /// The deviation of the GPU's op items alone, if they hold at least
+    /// [`GROUP_SHARE`] of the snapshot's op time (else 0).
+    fn gpu_deviation(&self) -> f64 {
+        let on_gpu = &self.snapshot.on_gpu;
+        if on_gpu.len() != self.snapshot.op_times.len() {
+            return 0.0;
+        }
+        let pick = |keep: bool| -> (Vec<f64>, Vec<Option<f64>>) {
+            let rows = self.snapshot.op_times.iter().zip(&self.observed.ops);
+            rows.zip(on_gpu)
+                .filter(|(_, g)| **g == keep)
+                .map(|((s, o), _)| (*s, *o))
+                .unzip()
+        };
+        let (gpu, gpu_obs) = pick(true);
+        let total: f64 = self.snapshot.op_times.iter().sum();
+        if gpu.iter().sum::<f64>() < GROUP_SHARE * total {
+            return 0.0;
+        }
+        relative_deviation(&gpu, &gpu_obs)
     }
 
     /// Whether to rebuild the plan at time `now`; on `Replan` the averages
@@ -261,6 +293,7 @@ impl Rescheduler {
         CostSnapshot {
             op_times: merge(&self.snapshot.op_times, &self.observed.ops),
             copy_times: merge(&self.snapshot.copy_times, &self.observed.copies),
+            on_gpu: self.snapshot.on_gpu.clone(),
         }
     }
 
@@ -338,7 +371,9 @@ fn check_time(what: &'static str, value: f64) -> Result<(), ReschedError> {
 }
 
 fn check_snapshot(s: &CostSnapshot) -> Result<(), ReschedError> {
-    if s.op_times.len() != s.copy_times.len() {
+    if s.op_times.len() != s.copy_times.len()
+        || !(s.on_gpu.is_empty() || s.on_gpu.len() == s.op_times.len())
+    {
         return Err(ReschedError::SnapshotShape {
             ops: s.op_times.len(),
             copies: s.copy_times.len(),
@@ -394,6 +429,7 @@ mod tests {
         CostSnapshot {
             op_times: vec![0.010, 0.020, 0.030, 0.040],
             copy_times: vec![0.0, 0.005, 0.005, 0.0],
+            on_gpu: vec![],
         }
     }
 
@@ -509,6 +545,46 @@ mod tests {
         assert!(is_replan(&r.check(10.0).unwrap()));
     }
 
+    /// The GPU items of a plan that runs mostly on the CPU: a GPU 2.5x
+    /// faster is drift when they hold enough of the op time, noise when
+    /// they hold too little.
+    #[test]
+    fn the_gpus_items_drift_on_their_own_when_they_hold_a_share() {
+        let gpu_faster = |on_gpu: Vec<bool>| {
+            let snap = CostSnapshot {
+                on_gpu,
+                ..snapshot()
+            };
+            let mut r = Rescheduler::new(config(Tau::Seconds(0.0)), snap, 0.0).unwrap();
+            for (i, t) in snapshot().op_times.iter().enumerate() {
+                let gpu = r.snapshot().on_gpu.get(i).copied().unwrap_or(false);
+                r.observe_op(i, if gpu { t / 2.5 } else { *t }).unwrap();
+            }
+            r.deviation()
+        };
+        // item 1 on the GPU: 20% of the op time, 12% of the whole saved
+        let held = gpu_faster(vec![false, true, false, false]);
+        assert!((held - 0.6).abs() < 1e-9, "{held}");
+        assert!((gpu_faster(vec![true, true, false, false]) - 0.6).abs() < 1e-9);
+        // the device not known: nothing moved
+        assert_eq!(gpu_faster(vec![]), 0.0);
+        // GPU items with 1% of the op time: only the whole plan's deviation
+        let tiny = CostSnapshot {
+            op_times: vec![0.001, 0.1],
+            copy_times: vec![0.0, 0.0],
+            on_gpu: vec![true, false],
+        };
+        let mut r = Rescheduler::new(config(Tau::Seconds(0.0)), tiny, 0.0).unwrap();
+        r.observe_op(0, 0.0004).unwrap();
+        r.observe_op(1, 0.1).unwrap();
+        assert!(r.deviation() < 0.01, "{}", r.deviation());
+        let bad = CostSnapshot {
+            on_gpu: vec![true],
+            ..snapshot()
+        };
+        assert!(Rescheduler::new(ReschedConfig::default(), bad, 0.0).is_err());
+    }
+
     #[test]
     fn a_plan_that_stops_copying_an_item_forgets_its_copy_average() {
         let mut r = Rescheduler::new(config(Tau::Seconds(1.0)), snapshot(), 0.0).unwrap();
@@ -518,6 +594,7 @@ mod tests {
         let next = CostSnapshot {
             op_times: snapshot().op_times,
             copy_times: vec![0.0, 0.0, 0.015, 0.0],
+            on_gpu: vec![],
         };
         r.replanned(next, 1.0).unwrap();
         r.observe_copy(2, 0.015).unwrap();
@@ -577,6 +654,7 @@ mod tests {
         let shape = CostSnapshot {
             op_times: vec![1.0],
             copy_times: vec![],
+            on_gpu: vec![],
         };
         assert_eq!(
             Rescheduler::new(ReschedConfig::default(), shape, 0.0).err(),

@@ -35,13 +35,22 @@ fn timings(spec: &Arc<ModelSpec>, workload: Option<Workload>) -> (f64, f64) {
     let prompt = e.now() - t0;
     e.reset();
     e.prefill(&ids(64), false).unwrap();
-    // past the audition's rounds, the plan it kept
+    // past the auditions' rounds (a re-audition may follow the first), the
+    // plan they kept
     let mut tpot = 0.0;
-    for i in 0..40 {
+    for i in 0..400 {
+        let during = e.planner().auditioning();
         let t0 = e.now();
         e.decode(100 + i).unwrap();
         tpot = e.now() - t0;
+        if i >= 40 && !during && !e.planner().auditioning() {
+            break;
+        }
     }
+    assert!(
+        !e.planner().auditioning(),
+        "still auditioning after 400 rounds"
+    );
     (prompt, tpot)
 }
 
@@ -68,6 +77,11 @@ fn the_layout_follows_the_stated_workload() {
     );
     assert!(g_tpot < p_tpot, "decode: {g_tpot} against {p_tpot}");
     assert!(p_prompt < g_prompt, "prompt: {p_prompt} against {g_prompt}");
-    // the default (half the context as prompt, 128 tokens) sits between
-    assert!(g_tpot <= d_tpot && p_prompt <= d_prompt * 1.02);
+    // the default (half the context as prompt, 128 tokens) sits between,
+    // within 1-2% (the auditions find each layout's fastest decode plan)
+    assert!(g_tpot <= d_tpot * 1.01, "decode: {g_tpot} against {d_tpot}");
+    assert!(
+        p_prompt <= d_prompt * 1.02,
+        "prompt: {p_prompt} against {d_prompt}"
+    );
 }

@@ -507,18 +507,14 @@ impl Planner {
                 return None;
             }
         };
-        // a move is a bet on PAYBACK_ROUNDS rounds: the re-scheduler does
-        // not take another before they have run (no thrashing on noise)
-        let settled = self.adapt.rounds_since_move >= PAYBACK_ROUNDS as usize;
-        if (settled || !only_if_changed)
-            && let Some(moved) = self.relayout(&new)
-        {
-            return Some(PlanChange {
-                set: moved,
-                reason: ChangeReason::Relayout,
-                audition: None,
-                reference: Reference::Estimates,
-            });
+        // a drift is seen while the live costs are still moving: with
+        // auditions on, a move waits for the re-plan after the audition
+        // the drift starts (a move made the round a game ended, on costs
+        // half-way back, left decode 7.7% slower than the static policy
+        // for good); without auditions it is now or never
+        let may_move = !only_if_changed || self.run.resched.audition_rounds == 0;
+        if may_move && let Some(change) = self.move_if_it_pays(&new, only_if_changed) {
+            return Some(change);
         }
         if only_if_changed {
             return self.replan_in_layout(new);
@@ -526,6 +522,26 @@ impl Planner {
         Some(PlanChange {
             set: new,
             reason: ChangeReason::Replan,
+            audition: None,
+            reference: Reference::Estimates,
+        })
+    }
+
+    /// A move to a new memory layout, when it pays against `same` (the
+    /// re-plan that keeps the layout, [`Planner::relayout`]). With
+    /// `after_rounds`, only once [`PAYBACK_ROUNDS`] rounds ran since the
+    /// last move: a move is a bet on that many rounds, and the
+    /// re-scheduler does not take another before they have run (no
+    /// thrashing on noise).
+    fn move_if_it_pays(&mut self, same: &PlanSet, after_rounds: bool) -> Option<PlanChange> {
+        let settled = self.adapt.rounds_since_move >= PAYBACK_ROUNDS as usize;
+        if after_rounds && !settled {
+            return None;
+        }
+        let moved = self.relayout(same)?;
+        Some(PlanChange {
+            set: moved,
+            reason: ChangeReason::Relayout,
             audition: None,
             reference: Reference::Estimates,
         })
@@ -604,6 +620,9 @@ impl Planner {
                 return None;
             }
         };
+        if let Some(change) = self.move_if_it_pays(&new, true) {
+            return Some(change);
+        }
         match self.switch_to(new) {
             Switch::To(change) => Some(change),
             Switch::Kept(..) => None,
@@ -623,6 +642,13 @@ impl Planner {
         let measured = self.adapt.resched.as_ref().and_then(Rescheduler::tpot)?;
         if rounds == 0 {
             return None;
+        }
+        // a plan that copies nothing has not seen the link since it moved
+        // off it: the candidates are priced at the profile's rate and the
+        // audition measures them (priced at a game's 3x, a streaming plan
+        // promoted nothing and was never tried again once the game ended)
+        if !(0..self.set.decode.len()).any(|i| streamed(&self.set, i)) {
+            self.cost.forget_copy_scale(DeviceId::Gpu);
         }
         // the first candidate is the current plan
         let candidates: Vec<_> = (self.audition_candidates().into_iter().enumerate())
@@ -774,6 +800,7 @@ fn snapshot(set: &PlanSet) -> CostSnapshot {
                 }
             })
             .collect(),
+        on_gpu: set.decode.iter().map(|e| e.on_gpu).collect(),
     }
 }
 
