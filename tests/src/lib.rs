@@ -363,3 +363,52 @@ pub fn sim_cost(vm: &ats_sched::sim::VirtualMachine) -> ats_sched::profile::Cost
     vm.cost_model(true, &|_| sim_kernels())
         .unwrap_or_else(|e| panic!("{e}"))
 }
+
+/// A session of `spec` on `vm` (`threads` host threads, `vram` bytes)
+/// planned for decode `depth` tokens deep, as `--workload DEPTH` states it,
+/// that keeps its first plans: no re-plan and no audition (plans judged by
+/// their estimates and runs alone).
+pub fn frozen_decode_session(
+    spec: &std::sync::Arc<ats_core::spec::ModelSpec>,
+    vm: &ats_sched::sim::VirtualMachine,
+    threads: usize,
+    vram: u64,
+    depth: usize,
+) -> ats_sched::session::Session {
+    let run = RunConfig {
+        n_ctx: depth + 64,
+        kv_type: ats_core::device::KvType::F16,
+        policy: Policy::Ats,
+        resched: ats_sched::rescheduler::ReschedConfig {
+            epsilon: 1e12,
+            audition_rounds: 0,
+            ..Default::default()
+        },
+        vram: Some(vram),
+        workload: Some(ats_sched::config::Workload {
+            depth,
+            prompt: 1,
+            generate: 64,
+        }),
+        ..RunConfig::for_model(spec, threads)
+    };
+    let planner =
+        ats_sched::planner::Planner::new(spec.graph().clone(), vm.machine(), sim_cost(vm), &run)
+            .unwrap_or_else(|e| panic!("{e}"));
+    ats_sched::session::Session::with_planner(spec.clone(), vm.machine().clone(), planner)
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Median virtual seconds of three decode rounds of `e`.
+pub fn median_decode_secs(e: &mut ats_sched::session::Session) -> f64 {
+    let mut t: Vec<f64> = (0..3u32)
+        .map(|i| {
+            let t0 = e.now();
+            e.decode(101 + i * 7919)
+                .unwrap_or_else(|err| panic!("{err}"));
+            e.now() - t0
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[1]
+}
