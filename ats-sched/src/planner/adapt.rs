@@ -516,6 +516,18 @@ impl Planner {
         if may_move && let Some(change) = self.move_if_it_pays(&new, only_if_changed) {
             return Some(change);
         }
+        if only_if_changed && !may_move {
+            // the move is weighed after the audition this starts; with no
+            // audition to wait for, now
+            let change = self.replan_in_layout(new.clone());
+            return match change {
+                Some(c) => {
+                    self.adapt.replan_after_audition |= c.audition.is_some();
+                    Some(c)
+                }
+                None => self.move_if_it_pays(&new, true),
+            };
+        }
         if only_if_changed {
             return self.replan_in_layout(new);
         }
