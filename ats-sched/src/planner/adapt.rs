@@ -507,29 +507,30 @@ impl Planner {
                 return None;
             }
         };
-        // a drift is seen while the live costs are still moving: with
-        // auditions on, a move waits for the re-plan after the audition
-        // the drift starts (a move made the round a game ended, on costs
-        // half-way back, left decode 7.7% slower than the static policy
-        // for good); without auditions it is now or never
-        let may_move = !only_if_changed || self.run.resched.audition_rounds == 0;
-        if may_move && let Some(change) = self.move_if_it_pays(&new, only_if_changed) {
-            return Some(change);
-        }
-        if only_if_changed && !may_move {
-            // the move is weighed after the audition this starts; with no
-            // audition to wait for, now
-            let change = self.replan_in_layout(new.clone());
-            return match change {
+        if !only_if_changed {
+            // a re-plan asked for: a move that pays, else the fresh plans
+            if let Some(change) = self.move_if_it_pays(&new, false) {
+                return Some(change);
+            }
+        } else if self.run.resched.audition_rounds == 0 {
+            // without auditions a drift's move is now or never
+            if let Some(change) = self.move_if_it_pays(&new, true) {
+                return Some(change);
+            }
+            return self.replan_in_layout(new);
+        } else {
+            // a drift is seen while the live costs are still moving: the
+            // move waits for the re-plan after the audition the drift
+            // starts (a move made the round a game ended, on costs half-way
+            // back, left decode 7.7% slower than the static policy for
+            // good); with no audition to wait for, it is weighed now
+            return match self.replan_in_layout(new.clone()) {
                 Some(c) => {
                     self.adapt.replan_after_audition |= c.audition.is_some();
                     Some(c)
                 }
                 None => self.move_if_it_pays(&new, true),
             };
-        }
-        if only_if_changed {
-            return self.replan_in_layout(new);
         }
         Some(PlanChange {
             set: new,

@@ -10,7 +10,7 @@ use ats_core::ledger::{Region, RegionBytes};
 use ats_core::machine::DeviceId;
 
 use super::context::Ctx;
-use super::items::build_items;
+use super::items::{ItemCost, build_items};
 use super::layout::Layout;
 use super::policy::LayoutChoice;
 use super::residency::{Rule, resident_for};
@@ -63,9 +63,10 @@ fn evaluate(
     max_tier: usize,
     streaming: bool,
 ) -> Result<Option<Candidate>, PlanError> {
+    let costs = DpCosts::new(ctx, max_tier);
     let mut best: Option<Candidate> = None;
     for rule in Rule::for_layout(ctx, streaming) {
-        let Some(c) = evaluate_with(ctx, budget, max_tier, streaming, rule)? else {
+        let Some(c) = evaluate_with(ctx, budget, max_tier, streaming, (&costs, rule))? else {
             continue;
         };
         if best
@@ -78,13 +79,32 @@ fn evaluate(
     Ok(best)
 }
 
-/// [`evaluate`] with residency made by `rule`.
+/// The item costs a layout's residency is priced with (the same for every
+/// [`Rule`]): decode, the reference prompt's chunk, and its rounds.
+struct DpCosts {
+    dec: Vec<ItemCost>,
+    pre: Vec<ItemCost>,
+    prompt_rounds: f64,
+}
+
+impl DpCosts {
+    fn new(ctx: &Ctx<'_>, max_tier: usize) -> DpCosts {
+        let (pre_shape, prompt_rounds) = ctx.reference_chunk(max_tier);
+        DpCosts {
+            dec: ctx.costs(ctx.decode_shape()),
+            pre: ctx.costs(pre_shape),
+            prompt_rounds: prompt_rounds as f64,
+        }
+    }
+}
+
+/// [`evaluate`] with residency made by `how`'s rule from its costs.
 fn evaluate_with(
     ctx: &Ctx<'_>,
     budget: u64,
     max_tier: usize,
     streaming: bool,
-    rule: Rule,
+    how: (&DpCosts, Rule),
 ) -> Result<Option<Candidate>, PlanError> {
     let compute = padded_reserve(ctx, max_tier);
     let none = vec![false; ctx.items.len()];
@@ -96,7 +116,7 @@ fn evaluate_with(
     if compute + temp_all > budget {
         return Ok(None);
     }
-    let (resident, why) = residency(ctx, budget - compute, temp_all, streaming, max_tier, rule)?;
+    let (resident, why) = residency(ctx, budget - compute, temp_all, streaming, how)?;
     let slots = if streaming {
         ctx.slots(&resident)
     } else {
@@ -138,14 +158,10 @@ fn residency(
     avail: u64,
     temp_all: u64,
     streaming: bool,
-    max_tier: usize,
-    rule: Rule,
+    (c, rule): (&DpCosts, Rule),
 ) -> Result<(Vec<bool>, Vec<String>), PlanError> {
-    let dec = ctx.costs(ctx.decode_shape());
-    let (pre_shape, prompt_rounds) = ctx.reference_chunk(max_tier);
-    let pre = ctx.costs(pre_shape);
-    let prompt_rounds = prompt_rounds as f64;
-    let first = resident_for(ctx, avail - temp_all, &dec, &pre, prompt_rounds, rule)?;
+    let (dec, pre, prompt_rounds) = (&c.dec, &c.pre, c.prompt_rounds);
+    let first = resident_for(ctx, avail - temp_all, dec, pre, prompt_rounds, rule)?;
     if !streaming {
         return Ok(first);
     }
@@ -153,7 +169,7 @@ fn residency(
     if temp >= temp_all {
         return Ok(first);
     }
-    let second = resident_for(ctx, avail - temp, &dec, &pre, prompt_rounds, rule)?;
+    let second = resident_for(ctx, avail - temp, dec, pre, prompt_rounds, rule)?;
     let fits = ctx.held_bytes(&second.0) + ctx.slots(&second.0).total_bytes() <= avail;
     Ok(if fits { second } else { first })
 }
