@@ -17,6 +17,9 @@ pub mod hp {
     pub const EMBEDDING_LENGTH: &str = "embedding_length";
     /// Number of decoder blocks.
     pub const BLOCK_COUNT: &str = "block_count";
+    /// Trailing blocks that only predict further tokens (multi-token
+    /// prediction, GLM's NextN): counted in `block_count`, not run.
+    pub const NEXTN_PREDICT_LAYERS: &str = "nextn_predict_layers";
     /// FFN intermediate size.
     pub const FEED_FORWARD_LENGTH: &str = "feed_forward_length";
     /// Query heads.
@@ -101,8 +104,11 @@ pub mod tensor {
     pub const ATTN_OUT_BIAS: &str = "attn_output.bias";
     /// Per-head attention sink logits (gpt-oss).
     pub const ATTN_SINKS: &str = "attn_sinks.weight";
-    /// Norm after the attention residual, before the FFN (gpt-oss).
+    /// gpt-oss: the norm after the attention residual, before the FFN.
+    /// GLM-4: the norm of the attention's output, before its residual.
     pub const ATTN_POST_NORM: &str = "post_attention_norm.weight";
+    /// Norm of the FFN's output, before its residual (GLM-4).
+    pub const FFN_POST_NORM: &str = "post_ffw_norm.weight";
     /// FFN input norm.
     pub const FFN_NORM: &str = "ffn_norm.weight";
     /// FFN gate projection.

@@ -237,6 +237,26 @@ impl<'a> Decoder<'a> {
         Ok(self.b.matmul(&blk(il, t::FFN_DOWN), a, wd, None))
     }
 
+    /// SwiGLU FFN whose gate and up rows are one matrix (`ffn_up` of
+    /// `2 n_ff` rows, gate first): `down(silu(g) * u)` with `g, u` the two
+    /// halves of `h W_up^T` (GLM-4).
+    pub fn ffn_fused_up(&mut self, h: ValueId, il: usize) -> Result<ValueId, SpecError> {
+        let (d, f) = (self.hp.n_embd, self.hp.n_ff);
+        self.b.at(Some(il), SubLayer::FfnUp);
+        let wu = self.weight(Some(il), t::FFN_UP, &[d, 2 * f])?;
+        let gu = self.b.matmul(&blk(il, t::FFN_UP), h, wu, None);
+        let g = self
+            .b
+            .gather_cols(&format!("blk.{il}.ffn_gate_half"), gu, 0, f, 2 * f, 1);
+        let u = self
+            .b
+            .gather_cols(&format!("blk.{il}.ffn_up_half"), gu, f, f, 2 * f, 1);
+        let a = self.b.swiglu(&format!("blk.{il}.ffn_swiglu"), g, u);
+        self.b.at(Some(il), SubLayer::FfnDown);
+        let wd = self.weight(Some(il), t::FFN_DOWN, &[f, d])?;
+        Ok(self.b.matmul(&blk(il, t::FFN_DOWN), a, wd, None))
+    }
+
     /// Routed SwiGLU experts: softmax router, top-k, renormalised weights.
     pub fn moe(&mut self, h: ValueId, il: usize) -> Result<ValueId, SpecError> {
         self.moe_with(h, il, ExpertAct::SwiGlu, false)

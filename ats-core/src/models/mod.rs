@@ -2,6 +2,7 @@
 //! in doing so, checks every tensor the architecture needs.
 
 mod decoder;
+mod glm4;
 mod gpt_oss;
 mod llama;
 mod qwen2;
@@ -21,5 +22,6 @@ pub fn build(spec: &ModelSpec) -> Result<Graph, SpecError> {
         Arch::Qwen3Moe => qwen3moe::build(spec),
         Arch::Qwen2Vl => qwen2vl::build(spec),
         Arch::GptOss => gpt_oss::build(spec),
+        Arch::Glm4 => glm4::build(spec),
     }
 }

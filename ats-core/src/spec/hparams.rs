@@ -208,7 +208,7 @@ impl HParams {
         } else {
             k.positive(hp::FEED_FORWARD_LENGTH)?
         };
-        let n_layer = k.positive(hp::BLOCK_COUNT)?;
+        let n_layer = main_layers(&k)?;
         let (n_swa, swa_layers) = sliding_window(&k, arch, n_layer)?;
         let embd = f
             .tensor(tensor::TOKEN_EMBD)
@@ -252,6 +252,20 @@ impl HParams {
 }
 
 /// The YaRN parameters of a file whose RoPE scaling type is `yarn`.
+/// The blocks a forward pass runs: `block_count` less the trailing
+/// multi-token-prediction blocks, whose tensors the file carries unused.
+fn main_layers(k: &Keys<'_>) -> Result<usize, SpecError> {
+    let blocks = k.positive(hp::BLOCK_COUNT)?;
+    match k.opt_usize(hp::NEXTN_PREDICT_LAYERS)?.unwrap_or(0) {
+        0 => Ok(blocks),
+        n if n < blocks => Ok(blocks - n),
+        n => Err(SpecError::BadKey {
+            key: k.key(hp::NEXTN_PREDICT_LAYERS),
+            problem: format!("{n} prediction blocks leave none of the {blocks} blocks to run"),
+        }),
+    }
+}
+
 fn yarn(k: &Keys<'_>) -> Result<Yarn, SpecError> {
     let factor = k
         .opt_f32(hp::ROPE_SCALING_FACTOR)?

@@ -31,6 +31,9 @@ pub enum Arch {
     /// attention sinks, sliding-window layers alternating with full ones, YaRN.
     #[serde(rename = "gpt-oss")]
     GptOss,
+    /// GLM-4-0414 (`glm4`): q/k/v biases, half-head RoPE, norms after
+    /// attention and after the FFN as well as before, gate and up in one matrix.
+    Glm4,
 }
 
 impl Arch {
@@ -43,6 +46,7 @@ impl Arch {
             "qwen3moe" => Arch::Qwen3Moe,
             "qwen2vl" => Arch::Qwen2Vl,
             "gpt-oss" => Arch::GptOss,
+            "glm4" => Arch::Glm4,
             other => return Err(SpecError::UnknownArch(other.to_string())),
         })
     }
@@ -56,6 +60,7 @@ impl Arch {
             Arch::Qwen3Moe => "qwen3moe",
             Arch::Qwen2Vl => "qwen2vl",
             Arch::GptOss => "gpt-oss",
+            Arch::Glm4 => "glm4",
         }
     }
 

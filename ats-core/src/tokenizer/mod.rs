@@ -64,6 +64,8 @@ const EOG_TEXTS: &[&str] = &[
     "</s>",
     "<|return|>",
     "<|call|>",
+    // GLM-4: a tool call ends the turn where the tool's answer follows
+    "<|observation|>",
 ];
 
 /// End-of-turn candidates when `tokenizer.ggml.eot_token_id` is absent,

@@ -62,6 +62,9 @@ pub(crate) const KNOWN_NAMES: &[&str] = &[
     "dbrx",
     "smaug-bpe",
     "gpt-4o",
+    "glm4",
+    "glm5",
+    "chatglm-bpe",
 ];
 
 /// A pre-tokenizer family.
@@ -106,6 +109,13 @@ pub(crate) fn resolve(name: &str) -> Result<PreSpec, TokenizerError> {
         "qwen2" | "deepseek-r1-qwen" | "megrez" | "stablelm2" => plain(PreTokenizerKind::Qwen2),
         "dbrx" | "smaug-bpe" => plain(PreTokenizerKind::Llama3),
         "gpt-4o" => plain(PreTokenizerKind::Gpt4o),
+        // GLM-4's pattern is Llama 3's with the case classes spelled out
+        "chatglm-bpe" => plain(PreTokenizerKind::Llama3),
+        "glm4" | "glm5" => PreSpec {
+            kind: PreTokenizerKind::Llama3,
+            ignore_merges: true,
+            default_add_bos: false,
+        },
         "llama-bpe" | "llama3" | "llama-v3" => PreSpec {
             kind: PreTokenizerKind::Llama3,
             ignore_merges: true,

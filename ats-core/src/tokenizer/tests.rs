@@ -253,6 +253,8 @@ fn pre_tokenizer_names() {
         ("smollm", PreTokenizerKind::SmolLm),
         ("qwen2", PreTokenizerKind::Qwen2),
         ("llama-bpe", PreTokenizerKind::Llama3),
+        ("glm4", PreTokenizerKind::Llama3),
+        ("chatglm-bpe", PreTokenizerKind::Llama3),
     ] {
         let md = metadata(&with(&e, keys::PRE, Some(Value::str(name))));
         // llama-bpe adds BOS by default, which this vocabulary lacks.

@@ -187,6 +187,8 @@ impl Target for Gguf {
             all_values_gguf(),
             // YaRN, the sliding window, the o200k pre-tokenizer, harmony
             metadata_only(repo_fixtures().join("gpt-oss/gpt-oss-f32.gguf")),
+            // partial RoPE, the glm4 pre-tokenizer, GLM-4's special tokens
+            metadata_only(repo_fixtures().join("glm4/glm4-f32.gguf")),
             micro_model_gguf(),
             std::fs::read(fixtures().join("dequant/dequant.gguf")).unwrap(),
         ];
@@ -222,6 +224,9 @@ impl Target for Gguf {
             "gpt-oss.attention.sliding_window",
             "gpt-oss.attention.sliding_window_pattern",
             "gpt-oss.rope.scaling.type",
+            "glm4",
+            "glm4.rope.dimension_count",
+            "glm4.nextn_predict_layers",
         ])
     }
 
