@@ -2,6 +2,7 @@
 //! are, reading reference arrays, comparing logits.
 
 pub mod fuzz;
+pub mod hf_fixture;
 
 use std::path::PathBuf;
 

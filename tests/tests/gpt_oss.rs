@@ -13,36 +13,21 @@ use std::sync::Arc;
 use ats_core::device::{Device, HostMemory, KvType};
 use ats_core::graph::{ExpertAct, Op};
 use ats_core::round::Round;
-use ats_core::sampling::SamplerConfig;
 use ats_core::spec::{Arch, ModelSpec};
 use ats_core::{ChatMessage, ChatTemplate, Tokenizer};
 use ats_cpu::CpuDevice;
 use ats_sched::config::Policy;
-use ats_sched::exec::{ExecConfig, ExecPlan, Executor, WeightHome};
-use ats_sched::session::GenParams;
+use ats_sched::exec::{ExecConfig, ExecPlan, Executor};
 use ats_sched::sim::{SimGpu, SimGpuConfig};
-use ats_tests::{
-    Reference, XorShift, argmax, cpu_engine, engine_on, gpu_if, host_only, max_abs_diff,
-    repo_fixtures, with_gpu,
-};
+use ats_tests::hf_fixture::HfFixture;
+use ats_tests::{gpu_if, host_only, with_gpu};
 
-/// The fixture's tolerance on logits (as `../shared/fixtures` recommends for f32).
-const ATOL: f32 = 1e-3;
-
-fn dir() -> PathBuf {
-    repo_fixtures().join("gpt-oss")
+fn fixture() -> HfFixture {
+    HfFixture::new("gpt-oss", "gpt-oss-f32.gguf")
 }
 
 fn gguf() -> PathBuf {
-    dir().join("gpt-oss-f32.gguf")
-}
-
-fn reference() -> Reference {
-    Reference::open_path(&dir().join("reference.safetensors"))
-}
-
-fn manifest() -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(dir().join("reference.json")).unwrap()).unwrap()
+    fixture().gguf
 }
 
 #[test]
@@ -90,144 +75,31 @@ fn the_file_reads_as_gpt_oss_with_its_window_sinks_and_yarn() {
 
 #[test]
 fn logits_greedy_and_kv_cache_match_hf() {
-    let r = reference();
-    let ids = r.ids("input_ids");
-    let (want, _) = r.f32("logits");
-    let mut e = cpu_engine(&gguf(), 64, KvType::F32);
-    let vocab = e.spec().hp.n_vocab;
-
-    let got = e.eval(&ids).unwrap();
-    let d = max_abs_diff(&got, &want);
-    eprintln!("prompt logits: max |ats - hf| = {d:.2e}");
-    assert!(d < ATOL, "prompt logits differ by {d}");
-
-    // greedy with the KV cache: past the window, the sliding layers read
-    // only their last 8 keys of the cache
-    let greedy = r.ids("greedy_ids");
-    let (g_logits, _) = r.f32("greedy_logits");
-    e.reset();
-    let mut logits = e.prefill(&ids, false).unwrap();
-    for (k, &want_id) in greedy.iter().enumerate() {
-        let d = max_abs_diff(&logits, &g_logits[k * vocab..(k + 1) * vocab]);
-        assert!(d < ATOL, "greedy step {k} logits differ by {d}");
-        assert_eq!(argmax(&logits) as u32, want_id, "greedy step {k}");
-        logits = e.decode(want_id).unwrap();
-    }
-
-    // token by token, then one batched prefill of all 40
-    let full = r.ids("full_ids");
-    let (full_logits, _) = r.f32("full_logits");
-    e.reset();
-    for (p, &t) in full.iter().enumerate() {
-        let l = e.decode(t).unwrap();
-        let d = max_abs_diff(&l, &full_logits[p * vocab..(p + 1) * vocab]);
-        assert!(d < ATOL, "token-by-token position {p} differs by {d}");
-    }
-    let batched = e.eval(&full).unwrap();
-    let d = max_abs_diff(&batched, &full_logits);
-    eprintln!("full logits: max |ats - hf| = {d:.2e}");
-    assert!(d < ATOL, "batched full logits differ by {d}");
-
-    // prefill in chunks that end inside and across windows
-    e.reset();
-    let mut at = 0;
-    for chunk in [5usize, 9, 3, 23] {
-        let part = &full[at..at + chunk];
-        let l = e.prefill(part, true).unwrap();
-        let d = max_abs_diff(&l, &full_logits[at * vocab..(at + chunk) * vocab]);
-        assert!(d < ATOL, "chunk at {at} differs by {d}");
-        at += chunk;
-    }
-
-    // an f16 cache moves this model's logits by 0.12 in transformers too
-    // (its large expert activations). Against transformers with the same
-    // rounding of keys and values the gap is a tenth of that (measured
-    // 7.7e-3): f32 differences of 1e-6 flip some f16 roundings by an ulp
-    let (f16_logits, _) = r.f32("full_logits_f16kv");
-    let mut e16 = cpu_engine(&gguf(), 64, KvType::F16);
-    let d = max_abs_diff(&e16.eval(&full).unwrap(), &f16_logits);
-    eprintln!("f16 KV: max |ats - hf with f16 keys and values| = {d:.2e}");
-    assert!(d < 2e-2, "f16 KV logits differ by {d}");
+    // past the window, the sliding layers read only their last 8 keys of
+    // the cache. An f16 cache moves this model's logits by 0.12 in
+    // transformers too (its large expert activations). Against
+    // transformers with the same rounding of keys and values the gap is a
+    // tenth of that (measured 7.7e-3): f32 differences of 1e-6 flip some
+    // f16 roundings by an ulp
+    fixture().check_logits_and_cache(2e-2);
 }
 
 #[test]
 fn greedy_generation_through_the_sampler_reproduces_hf() {
-    let r = reference();
-    let mut e = cpu_engine(&gguf(), 64, KvType::F32);
-    let params = GenParams {
-        max_tokens: 16,
-        sampler: SamplerConfig {
-            temperature: 0.0,
-            ..SamplerConfig::default()
-        },
-        stop: vec![],
-        ignore_eos: true,
-        ..GenParams::default()
-    };
-    let g = e
-        .generate(&r.ids("input_ids"), &params, &mut |_| true)
-        .unwrap();
-    assert_eq!(g.tokens, r.ids("greedy_ids"));
-}
-
-fn sim_gpu(budget: u64) -> Arc<dyn Device> {
-    let inner: Arc<dyn Device> = Arc::new(CpuDevice::new(1).unwrap());
-    let cfg = SimGpuConfig {
-        memory: budget,
-        copy_gbps: 50.0,
-        launch_us: 0.0,
-        sync_us: 0.0,
-        ..SimGpuConfig::default()
-    };
-    Arc::new(SimGpu::new(inner, cfg))
+    fixture().check_greedy_generation();
 }
 
 #[test]
 fn every_policy_on_a_simulated_gpu_under_tight_budgets_matches_hf() {
-    let spec = Arc::new(ModelSpec::open(gguf()).unwrap());
-    let r = reference();
-    let ids = r.ids("full_ids");
-    let (want, _) = r.f32("full_logits");
-    let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
-    let model_bytes = spec.gguf.file_len();
-    for policy in [
+    // from a tenth of the model (experts and most layers streamed or on
+    // the CPU) to all of it
+    fixture().check_policies_on_a_simulated_gpu(&[
         Policy::Layers,
         Policy::CpuMoe,
         Policy::Static,
         Policy::Tiers,
         Policy::Ats,
-    ] {
-        // from a tenth of the model (experts and most layers streamed or on
-        // the CPU) to all of it
-        for pct in [10u64, 35, 60, 150] {
-            let budget = model_bytes * pct / 100 + (1 << 20);
-            let gpu = sim_gpu(budget);
-            let mut e = engine_on(
-                spec.clone(),
-                with_gpu(cpu.clone(), gpu.clone()),
-                64,
-                KvType::F32,
-                policy,
-                true,
-            );
-            let d = max_abs_diff(&e.eval(&ids).unwrap(), &want);
-            assert!(d < ATOL, "{policy:?} at {pct}%: logits differ by {d}");
-            // and decoding past the window on the simulated GPU
-            e.reset();
-            let greedy = r.ids("greedy_ids");
-            let prompt = r.ids("input_ids");
-            let mut logits = e.prefill(&prompt, false).unwrap();
-            for &want_id in &greedy[..6] {
-                assert_eq!(argmax(&logits) as u32, want_id, "{policy:?} at {pct}%");
-                logits = e.decode(want_id).unwrap();
-            }
-            let peak = gpu.ledger().peak();
-            assert!(
-                peak <= budget,
-                "{policy:?}: peak {peak} over budget {budget}"
-            );
-        }
-    }
+    ]);
 }
 
 fn exec_config() -> ExecConfig {
@@ -242,63 +114,7 @@ fn exec_config() -> ExecConfig {
 
 #[test]
 fn random_placements_give_the_cpu_logits() {
-    let spec = ModelSpec::open(gguf()).unwrap();
-    let graph = spec.graph().clone();
-    let host: Arc<dyn HostMemory> = spec.gguf.backing().clone();
-    let ids = reference().ids("full_ids");
-    let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
-    let (a, b) = ids.split_at(ids.len() - 2);
-    let rounds = [
-        Round::text(a.to_vec(), 0, true),
-        Round::text(vec![b[0]], a.len(), true),
-        Round::text(vec![b[1]], a.len() + 1, true),
-    ];
-    let mut base = Executor::new(
-        graph.clone(),
-        host.clone(),
-        host_only(cpu.clone()),
-        exec_config(),
-        ExecPlan::all_cpu(&graph),
-    )
-    .unwrap();
-    let want: Vec<Vec<f32>> = rounds
-        .iter()
-        .map(|r| base.run(&Arc::new(r.clone())).unwrap())
-        .collect();
-    let mut rng = XorShift(0x6770_7405_5eed_0019);
-    for trial in 0..12 {
-        let mut plan = ExecPlan::all_cpu(&graph);
-        for i in 0..graph.nodes.len() {
-            plan.node_device[i] = gpu_if(trial == 1 || (trial > 1 && rng.coin(50)));
-        }
-        for w in 0..graph.weights.len() {
-            plan.weight_home[w] = if trial > 1 && rng.coin(40) {
-                WeightHome::Resident
-            } else {
-                WeightHome::Host
-            };
-        }
-        for (i, n) in graph.nodes.iter().enumerate() {
-            if let Op::Attention(at) = &n.op
-                && let Some(c) = at.cache
-            {
-                plan.kv_device[c] = plan.node_device[i];
-            }
-        }
-        let mut ex = Executor::new(
-            graph.clone(),
-            host.clone(),
-            with_gpu(cpu.clone(), sim_gpu(1 << 30)),
-            exec_config(),
-            plan,
-        )
-        .unwrap();
-        for (k, r) in rounds.iter().enumerate() {
-            let got = ex.run(&Arc::new(r.clone())).unwrap();
-            let d = max_abs_diff(&got, &want[k]);
-            assert!(d < 1e-4, "trial {trial} round {k}: differs by {d}");
-        }
-    }
+    fixture().check_random_placements(0x6770_7405_5eed_0019);
 }
 
 #[test]
@@ -307,7 +123,7 @@ fn decode_streams_only_the_routed_experts_and_whole_biases() {
     let graph = spec.graph().clone();
     let host: Arc<dyn HostMemory> = spec.gguf.backing().clone();
     let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
-    let ids = reference().ids("full_ids");
+    let ids = fixture().reference().ids("full_ids");
     for router_on_gpu in [false, true] {
         let inner: Arc<dyn Device> = Arc::new(CpuDevice::new(1).unwrap());
         let sim = Arc::new(SimGpu::new(
@@ -381,7 +197,7 @@ fn harmony_template_and_tokenizer_agree_with_transformers() {
     let md = &spec.gguf.metadata;
     let tok = Tokenizer::from_gguf(md).unwrap();
     let tmpl = ChatTemplate::from_gguf(md).unwrap();
-    let m = manifest();
+    let m = fixture().manifest();
     for case in m["tokenizer_cases"].as_array().unwrap() {
         let text = case["text"].as_str().unwrap();
         let want: Vec<u32> = case["ids"]
