@@ -32,6 +32,8 @@ pub mod hp {
     pub const VALUE_LENGTH: &str = "attention.value_length";
     /// RMSNorm epsilon.
     pub const RMS_EPS: &str = "attention.layer_norm_rms_epsilon";
+    /// LayerNorm epsilon.
+    pub const LN_EPS: &str = "attention.layer_norm_epsilon";
     /// RoPE frequency base.
     pub const ROPE_FREQ_BASE: &str = "rope.freq_base";
     /// Rotated dimensions per head.
@@ -117,6 +119,10 @@ pub mod tensor {
     pub const FFN_UP: &str = "ffn_up.weight";
     /// FFN down projection.
     pub const FFN_DOWN: &str = "ffn_down.weight";
+    /// FFN up bias (Nemotron, when the model has MLP biases).
+    pub const FFN_UP_BIAS: &str = "ffn_up.bias";
+    /// FFN down bias.
+    pub const FFN_DOWN_BIAS: &str = "ffn_down.bias";
     /// MoE router.
     pub const FFN_GATE_INP: &str = "ffn_gate_inp.weight";
     /// Stacked expert gate projections.

@@ -196,6 +196,12 @@ impl GraphBuilder {
         self.node(name, Op::Gelu(kind), &[x], &[], rows, cols)
     }
 
+    /// Squared ReLU.
+    pub fn relu_sqr(&mut self, name: &str, x: ValueId) -> ValueId {
+        let (rows, cols) = (self.rows(x), self.cols(x));
+        self.node(name, Op::ReluSqr, &[x], &[], rows, cols)
+    }
+
     /// Strided column blocks of each row (see [`Op::GatherCols`]).
     pub fn gather_cols(
         &mut self,

@@ -126,6 +126,7 @@ impl Graph {
             | Op::PermuteRows { .. }
             | Op::MergeRows { .. }
             | Op::GatherCols { .. } => c.flops = out_elems,
+            Op::ReluSqr => c.flops = 2.0 * out_elems,
             Op::Rope(_) => c.flops = 3.0 * out_elems,
             Op::SwiGlu | Op::Gelu(_) => c.flops = 8.0 * out_elems,
             Op::Attention(a) => {

@@ -246,6 +246,8 @@ pub enum Op {
     SwiGlu,
     /// GELU of one input.
     Gelu(GeluKind),
+    /// Squared ReLU of one input, `max(x, 0)^2` (Nemotron's FFN).
+    ReluSqr,
     /// MoE router: softmax over `n_expert` logits of `x W_gate^T (+ bias)`,
     /// top-k, optional renormalisation. Renormalised, the weights equal a
     /// softmax over the selected logits alone (gpt-oss's routing). Weights:
@@ -318,6 +320,7 @@ impl Op {
             Op::Attention(_) => "attention",
             Op::SwiGlu => "swiglu",
             Op::Gelu(_) => "gelu",
+            Op::ReluSqr => "relu_sqr",
             Op::MoeRouter { .. } => "moe_router",
             Op::MoeExperts { .. } => "moe_experts",
             Op::SelectRows => "select_rows",

@@ -6,7 +6,7 @@ use crate::graph::{
     RopeSpec, Rows, SubLayer, ValueId, WeightId,
 };
 use crate::names::tensor::{self as t, blk};
-use crate::spec::{HParams, ModelSpec, SpecError};
+use crate::spec::{HParams, ModelSpec, NormKind, SpecError};
 
 /// A graph under construction for one text model.
 pub(crate) struct Decoder<'a> {
@@ -68,7 +68,7 @@ impl<'a> Decoder<'a> {
             .node("token_embd", Op::Embed, &[input], &[w], Rows::Tokens, d))
     }
 
-    /// RMSNorm of the hidden state with the layer's `name` weight.
+    /// The model's norm of the hidden state with the layer's `name` weight.
     pub fn norm(
         &mut self,
         x: ValueId,
@@ -77,10 +77,29 @@ impl<'a> Decoder<'a> {
         sub: SubLayer,
     ) -> Result<ValueId, SpecError> {
         self.b.at(Some(il), sub);
-        let w = self.weight(Some(il), name, &[self.hp.n_embd])?;
-        Ok(self
-            .b
-            .rms_norm(&blk(il, name), x, w, self.hp.rms_eps, self.hp.n_embd))
+        self.norm_as(&blk(il, name), x, Some(il), name)
+    }
+
+    /// The node `node`: RMSNorm or LayerNorm (as the architecture
+    /// normalises) of `x` with the weight `name` (of layer `il`, if given),
+    /// and its bias for LayerNorm.
+    fn norm_as(
+        &mut self,
+        node: &str,
+        x: ValueId,
+        il: Option<usize>,
+        name: &str,
+    ) -> Result<ValueId, SpecError> {
+        let d = self.hp.n_embd;
+        let w = self.weight(il, name, &[d])?;
+        Ok(match self.spec.arch.norm_kind() {
+            NormKind::Rms => self.b.rms_norm(node, x, w, self.hp.rms_eps, d),
+            NormKind::Layer => {
+                let bias = name.strip_suffix(".weight").unwrap_or(name).to_string() + ".bias";
+                let b = self.weight(il, &bias, &[d])?;
+                self.b.layer_norm(node, x, w, b, self.hp.ln_eps)
+            }
+        })
     }
 
     /// `q, k, v = h Wq^T (+bq), h Wk^T (+bk), h Wv^T (+bv)`.
@@ -257,6 +276,21 @@ impl<'a> Decoder<'a> {
         Ok(self.b.matmul(&blk(il, t::FFN_DOWN), a, wd, None))
     }
 
+    /// Non-gated FFN with squared ReLU: `down(relu(up h)^2)`, with the
+    /// up and down biases the file has (Nemotron).
+    pub fn ffn_relu_sqr(&mut self, h: ValueId, il: usize) -> Result<ValueId, SpecError> {
+        let (d, f) = (self.hp.n_embd, self.hp.n_ff);
+        self.b.at(Some(il), SubLayer::FfnUp);
+        let wu = self.weight(Some(il), t::FFN_UP, &[d, f])?;
+        let bu = self.opt_weight(Some(il), t::FFN_UP_BIAS, &[f])?;
+        let u = self.b.matmul(&blk(il, t::FFN_UP), h, wu, bu);
+        let a = self.b.relu_sqr(&format!("blk.{il}.ffn_relu_sqr"), u);
+        self.b.at(Some(il), SubLayer::FfnDown);
+        let wd = self.weight(Some(il), t::FFN_DOWN, &[f, d])?;
+        let bd = self.opt_weight(Some(il), t::FFN_DOWN_BIAS, &[d])?;
+        Ok(self.b.matmul(&blk(il, t::FFN_DOWN), a, wd, bd))
+    }
+
     /// Routed SwiGLU experts: softmax router, top-k, renormalised weights.
     pub fn moe(&mut self, h: ValueId, il: usize) -> Result<ValueId, SpecError> {
         self.moe_with(h, il, ExpertAct::SwiGlu, false)
@@ -323,7 +357,6 @@ impl<'a> Decoder<'a> {
     pub fn output(mut self, x: ValueId) -> Result<Graph, SpecError> {
         let (d, v) = (self.hp.n_embd, self.hp.n_vocab);
         self.b.at(None, SubLayer::Output);
-        let wn = self.weight(None, t::OUTPUT_NORM, &[d])?;
         let rows = self.b.node(
             "select_outputs",
             Op::SelectRows,
@@ -332,7 +365,7 @@ impl<'a> Decoder<'a> {
             Rows::Outputs,
             d,
         );
-        let h = self.b.rms_norm("output_norm", rows, wn, self.hp.rms_eps, d);
+        let h = self.norm_as("output_norm", rows, None, t::OUTPUT_NORM)?;
         let wo = match self.opt_weight(None, t::OUTPUT, &[d, v])? {
             Some(w) => w,
             // tied embeddings: the table is consumed a second time; its heavy

@@ -5,6 +5,7 @@ mod decoder;
 mod glm4;
 mod gpt_oss;
 mod llama;
+mod nemotron;
 mod qwen2;
 mod qwen2vl;
 mod qwen3;
@@ -23,5 +24,6 @@ pub fn build(spec: &ModelSpec) -> Result<Graph, SpecError> {
         Arch::Qwen2Vl => qwen2vl::build(spec),
         Arch::GptOss => gpt_oss::build(spec),
         Arch::Glm4 => glm4::build(spec),
+        Arch::Nemotron => nemotron::build(spec),
     }
 }

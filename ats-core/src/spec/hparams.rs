@@ -28,6 +28,8 @@ pub struct HParams {
     pub n_ff: usize,
     /// RMSNorm epsilon.
     pub rms_eps: f32,
+    /// LayerNorm epsilon (architectures that normalise with LayerNorm).
+    pub ln_eps: f32,
     /// RoPE frequency base.
     pub rope_theta: f32,
     /// Rotated dimensions per head.
@@ -232,6 +234,7 @@ impl HParams {
             head_dim,
             n_ff,
             rms_eps: k.f32_or(hp::RMS_EPS, 1e-5)?,
+            ln_eps: k.f32_or(hp::LN_EPS, 1e-5)?,
             rope_theta: k.f32_or(hp::ROPE_FREQ_BASE, 10000.0)?,
             rope_dim,
             rope_sections,

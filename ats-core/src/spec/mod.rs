@@ -34,6 +34,9 @@ pub enum Arch {
     /// GLM-4-0414 (`glm4`): q/k/v biases, half-head RoPE, norms after
     /// attention and after the FFN as well as before, gate and up in one matrix.
     Glm4,
+    /// Nemotron-4 / Minitron (`nemotron`): LayerNorm with bias, NeoX RoPE on
+    /// part of each head, a non-gated FFN with squared ReLU.
+    Nemotron,
 }
 
 impl Arch {
@@ -47,6 +50,7 @@ impl Arch {
             "qwen2vl" => Arch::Qwen2Vl,
             "gpt-oss" => Arch::GptOss,
             "glm4" => Arch::Glm4,
+            "nemotron" => Arch::Nemotron,
             other => return Err(SpecError::UnknownArch(other.to_string())),
         })
     }
@@ -61,6 +65,7 @@ impl Arch {
             Arch::Qwen2Vl => "qwen2vl",
             Arch::GptOss => "gpt-oss",
             Arch::Glm4 => "glm4",
+            Arch::Nemotron => "nemotron",
         }
     }
 
@@ -79,10 +84,28 @@ impl Arch {
         }
     }
 
+    /// How the model normalises its hidden state.
+    pub fn norm_kind(self) -> NormKind {
+        match self {
+            Arch::Nemotron => NormKind::Layer,
+            _ => NormKind::Rms,
+        }
+    }
+
     /// Whether the model's positions have M-RoPE's 4 components.
     pub fn uses_mrope(self) -> bool {
         self == Arch::Qwen2Vl
     }
+}
+
+/// The hidden state's normalisation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NormKind {
+    /// RMSNorm times a weight (`rms_eps`).
+    Rms,
+    /// LayerNorm times a weight plus a bias (`ln_eps`); the bias tensor is
+    /// the weight's name with `.bias` for `.weight`.
+    Layer,
 }
 
 /// A loaded text model: architecture, hyperparameters, the mapped file.

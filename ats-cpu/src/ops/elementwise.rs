@@ -110,6 +110,12 @@ pub fn gelu_tanh(x: f32) -> f32 {
     0.5 * x * (1.0 + (C * (x + 0.044715 * x * x * x)).tanh())
 }
 
+/// Squared ReLU, `max(x, 0)^2`.
+pub fn relu_sqr(x: f32) -> f32 {
+    let r = x.max(0.0);
+    r * r
+}
+
 /// QuickGELU, `x * sigmoid(1.702 x)`.
 pub fn gelu_quick(x: f32) -> f32 {
     x / (1.0 + (-1.702 * x).exp())
@@ -158,6 +164,10 @@ mod tests {
         assert!((gelu_erf(1.0) - 0.841_344_7).abs() < 1e-6);
         assert!((gelu_tanh(1.0) - 0.841_192).abs() < 1e-5);
         assert!((gelu_quick(1.0) - 0.845_795_1).abs() < 1e-5);
+        assert_eq!(
+            (relu_sqr(-2.0), relu_sqr(0.0), relu_sqr(3.0)),
+            (0.0, 0.0, 9.0)
+        );
         let mut out = [0.0; 2];
         swiglu(&[1.0, 0.0], &[2.0, 3.0], &mut out);
         assert!(

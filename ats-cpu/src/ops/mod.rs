@@ -183,6 +183,11 @@ pub(crate) fn run(args: &NodeArgs<'_>, isa: Isa, device: &str) -> Result<(), Dev
                 *o = f(x);
             }
         }
+        Op::ReluSqr => {
+            for (o, &x) in out.iter_mut().zip(input(0)?) {
+                *o = elementwise::relu_sqr(x);
+            }
+        }
         Op::Rope(spec) => {
             out.copy_from_slice(input(0)?);
             if round.positions.len() < rows_of(node.output) {

@@ -66,6 +66,13 @@ extern "C" __global__ void gelu_tanh_f32(const float* x, float* out, u64 n) {
     }
 }
 
+extern "C" __global__ void relu_sqr_f32(const float* x, float* out, u64 n) {
+    GRID_STRIDE(i, n) {
+        const float r = fmaxf(x[i], 0.0f);
+        out[i] = r * r;
+    }
+}
+
 extern "C" __global__ void gelu_quick_f32(const float* x, float* out, u64 n) {
     GRID_STRIDE(i, n) {
         const float v = x[i];

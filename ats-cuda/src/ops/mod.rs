@@ -279,6 +279,7 @@ pub(crate) fn run(
                 GeluKind::Quick => "gelu_quick_f32",
             },
         ),
+        Op::ReluSqr => elementwise::unary(&n, "relu_sqr_f32"),
         Op::Rope(spec) => rope::rope(&n, st, &mut scratch, spec),
         Op::Attention(spec) => attention::attention(&n, st, &mut scratch, spec),
         Op::MoeRouter {

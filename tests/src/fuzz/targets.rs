@@ -189,6 +189,8 @@ impl Target for Gguf {
             metadata_only(repo_fixtures().join("gpt-oss/gpt-oss-f32.gguf")),
             // partial RoPE, the glm4 pre-tokenizer, GLM-4's special tokens
             metadata_only(repo_fixtures().join("glm4/glm4-f32.gguf")),
+            // LayerNorm keys, a SentencePiece vocabulary with byte fallback
+            metadata_only(repo_fixtures().join("nemotron/nemotron-f32.gguf")),
             micro_model_gguf(),
             std::fs::read(fixtures().join("dequant/dequant.gguf")).unwrap(),
         ];
@@ -227,6 +229,8 @@ impl Target for Gguf {
             "glm4",
             "glm4.rope.dimension_count",
             "glm4.nextn_predict_layers",
+            "nemotron",
+            "nemotron.attention.layer_norm_epsilon",
         ])
     }
 
