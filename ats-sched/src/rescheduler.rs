@@ -59,6 +59,15 @@ pub struct ReschedConfig {
     /// estimated faster than the current one by more than this fraction
     /// (default 0.05), so estimates that wobble around a tie do not flip it.
     pub hysteresis: f64,
+    /// A move to a new memory layout is made only when its decode round is
+    /// estimated faster than the current plans' (estimated and measured)
+    /// by more than this fraction (default 0.02). Lower than
+    /// [`Self::hysteresis`]: a move must also win back its copies within
+    /// [`crate::planner::PAYBACK_ROUNDS`] rounds, and no other move is
+    /// taken until that many have run, so it cannot flap. At 5% the 2 GB
+    /// load experiment kept a layout the search found 2-3% slower under CPU
+    /// pressure (`docs/scheduling.md`).
+    pub move_hysteresis: f64,
     /// Decode rounds each candidate decode plan runs in the audition at the
     /// first decode (the first of them a warm-up); 0 turns auditions off
     /// (default 6). See [`crate::planner`].
@@ -72,6 +81,7 @@ impl Default for ReschedConfig {
             tau: Tau::TpotMultiple(5.0),
             alpha: 0.25,
             hysteresis: 0.05,
+            move_hysteresis: 0.02,
             audition_rounds: 6,
         }
     }
@@ -404,6 +414,9 @@ fn check_config(c: &ReschedConfig) -> Result<(), ReschedError> {
     }
     if !(c.hysteresis >= 0.0 && c.hysteresis < 1.0) {
         return bad("hysteresis", c.hysteresis, "in [0, 1)");
+    }
+    if !(c.move_hysteresis >= 0.0 && c.move_hysteresis < 1.0) {
+        return bad("move hysteresis", c.move_hysteresis, "in [0, 1)");
     }
     if c.audition_rounds == 1 {
         return bad(

@@ -5,8 +5,8 @@
 //! exact on any machine under any load: the load-aware policy is never
 //! more than 2% slower than the static one in any phase, wins under GPU
 //! and PCIe pressure, at 2 GB removes at least half of the static policy's
-//! slowdown under GPU and PCIe pressure and 40% under CPU pressure (the
-//! goal is half), and re-plans less than once a second.
+//! slowdown under either pressure (the goal), and re-plans less
+//! than once a second.
 
 use std::sync::Arc;
 
@@ -95,11 +95,11 @@ fn compare(vram: u64) -> (Vec<f64>, Vec<f64>, usize) {
 fn at_2_gb_half_the_slowdown_of_either_pressure_is_removed() {
     let (ratio, removed, replans) = compare(2_000_000_000);
     assert!(ratio.iter().all(|&r| r <= 1.02), "{ratio:?}");
-    // the goal is half of each; under CPU pressure 45% is removed
-    // since the static policy's own first layout got 5.5% faster there
-    // (117.3 ms against 124.1 before the residency rules were priced
-    // beside the link): a regression guard, not the goal
-    assert!(removed[1] >= 0.4 && removed[2] >= 0.5, "{removed:?}");
+    // the goal, half of each: 61% and 66% are removed (under CPU
+    // pressure a layout move estimated 2-3% faster is made since moves
+    // have their own hysteresis, 2%; at 5% it was kept out and 45% was
+    // removed)
+    assert!(removed[1] >= 0.5 && removed[2] >= 0.5, "{removed:?}");
     assert!((replans as f64) < PHASE_ENDS[3], "{replans} re-plans");
 }
 

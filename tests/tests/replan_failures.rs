@@ -1,10 +1,12 @@
 //! Failures in the re-planning loop are counted and said, never dropped:
 //! when the executor refuses new plans (here: the GPU refuses one
 //! allocation), the session goes back to its current plans, the planner
-//! counts the refusal with its reason, and the answer is unchanged.
+//! counts the refusal with its reason, and the answer is unchanged. The
+//! change refused is a layout move, refused at each of its allocations in
+//! turn (resident weights and KV caches half moved must all come back).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ats_core::device::{
     Buffer, Device, DeviceError, DeviceInfo, DeviceTimings, Event, HostBytes, HostMemory, KvType,
@@ -18,13 +20,14 @@ use ats_core::synth::SynthSpec;
 use ats_sched::config::Policy;
 use ats_tests::{cpu, engine_on, host_only, max_abs_diff, sim_machine, with_gpu};
 
-/// A device that refuses its next allocation once armed, and is otherwise `inner`.
-struct FailNextAlloc {
+/// A device that refuses its `n`-th next allocation once armed with `n`
+/// (0: never), and is otherwise `inner`.
+struct FailAlloc {
     inner: Arc<dyn Device>,
-    armed: AtomicBool,
+    countdown: AtomicUsize,
 }
 
-impl Device for FailNextAlloc {
+impl Device for FailAlloc {
     fn info(&self) -> &DeviceInfo {
         self.inner.info()
     }
@@ -32,7 +35,11 @@ impl Device for FailNextAlloc {
         self.inner.ledger()
     }
     fn alloc(&self, region: Region, bytes: usize, label: &str) -> Result<Buffer, DeviceError> {
-        if self.armed.swap(false, Ordering::SeqCst) {
+        let n = self.countdown.load(Ordering::SeqCst);
+        if n > 0 {
+            self.countdown.store(n - 1, Ordering::SeqCst);
+        }
+        if n == 1 {
             return Err(DeviceError::OutOfMemory {
                 device: self.info().name.clone(),
                 bytes: bytes as u64,
@@ -111,16 +118,16 @@ fn synthetic(dir: &std::path::Path) -> Arc<ModelSpec> {
     Arc::new(ModelSpec::open(&path).unwrap())
 }
 
-#[test]
-fn a_change_the_executor_refuses_is_counted_and_the_answer_is_unchanged() {
-    let dir = tempfile::tempdir().unwrap();
-    let spec = synthetic(dir.path());
+/// Decodes 8 tokens after a 16-token prompt; before the 4th a re-plan is
+/// asked for with the GPU's `n`-th allocation from then on refused.
+/// Returns whether the change was refused, and the refused change's kind.
+fn replan_refused_at(spec: &Arc<ModelSpec>, n: usize) -> (bool, String) {
     let ids: Vec<u32> = (0..32).map(|i| (i * 53 + 3) % 1024).collect();
     // a machine model in virtual time: the audition's choices are the same every run
     let vm = sim_machine("rtx3060-laptop", 2, Some(spec.gguf.file_len() / 2));
-    let gpu = Arc::new(FailNextAlloc {
+    let gpu = Arc::new(FailAlloc {
         inner: vm.machine().gpu().unwrap().clone(),
-        armed: AtomicBool::new(false),
+        countdown: AtomicUsize::new(0),
     });
     let machine = with_gpu(vm.machine().host().clone(), gpu.clone());
     let mut e = engine_on(spec.clone(), machine, 64, KvType::F32, Policy::Ats, false);
@@ -128,24 +135,66 @@ fn a_change_the_executor_refuses_is_counted_and_the_answer_is_unchanged() {
         e.plan_set().layout.streaming,
         "premise: a layout with temp slots, which every change re-makes"
     );
-    let mut base = engine_on(spec, host_only(cpu(2)), 64, KvType::F32, Policy::Ats, false);
+    let mut base = engine_on(
+        spec.clone(),
+        host_only(cpu(2)),
+        64,
+        KvType::F32,
+        Policy::Ats,
+        false,
+    );
     let (prompt, rest) = ids.split_at(16);
     let mut got = e.prefill(prompt, false).unwrap();
     let mut want = base.prefill(prompt, false).unwrap();
+    let mut refused = (false, String::new());
     for (k, &t) in rest.iter().take(8).enumerate() {
-        assert!(max_abs_diff(&got, &want) < 1e-4, "round {k}");
+        assert!(
+            max_abs_diff(&got, &want) < 1e-4,
+            "refusal at {n}: round {k}"
+        );
         if k == 3 {
-            gpu.armed.store(true, Ordering::SeqCst);
-            assert!(!e.force_replan().unwrap(), "the change was refused");
+            gpu.countdown.store(n, Ordering::SeqCst);
+            let applied = e.force_replan().unwrap();
             let st = e.planner().replan_stats();
-            assert_eq!((st.rejected, st.replans), (1, 0), "{st:?}");
-            let why = st.last_failure.as_deref().unwrap_or_default();
-            assert!(why.contains("refused by the test"), "{why}");
-            assert!(st.any_failure());
+            let why = st.last_failure.clone().unwrap_or_default();
+            if !applied {
+                assert_eq!((st.rejected, st.replans), (1, 0), "{st:?}");
+                assert!(why.contains("refused by the test"), "{why}");
+                assert!(st.any_failure());
+                assert_eq!(
+                    gpu.countdown.load(Ordering::SeqCst),
+                    0,
+                    "the refusal happened"
+                );
+            }
+            gpu.countdown.store(0, Ordering::SeqCst);
+            refused = (!applied, why);
         }
         got = e.decode(t).unwrap();
         want = base.decode(t).unwrap();
+        assert!(gpu.ledger().peak() <= spec.gguf.file_len() / 2);
     }
-    assert!(max_abs_diff(&got, &want) < 1e-4);
-    assert!(!gpu.armed.load(Ordering::SeqCst), "the refusal happened");
+    assert!(max_abs_diff(&got, &want) < 1e-4, "refusal at {n}");
+    refused
+}
+
+#[test]
+fn a_layout_move_refused_at_any_allocation_leaves_the_answer_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = synthetic(dir.path());
+    let mut refusals = 0;
+    for n in 1.. {
+        let (refused, why) = replan_refused_at(&spec, n);
+        if !refused {
+            break;
+        }
+        assert!(
+            why.contains("Relayout"),
+            "the change refused moves the layout: {why}"
+        );
+        refusals += 1;
+    }
+    eprintln!("{refusals} allocations of the move refused in turn");
+    // weights uploaded and KV caches moved before the refusal, at each step
+    assert!(refusals >= 4, "{refusals} allocations refused");
 }

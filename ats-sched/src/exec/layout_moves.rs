@@ -1,18 +1,18 @@
 //! Moving the executor to a new memory layout: resident weights freed or
 //! uploaded, KV caches copied between devices with their contents.
 
+use ats_core::device::Buffer;
 use ats_core::ledger::Region;
 use ats_core::machine::DeviceId;
 
 use super::{ExecError, Executor, KvPair, WeightHome};
 
 impl Executor {
-    /// Frees the GPU copies of weights whose home changes.
+    /// Frees the GPU copies of weights `home` does not keep resident.
     pub(super) fn drop_moved_weights(&mut self, home: &[WeightHome]) {
-        let old = &self.plans[0].weight_home;
-        for (w, h) in home.iter().enumerate() {
-            if *h != old[w] {
-                self.resident[w] = None;
+        for (r, h) in self.resident.iter_mut().zip(home) {
+            if *h != WeightHome::Resident {
+                *r = None;
             }
         }
     }
@@ -33,36 +33,39 @@ impl Executor {
         Ok(())
     }
 
-    /// Moves every KV cache whose device changes to `kv` through the host.
+    /// Moves every KV cache not on its device in `kv` there, through the
+    /// host: those leaving the GPU first, so that its budget sees the
+    /// space they free before others arrive.
     pub(super) fn move_kv(&mut self, kv: &[DeviceId]) -> Result<(), ExecError> {
-        let from: Vec<DeviceId> = self.plans[0].kv_device.clone();
-        for (c, (&from, &to)) in from.iter().zip(kv).enumerate() {
-            if from != to {
-                self.move_one_kv(c, from, to)?;
+        for to_host in [true, false] {
+            for (c, &to) in kv.iter().enumerate() {
+                if self.kv[c].dev != to && (to == DeviceId::Host) == to_host {
+                    self.move_one_kv(c, to)?;
+                }
             }
         }
         Ok(())
     }
 
-    fn move_one_kv(&mut self, c: usize, from: DeviceId, to: DeviceId) -> Result<(), ExecError> {
+    /// Copies cache `c` to `to`, then frees the old copy: a refused
+    /// allocation leaves the cache where it was, whole.
+    fn move_one_kv(&mut self, c: usize, to: DeviceId) -> Result<(), ExecError> {
         let layer = self.graph.kv_caches[c].layer;
         let region = self.cfg.region_for(Region::Kv);
-        let (src, dst) = (self.device(from)?.clone(), self.device(to)?.clone());
-        let mut host_k = vec![0u8; self.kv[c].k.len()];
-        let mut host_v = vec![0u8; self.kv[c].v.len()];
-        src.read(&self.kv[c].k, 0, &mut host_k)?;
-        src.read(&self.kv[c].v, 0, &mut host_v)?;
-        // release the old copies before reserving the new ones
-        let host = self.machine.host().clone();
-        self.kv[c] = KvPair {
-            k: host.alloc(region, 0, "kv placeholder")?,
-            v: host.alloc(region, 0, "kv placeholder")?,
+        let (src, dst) = (
+            self.device(self.kv[c].dev)?.clone(),
+            self.device(to)?.clone(),
+        );
+        let copy = |name: &str, buf: &Buffer| -> Result<Buffer, ExecError> {
+            let mut bytes = vec![0u8; buf.len()];
+            src.read(buf, 0, &mut bytes)?;
+            let nb = dst.alloc(region, bytes.len(), &format!("kv.{layer}.{name}"))?;
+            dst.write(&nb, 0, &bytes)?;
+            Ok(nb)
         };
-        let nk = dst.alloc(region, host_k.len(), &format!("kv.{layer}.k"))?;
-        dst.write(&nk, 0, &host_k)?;
-        let nv = dst.alloc(region, host_v.len(), &format!("kv.{layer}.v"))?;
-        dst.write(&nv, 0, &host_v)?;
-        self.kv[c] = KvPair { k: nk, v: nv };
+        let k = copy("k", &self.kv[c].k)?;
+        let v = copy("v", &self.kv[c].v)?;
+        self.kv[c] = KvPair { k, v, dev: to };
         Ok(())
     }
 }

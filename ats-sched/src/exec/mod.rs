@@ -89,9 +89,12 @@ pub struct RoundStats {
     pub total_secs: f64,
 }
 
+/// One layer's KV cache and the device it lies on (which the plans say
+/// only once a switch to them has succeeded).
 struct KvPair {
     k: Buffer,
     v: Buffer,
+    dev: DeviceId,
 }
 
 /// Runs rounds of one graph on a machine under a plan.
@@ -199,12 +202,13 @@ impl Executor {
     fn alloc_kv(&mut self) -> Result<(), ExecError> {
         let et = self.cfg.kv_type.size();
         for (c, info) in self.graph.kv_caches.iter().enumerate() {
-            let dev = self.device(self.plans[0].kv_device[c])?;
+            let at = self.plans[0].kv_device[c];
+            let dev = self.device(at)?;
             let bytes = self.cfg.kv_capacity * info.row_width() * et;
             let region = self.cfg.region_for(Region::Kv);
             let k = dev.alloc(region, bytes, &format!("kv.{}.k", info.layer))?;
             let v = dev.alloc(region, bytes, &format!("kv.{}.v", info.layer))?;
-            self.kv.push(KvPair { k, v });
+            self.kv.push(KvPair { k, v, dev: at });
         }
         Ok(())
     }
@@ -216,7 +220,10 @@ impl Executor {
 
     /// Switches to new plans (all with the same weight homes and KV devices):
     /// moves resident weights and KV caches (keeping their contents),
-    /// re-assigns temp slots, and forgets cached schedules.
+    /// re-assigns temp slots, and forgets cached schedules. The moves start
+    /// from where weights and caches lie, not from what the current plans
+    /// say, so after a switch that failed half-way (a refused allocation),
+    /// switching to the current plans again puts everything back.
     pub fn set_plans(&mut self, plans: Vec<ExecPlan>) -> Result<(), ExecError> {
         let Some(first) = plans.first() else {
             return Err(ExecError::Plan("no plan given".into()));
@@ -383,7 +390,7 @@ impl Executor {
         let mut out = Vec::new();
         for (c, info) in self.graph.kv_caches.iter().enumerate() {
             let n = rows * info.row_width() * et;
-            let d = self.device(self.plans[0].kv_device[c])?;
+            let d = self.device(self.kv[c].dev)?;
             for b in [&self.kv[c].k, &self.kv[c].v] {
                 let mut v = vec![0u8; n];
                 d.read(b, 0, &mut v)?;

@@ -685,7 +685,7 @@ impl Planner {
     }
 
     /// A new memory layout from the live costs, when its decode round beats
-    /// `same`'s (the re-plan that keeps the layout) by more than the
+    /// `same`'s (the re-plan that keeps the layout) by more than the move
     /// hysteresis and the copies the move needs pay for themselves within
     /// [`PAYBACK_ROUNDS`] decode rounds.
     fn relayout(&mut self, same: &PlanSet) -> Option<PlanSet> {
@@ -703,7 +703,7 @@ impl Planner {
         let measured = self.adapt.resched.as_ref().and_then(Rescheduler::tpot);
         let keep = measured.map_or(keep_est, |m| keep_est.min(m));
         // NaN estimates compare false and keep the layout
-        let better = moved < keep * (1.0 - self.run.resched.hysteresis);
+        let better = moved < keep * (1.0 - self.run.resched.move_hysteresis);
         if !better {
             return None;
         }

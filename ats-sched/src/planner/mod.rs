@@ -34,7 +34,7 @@ mod search;
 mod spread;
 mod tier_plan;
 
-pub use adapt::{ChangeReason, PlanChange, ReplanStats};
+pub use adapt::{ChangeReason, PAYBACK_ROUNDS, PlanChange, ReplanStats};
 pub use error::PlanError;
 pub use items::{Item, ItemCost, build_items, item_costs};
 pub use layout::Layout;
