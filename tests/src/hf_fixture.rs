@@ -244,3 +244,32 @@ fn sim_gpu(budget: u64) -> Arc<dyn Device> {
     };
     Arc::new(SimGpu::new(inner, cfg))
 }
+
+/// The four [`HfFixture`] checks as tests of an architecture's test file:
+/// `hf_fixture_tests!(fixture(), f16_tol: 5e-3, policies: [Layers, Ats], placement_seed: 7)`.
+#[macro_export]
+macro_rules! hf_fixture_tests {
+    ($fixture:expr, f16_tol: $tol:expr, policies: [$($p:ident),+ $(,)?], placement_seed: $seed:expr $(,)?) => {
+        #[test]
+        fn logits_greedy_and_kv_cache_match_hf() {
+            $fixture.check_logits_and_cache($tol);
+        }
+
+        #[test]
+        fn greedy_generation_through_the_sampler_reproduces_hf() {
+            $fixture.check_greedy_generation();
+        }
+
+        #[test]
+        fn every_policy_on_a_simulated_gpu_under_tight_budgets_matches_hf() {
+            $fixture.check_policies_on_a_simulated_gpu(&[
+                $(ats_sched::config::Policy::$p),+
+            ]);
+        }
+
+        #[test]
+        fn random_placements_give_the_cpu_logits() {
+            $fixture.check_random_placements($seed);
+        }
+    };
+}

@@ -73,34 +73,16 @@ fn the_file_reads_as_glm4_with_half_head_rope_and_sandwich_norms() {
     assert_eq!(post_norms, 8);
 }
 
-#[test]
-fn logits_greedy_and_kv_cache_match_hf() {
-    // an f16 cache moves the logits by 1.4e-2 in transformers itself;
-    // against transformers with keys and values rounded alike the gap is a
-    // ninth of that (measured 1.5e-3): f32 differences of 1e-6 flip some
-    // f16 roundings by an ulp
-    fixture().check_logits_and_cache(5e-3);
-}
-
-#[test]
-fn greedy_generation_through_the_sampler_reproduces_hf() {
-    fixture().check_greedy_generation();
-}
-
-#[test]
-fn every_policy_on_a_simulated_gpu_under_tight_budgets_matches_hf() {
-    fixture().check_policies_on_a_simulated_gpu(&[
-        Policy::Layers,
-        Policy::Static,
-        Policy::Tiers,
-        Policy::Ats,
-    ]);
-}
-
-#[test]
-fn random_placements_give_the_cpu_logits() {
-    fixture().check_random_placements(0x6c6d_3400_5eed_0019);
-}
+// An f16 cache moves the logits by 1.4e-2 in transformers itself; against
+// transformers with keys and values rounded alike the gap is a ninth of
+// that (measured 1.5e-3): f32 differences of 1e-6 flip some f16 roundings
+// by an ulp.
+ats_tests::hf_fixture_tests!(
+    fixture(),
+    f16_tol: 5e-3,
+    policies: [Layers, Static, Tiers, Ats],
+    placement_seed: 0x6c6d_3400_5eed_0019,
+);
 
 #[test]
 fn chat_format_and_tokenizer_agree_with_transformers() {

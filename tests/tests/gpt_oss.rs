@@ -16,7 +16,6 @@ use ats_core::round::Round;
 use ats_core::spec::{Arch, ModelSpec};
 use ats_core::{ChatMessage, ChatTemplate, Tokenizer};
 use ats_cpu::CpuDevice;
-use ats_sched::config::Policy;
 use ats_sched::exec::{ExecConfig, ExecPlan, Executor};
 use ats_sched::sim::{SimGpu, SimGpuConfig};
 use ats_tests::hf_fixture::HfFixture;
@@ -73,34 +72,19 @@ fn the_file_reads_as_gpt_oss_with_its_window_sinks_and_yarn() {
     assert_eq!(experts, 4);
 }
 
-#[test]
-fn logits_greedy_and_kv_cache_match_hf() {
-    // past the window, the sliding layers read only their last 8 keys of
-    // the cache. An f16 cache moves this model's logits by 0.12 in
-    // transformers too (its large expert activations). Against
-    // transformers with the same rounding of keys and values the gap is a
-    // tenth of that (measured 7.7e-3): f32 differences of 1e-6 flip some
-    // f16 roundings by an ulp
-    fixture().check_logits_and_cache(2e-2);
-}
-
-#[test]
-fn greedy_generation_through_the_sampler_reproduces_hf() {
-    fixture().check_greedy_generation();
-}
-
-#[test]
-fn every_policy_on_a_simulated_gpu_under_tight_budgets_matches_hf() {
-    // from a tenth of the model (experts and most layers streamed or on
-    // the CPU) to all of it
-    fixture().check_policies_on_a_simulated_gpu(&[
-        Policy::Layers,
-        Policy::CpuMoe,
-        Policy::Static,
-        Policy::Tiers,
-        Policy::Ats,
-    ]);
-}
+// Past the window, the sliding layers read only their last 8 keys of the
+// cache. An f16 cache moves this model's logits by 0.12 in transformers
+// too (its large expert activations). Against transformers with the same
+// rounding of keys and values the gap is a tenth of that (measured
+// 7.7e-3): f32 differences of 1e-6 flip some f16 roundings by an ulp. The
+// policies run from a tenth of the model (experts and most layers streamed
+// or on the CPU) to all of it.
+ats_tests::hf_fixture_tests!(
+    fixture(),
+    f16_tol: 2e-2,
+    policies: [Layers, CpuMoe, Static, Tiers, Ats],
+    placement_seed: 0x6770_7405_5eed_0019,
+);
 
 fn exec_config() -> ExecConfig {
     ExecConfig {
@@ -110,11 +94,6 @@ fn exec_config() -> ExecConfig {
         slots_per_role: 2,
         region: None,
     }
-}
-
-#[test]
-fn random_placements_give_the_cpu_logits() {
-    fixture().check_random_placements(0x6770_7405_5eed_0019);
 }
 
 #[test]

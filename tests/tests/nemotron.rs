@@ -10,7 +10,6 @@ use ats_core::Tokenizer;
 use ats_core::graph::{Op, RopeKind};
 use ats_core::spec::Arch;
 use ats_core::tokenizer::TokenizerModel;
-use ats_sched::config::Policy;
 use ats_tests::hf_fixture::HfFixture;
 
 fn fixture() -> HfFixture {
@@ -41,32 +40,14 @@ fn the_file_reads_as_nemotron_with_layer_norms_and_squared_relu() {
     assert_eq!(g.weights.len(), spec.gguf.tensors().len());
 }
 
-#[test]
-fn logits_greedy_and_kv_cache_match_hf() {
-    // an f16 cache moves the logits by 1.1e-2 in transformers itself;
-    // against transformers with keys and values rounded alike: 5.2e-5
-    fixture().check_logits_and_cache(1e-3);
-}
-
-#[test]
-fn greedy_generation_through_the_sampler_reproduces_hf() {
-    fixture().check_greedy_generation();
-}
-
-#[test]
-fn every_policy_on_a_simulated_gpu_under_tight_budgets_matches_hf() {
-    fixture().check_policies_on_a_simulated_gpu(&[
-        Policy::Layers,
-        Policy::Static,
-        Policy::Tiers,
-        Policy::Ats,
-    ]);
-}
-
-#[test]
-fn random_placements_give_the_cpu_logits() {
-    fixture().check_random_placements(0x6e65_6d00_5eed_0019);
-}
+// An f16 cache moves the logits by 1.1e-2 in transformers itself; against
+// transformers with keys and values rounded alike: 5.2e-5.
+ats_tests::hf_fixture_tests!(
+    fixture(),
+    f16_tol: 1e-3,
+    policies: [Layers, Static, Tiers, Ats],
+    placement_seed: 0x6e65_6d00_5eed_0019,
+);
 
 #[test]
 fn the_sentencepiece_tokenizer_splits_as_sentencepiece() {
