@@ -7,6 +7,7 @@
 //! budget (MiniJinja charges it per instruction and per byte of data built)
 //! and an output cap, and every failure is a [`ChatError`].
 
+pub mod harmony;
 mod pyjson;
 mod strftime;
 pub mod tools;

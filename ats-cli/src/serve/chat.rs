@@ -1,10 +1,13 @@
 //! `POST /v1/chat/completions`: a checked, rendered conversation run as
 //! `n` choices; each answer's tool calls read back in the template's format;
 //! whole, or streamed as chunks (text where no call can be, calls as
-//! `tool_calls` deltas, log-probabilities with the text they belong to).
+//! `tool_calls` deltas, log-probabilities with the text they belong to). A
+//! harmony answer (gpt-oss) without tools has its `analysis` channel as
+//! `reasoning_content` and its `final` channel as `content`.
 
 use std::sync::{Arc, Mutex};
 
+use ats_core::chat::harmony::{self, HarmonySplitter, Part};
 use ats_core::chat::tools::{ToolFormat, ToolSpec};
 use ats_core::sampling::TokenLogprob;
 use ats_sched::session::StopReason;
@@ -116,13 +119,18 @@ impl Reply {
         f: &Finished,
         tools: Option<&(ToolFormat, Vec<ToolSpec>)>,
     ) -> ChatChoice {
-        let (content, calls) = match tools {
+        let (content, reasoning, calls) = match tools {
             Some((format, specs)) => {
                 let a = format.parse(&f.text, specs);
                 let calls = wire_calls(&a);
-                (a.content, calls)
+                (a.content, None, calls)
             }
-            None => (f.text.clone(), Vec::new()),
+            None if self.prompter.harmony() => {
+                let a = harmony::split(&f.text);
+                let reasoning = (!a.reasoning.is_empty()).then_some(a.reasoning);
+                (a.content, reasoning, Vec::new())
+            }
+            None => (f.text.clone(), None, Vec::new()),
         };
         ChatChoice {
             index,
@@ -130,6 +138,7 @@ impl Reply {
             message: AssistantMessage {
                 role: "assistant",
                 content: (calls.is_empty() || !content.is_empty()).then_some(content),
+                reasoning_content: reasoning,
                 tool_calls: (!calls.is_empty()).then_some(calls),
             },
             logprobs: self.logprobs(&f.logprobs),
@@ -164,11 +173,13 @@ impl Reply {
 }
 
 /// One streamed choice: answers that may call tools show text only where
-/// no call can be.
+/// no call can be; harmony answers without tools, their reasoning and
+/// content apart.
 struct ChoiceStream {
     reply: Arc<Reply>,
     index: usize,
     calls: Option<(ToolStream, Vec<ToolSpec>)>,
+    harmony: Option<HarmonySplitter>,
     held_lps: Vec<TokenLogprob>,
     ended: Ended,
 }
@@ -180,9 +191,11 @@ impl ChoiceStream {
         tools: Option<(ToolFormat, Vec<ToolSpec>)>,
         ended: Ended,
     ) -> ChoiceStream {
+        let harmony = (tools.is_none() && reply.prompter.harmony()).then(HarmonySplitter::default);
         ChoiceStream {
             reply,
             index,
+            harmony,
             calls: tools.map(|(format, specs)| (ToolStream::new(format), specs)),
             held_lps: Vec::new(),
             ended,
@@ -196,6 +209,11 @@ impl ChoiceStream {
                 content: Some(String::new()),
                 ..Delta::default()
             })],
+            Stage::Text(t, l) if self.harmony.is_some() => {
+                self.held_lps.extend_from_slice(l);
+                let parts = self.harmony.as_mut().map(|h| h.push(t)).unwrap_or_default();
+                self.parts(parts)
+            }
             Stage::Text(t, l) => {
                 self.held_lps.extend_from_slice(l);
                 let shown = match &mut self.calls {
@@ -216,6 +234,28 @@ impl ChoiceStream {
         self.reply.chunk(self.index, delta, None, None, None)
     }
 
+    /// Harmony pieces as reasoning and content deltas; the log-probabilities
+    /// held so far go with the first.
+    fn parts(&mut self, parts: Vec<(Part, String)>) -> Vec<serde_json::Value> {
+        parts
+            .into_iter()
+            .map(|(part, t)| {
+                let lps = self.reply.logprobs(&std::mem::take(&mut self.held_lps));
+                let delta = match part {
+                    Part::Reasoning => Delta {
+                        reasoning_content: Some(t),
+                        ..Delta::default()
+                    },
+                    Part::Content => Delta {
+                        content: Some(t),
+                        ..Delta::default()
+                    },
+                };
+                self.reply.chunk(self.index, delta, None, lps, None)
+            })
+            .collect()
+    }
+
     /// Text, with the log-probabilities held for it.
     fn text(&mut self, t: String) -> serde_json::Value {
         let lps = self.reply.logprobs(&std::mem::take(&mut self.held_lps));
@@ -227,7 +267,13 @@ impl ChoiceStream {
     }
 
     fn end(&mut self, f: &Finished) -> Vec<serde_json::Value> {
-        let mut out = Vec::new();
+        let mut out = match self.harmony.as_mut() {
+            Some(h) => {
+                let rest = h.finish();
+                self.parts(rest)
+            }
+            None => Vec::new(),
+        };
         let mut made_calls = false;
         if let Some((s, specs)) = self.calls.take() {
             let (rest, answer) = s.finish(&f.text, &specs);
@@ -260,5 +306,96 @@ fn chat_finish_reason(stop: &StopReason, made_calls: bool) -> &'static str {
         "tool_calls"
     } else {
         finish_reason(stop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ANSWER: &str = "<|channel|>analysis<|message|>They ask for 2+2.<|end|>\
+        <|start|>assistant<|channel|>final<|message|>4.";
+
+    /// A reply for the gpt-oss fixture's vocabulary (harmony's tokens).
+    fn reply() -> Arc<Reply> {
+        let path = ats_tests::repo_fixtures().join("gpt-oss/gpt-oss-f32.gguf");
+        let gguf = ats_core::gguf::GgufFile::open(&path).expect("the gpt-oss fixture");
+        let tokenizer = ats_core::Tokenizer::from_gguf(&gguf.metadata).expect("its tokenizer");
+        let template = ats_core::ChatTemplate::from_gguf(&gguf.metadata).map_err(|e| e.to_string());
+        let prompter = Arc::new(Prompter::new(tokenizer, template, 256, None));
+        assert!(prompter.harmony());
+        Arc::new(Reply {
+            id: "chatcmpl-test".into(),
+            created: 0,
+            model: "gpt-oss".into(),
+            prompter,
+            want_logprobs: false,
+        })
+    }
+
+    fn finished(text: &str) -> Finished {
+        Finished {
+            text: text.into(),
+            stop: StopReason::Eog,
+            completion_tokens: 9,
+            held_back_bytes: 0,
+            logprobs: Vec::new(),
+            timings: Default::default(),
+            vision: None,
+        }
+    }
+
+    #[test]
+    fn a_harmony_answer_has_its_reasoning_apart() {
+        let c = reply().choice(0, &finished(ANSWER), None);
+        assert_eq!(c.message.content.as_deref(), Some("4."));
+        assert_eq!(
+            c.message.reasoning_content.as_deref(),
+            Some("They ask for 2+2.")
+        );
+        // a vocabulary without harmony's tokens keeps the text as it is
+        let plain = Reply {
+            prompter: Arc::new(super::super::fuzz::prompter()),
+            ..Arc::try_unwrap(reply()).ok().unwrap()
+        };
+        let c = plain.choice(0, &finished(ANSWER), None);
+        assert_eq!(c.message.content.as_deref(), Some(ANSWER));
+        assert!(c.message.reasoning_content.is_none());
+    }
+
+    #[test]
+    fn a_streamed_harmony_answer_sends_reasoning_then_content_deltas() {
+        let ended: Ended = Arc::new(Mutex::new(Vec::new()));
+        let mut s = ChoiceStream::new(reply(), 0, None, ended);
+        let mut frames = s.frames(Stage::Start);
+        for piece in ANSWER.as_bytes().chunks(5) {
+            let t = std::str::from_utf8(piece).unwrap();
+            frames.extend(s.frames(Stage::Text(t, &[])));
+        }
+        frames.extend(s.frames(Stage::End(&finished(ANSWER))));
+        let field = |name: &str| -> String {
+            frames
+                .iter()
+                .filter_map(|f| f["choices"][0]["delta"][name].as_str())
+                .collect()
+        };
+        assert_eq!(field("reasoning_content"), "They ask for 2+2.");
+        assert_eq!(field("content"), "4.");
+        // reasoning deltas all come before the first content text
+        let kinds: Vec<&str> = frames
+            .iter()
+            .filter_map(|f| {
+                let d = &f["choices"][0]["delta"];
+                if d["reasoning_content"].is_string() {
+                    Some("r")
+                } else if d["content"].as_str().is_some_and(|c| !c.is_empty()) {
+                    Some("c")
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let first_c = kinds.iter().position(|k| *k == "c").unwrap();
+        assert!(kinds[first_c..].iter().all(|k| *k == "c"), "{kinds:?}");
     }
 }

@@ -17,7 +17,7 @@ use super::request::{check_chat, check_completion};
 /// Bodies per endpoint.
 const ROUNDS: usize = 2500;
 
-fn prompter() -> Prompter {
+pub(super) fn prompter() -> Prompter {
     let path = ats_tests::fixtures().join("qwen2/qwen2-f32.gguf");
     let gguf = ats_core::gguf::GgufFile::open(&path).expect("the qwen2 fixture");
     let tokenizer = ats_core::Tokenizer::from_gguf(&gguf.metadata).expect("its tokenizer");

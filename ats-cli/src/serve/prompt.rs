@@ -96,6 +96,13 @@ impl Prompter {
         &self.tokenizer
     }
 
+    /// Whether answers come in harmony's channels (gpt-oss): the
+    /// vocabulary has its `<|channel|>` and `<|message|>` tokens.
+    pub fn harmony(&self) -> bool {
+        let tok = &self.tokenizer;
+        tok.token_id("<|channel|>").is_some() && tok.token_id("<|message|>").is_some()
+    }
+
     /// A checked chat request as a prompt and settings: the conversation
     /// rendered with its tools, and the grammar that `response_format` or
     /// a required call asks for compiled (a schema that cannot be enforced

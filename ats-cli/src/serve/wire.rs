@@ -431,6 +431,10 @@ pub struct AssistantMessage {
     pub role: &'static str,
     /// The answer's text (null when it is only calls).
     pub content: Option<String>,
+    /// The model's reasoning, where the model's format sets it apart
+    /// (harmony's `analysis` channel).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
     /// The calls it makes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<WireToolCall>>,
@@ -477,6 +481,9 @@ pub struct Delta {
     /// New text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// New reasoning (see [`AssistantMessage::reasoning_content`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
     /// Calls (each whole, in one delta).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCallDelta>>,

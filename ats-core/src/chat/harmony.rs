@@ -1,0 +1,237 @@
+//! gpt-oss's harmony answers split into reasoning and content. An answer is
+//! a run of messages, each a header and a body:
+//! `<|channel|>analysis<|message|>…<|end|><|start|>assistant<|channel|>final<|message|>…<|return|>`
+//! (the prompt ends in `<|start|>assistant`, so the answer opens on a
+//! header). The `analysis` channel is reasoning; `final`, and `commentary`
+//! addressed to the user, are content; a message to a recipient
+//! (`to=functions.…`, a tool call) is neither. Text without harmony
+//! markers (an answer a grammar shaped) is content as it is.
+//!
+//! [`HarmonySplitter`] works on streamed text, holding back only what may
+//! be the start of a marker; [`split`] on a whole answer.
+
+/// Where a piece of an answer belongs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// The model's reasoning (`analysis`).
+    Reasoning,
+    /// What the user reads (`final`, `commentary`).
+    Content,
+}
+
+/// A whole answer split.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HarmonyAnswer {
+    /// The `analysis` messages' text.
+    pub reasoning: String,
+    /// The `final` and user-facing `commentary` messages' text.
+    pub content: String,
+}
+
+/// Splits a whole answer.
+pub fn split(text: &str) -> HarmonyAnswer {
+    let mut s = HarmonySplitter::default();
+    let mut out = HarmonyAnswer::default();
+    let mut pieces = s.push(text);
+    pieces.extend(s.finish());
+    for (part, t) in pieces {
+        match part {
+            Part::Reasoning => out.reasoning.push_str(&t),
+            Part::Content => out.content.push_str(&t),
+        }
+    }
+    out
+}
+
+const MESSAGE: &str = "<|message|>";
+const CHANNEL: &str = "<|channel|>";
+/// Markers that end a message's body.
+const ENDS: [&str; 4] = ["<|end|>", "<|return|>", "<|call|>", "<|start|>"];
+
+/// Where the splitter is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum State {
+    /// Reading a header, up to `<|message|>`.
+    #[default]
+    Header,
+    /// Reading a body whose text goes to the part (`None`: a tool call's
+    /// arguments or another recipient's, shown to no one).
+    Body(Option<Part>),
+}
+
+/// Splits streamed answer text into parts as it arrives.
+#[derive(Clone, Debug, Default)]
+pub struct HarmonySplitter {
+    state: State,
+    /// Text not yet placed: a header, or what may be the start of a marker.
+    pending: String,
+    /// Whether any harmony marker was seen (text before the first is
+    /// content when it is not a header).
+    started: bool,
+}
+
+impl HarmonySplitter {
+    /// Takes the next text; returns the pieces now known, in order.
+    pub fn push(&mut self, text: &str) -> Vec<(Part, String)> {
+        self.pending.push_str(text);
+        let mut out = Vec::new();
+        while self.step(&mut out) {}
+        out
+    }
+
+    /// The answer ended: a body cut short keeps its text; a header cut
+    /// short is dropped.
+    pub fn finish(&mut self) -> Vec<(Part, String)> {
+        let rest = std::mem::take(&mut self.pending);
+        match self.state {
+            State::Body(Some(p)) if !rest.is_empty() => vec![(p, rest)],
+            _ => Vec::new(),
+        }
+    }
+
+    /// One move forward; false when more text is needed.
+    fn step(&mut self, out: &mut Vec<(Part, String)>) -> bool {
+        match self.state {
+            State::Header => self.header(),
+            State::Body(part) => self.body(part, out),
+        }
+    }
+
+    fn header(&mut self) -> bool {
+        if !self.started && !self.pending.is_empty() && !may_open_marker(&self.pending) {
+            // no harmony here: everything is content
+            self.state = State::Body(Some(Part::Content));
+            return true;
+        }
+        let Some(at) = self.pending.find(MESSAGE) else {
+            return false;
+        };
+        self.started = true;
+        self.state = State::Body(part_of(&self.pending[..at]));
+        self.pending.drain(..at + MESSAGE.len());
+        true
+    }
+
+    fn body(&mut self, part: Option<Part>, out: &mut Vec<(Part, String)>) -> bool {
+        let emit = |out: &mut Vec<(Part, String)>, t: &str| {
+            if let (Some(p), false) = (part, t.is_empty()) {
+                match out.last_mut() {
+                    Some((q, s)) if *q == p => s.push_str(t),
+                    _ => out.push((p, t.to_string())),
+                }
+            }
+        };
+        let Some(at) = self.pending.find("<|") else {
+            // all but a last '<' that may open a marker
+            let keep = usize::from(self.pending.ends_with('<'));
+            let cut = self.pending.len() - keep;
+            emit(out, &self.pending[..cut]);
+            self.pending.drain(..cut);
+            return false;
+        };
+        emit(out, &self.pending[..at]);
+        self.pending.drain(..at);
+        if let Some(end) = ENDS.iter().find(|m| self.pending.starts_with(**m)) {
+            // `<|start|>` opens the next header itself; the others end the body
+            let used = if *end == "<|start|>" { 0 } else { end.len() };
+            self.pending.drain(..used);
+            self.started = true;
+            self.state = State::Header;
+            return true;
+        }
+        if ENDS.iter().any(|m| m.starts_with(self.pending.as_str())) {
+            return false; // a marker, not whole yet
+        }
+        // "<|" that opens no end marker is text
+        emit(out, "<|");
+        self.pending.drain(..2);
+        true
+    }
+}
+
+/// Whether `s` may begin a harmony marker (`<|…`), or be the start of one.
+fn may_open_marker(s: &str) -> bool {
+    s.starts_with("<|") || "<|".starts_with(s)
+}
+
+/// The part a message with this header goes to.
+fn part_of(header: &str) -> Option<Part> {
+    if header.contains("to=") {
+        return None;
+    }
+    let channel = header
+        .rfind(CHANNEL)
+        .map(|i| &header[i + CHANNEL.len()..])
+        .unwrap_or("");
+    let name = channel
+        .split(|c: char| c.is_whitespace() || c == '<')
+        .next()
+        .unwrap_or("");
+    Some(if name == "analysis" {
+        Part::Reasoning
+    } else {
+        Part::Content
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ANSWER: &str = "<|channel|>analysis<|message|>User asks: 2+2. Easy.<|end|>\
+        <|start|>assistant<|channel|>final<|message|>It is 4 <|not a marker|>.";
+
+    #[test]
+    fn analysis_is_reasoning_and_final_is_content() {
+        let a = split(ANSWER);
+        assert_eq!(a.reasoning, "User asks: 2+2. Easy.");
+        assert_eq!(a.content, "It is 4 <|not a marker|>.");
+    }
+
+    #[test]
+    fn streamed_in_any_pieces_it_splits_the_same() {
+        let whole = split(ANSWER);
+        for size in 1..12 {
+            let mut s = HarmonySplitter::default();
+            let mut got = HarmonyAnswer::default();
+            let chars: Vec<char> = ANSWER.chars().collect();
+            let mut pieces = Vec::new();
+            for c in chars.chunks(size) {
+                pieces.extend(s.push(&c.iter().collect::<String>()));
+            }
+            pieces.extend(s.finish());
+            for (p, t) in pieces {
+                match p {
+                    Part::Reasoning => got.reasoning.push_str(&t),
+                    Part::Content => got.content.push_str(&t),
+                }
+            }
+            assert_eq!(got, whole, "pieces of {size}");
+        }
+    }
+
+    #[test]
+    fn tool_calls_are_neither_and_commentary_is_content() {
+        let a = split(
+            "<|channel|>commentary<|message|>Checking the weather.<|end|>\
+             <|start|>assistant<|channel|>commentary to=functions.get_weather \
+             <|constrain|>json<|message|>{\"city\":\"Paris\"}<|call|>",
+        );
+        assert_eq!(a.reasoning, "");
+        assert_eq!(a.content, "Checking the weather.");
+    }
+
+    #[test]
+    fn text_without_markers_is_content_and_cut_bodies_keep_their_text() {
+        let a = split("{\"answer\": 4}");
+        assert_eq!(a.content, "{\"answer\": 4}");
+        // max_tokens ended the reasoning
+        let a = split("<|channel|>analysis<|message|>Let me thi");
+        assert_eq!(
+            (a.reasoning.as_str(), a.content.as_str()),
+            ("Let me thi", "")
+        );
+        // a header cut short shows nothing
+        assert_eq!(split("<|channel|>analysis<|mes"), HarmonyAnswer::default());
+    }
+}
