@@ -221,6 +221,61 @@ mod tests {
         assert_eq!(a.content, "Checking the weather.");
     }
 
+    /// Answers made of marker pieces, partial markers and text (some of
+    /// it multi-byte), split whole and streamed in pieces of every size
+    /// from 1 to 9 bytes at character boundaries: the same parts.
+    #[test]
+    fn random_answers_split_alike_whole_and_streamed() {
+        const BITS: [&str; 14] = [
+            "<|channel|>",
+            "analysis",
+            "final",
+            "<|message|>",
+            "<|end|>",
+            "<|start|>",
+            "assistant",
+            "<|return|>",
+            "<|call|>",
+            " to=functions.f",
+            "<|",
+            "<",
+            "é🦀 x",
+            "|>",
+        ];
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        for _ in 0..500 {
+            let text: String = (0..next(24)).map(|_| BITS[next(BITS.len())]).collect();
+            let whole = split(&text);
+            let size = 1 + next(9);
+            let mut s = HarmonySplitter::default();
+            let mut got = HarmonyAnswer::default();
+            let (mut pieces, mut at) = (Vec::new(), 0);
+            while at < text.len() {
+                let mut end = (at + size).min(text.len());
+                while !text.is_char_boundary(end) {
+                    end += 1;
+                }
+                pieces.extend(s.push(&text[at..end]));
+                at = end;
+            }
+            pieces.extend(s.finish());
+            for (p, t) in pieces {
+                match p {
+                    Part::Reasoning => got.reasoning.push_str(&t),
+                    Part::Content => got.content.push_str(&t),
+                }
+            }
+            assert_eq!(got, whole, "{text:?} in pieces of {size}");
+            assert!(whole.reasoning.len() + whole.content.len() <= text.len());
+        }
+    }
+
     #[test]
     fn text_without_markers_is_content_and_cut_bodies_keep_their_text() {
         let a = split("{\"answer\": 4}");
