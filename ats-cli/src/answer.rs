@@ -1,14 +1,20 @@
-//! Generated text on standard output as it comes.
+//! Generated text on standard output as it comes; a harmony answer's
+//! reasoning (gpt-oss's `analysis` channel) on standard error, apart.
 
 use std::io::{self, StdoutLock, Write};
 
 use anyhow::{Context, Result};
+use ats_core::chat::harmony::{HarmonySplitter, Part};
 
 /// Writes an answer's pieces to standard output, flushing each, and stops
 /// generation when the reader goes away.
 pub struct Answer {
     out: StdoutLock<'static>,
     err: Option<io::Error>,
+    /// Splits harmony answers: reasoning to standard error.
+    harmony: Option<HarmonySplitter>,
+    /// The part written last (a newline on standard error ends reasoning).
+    last: Option<Part>,
 }
 
 impl Answer {
@@ -17,11 +23,45 @@ impl Answer {
         Answer {
             out: io::stdout().lock(),
             err: None,
+            harmony: None,
+            last: None,
         }
+    }
+
+    /// The answer is in harmony's channels: its reasoning goes to standard
+    /// error, its content to standard output.
+    pub fn reasoning_apart(mut self) -> Answer {
+        self.harmony = Some(HarmonySplitter::default());
+        self
     }
 
     /// Writes a piece; `false` (stop generating) when the write failed.
     pub fn write(&mut self, text: &str) -> bool {
+        let Some(h) = self.harmony.as_mut() else {
+            return self.write_out(text);
+        };
+        let parts = h.push(text);
+        parts.iter().all(|(p, t)| self.write_part(*p, t))
+    }
+
+    fn write_part(&mut self, part: Part, text: &str) -> bool {
+        let was = self.last.replace(part);
+        match part {
+            Part::Reasoning => {
+                let mut e = io::stderr().lock();
+                let _ = e.write_all(text.as_bytes()).and_then(|_| e.flush());
+                true
+            }
+            Part::Content => {
+                if was == Some(Part::Reasoning) {
+                    eprintln!();
+                }
+                self.write_out(text)
+            }
+        }
+    }
+
+    fn write_out(&mut self, text: &str) -> bool {
         match self
             .out
             .write_all(text.as_bytes())
@@ -38,6 +78,11 @@ impl Answer {
     /// Ends the answer with a newline; a failed write is an error unless the
     /// reader closed the pipe (`ats-cli run ... | head`).
     pub fn finish(mut self) -> Result<()> {
+        if let Some(mut h) = self.harmony.take() {
+            for (p, t) in h.finish() {
+                self.write_part(p, &t);
+            }
+        }
         if let Some(e) = self.err.take()
             && e.kind() != io::ErrorKind::BrokenPipe
         {

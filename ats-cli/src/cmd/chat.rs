@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result};
-use ats_core::chat::{ChatMessage, ChatTemplate, ContentPart};
+use ats_core::chat::{ChatMessage, ChatTemplate, ContentPart, harmony};
 use ats_core::tokenizer::{Tokenizer, TokenizerError};
 use ats_sched::scheduler::{Event, Request, Scheduler, SchedulerConfig};
 use ats_sched::session::{GenParams, Generation, Session, StopReason};
@@ -221,8 +221,10 @@ fn open_vision(image: &ImageArgs, session: &Session, n_ctx: usize) -> Result<Opt
 /// Image embeddings a chat keeps (the conversation's images are encoded once).
 const IMAGE_CACHE_BYTES: usize = 256 << 20;
 
-/// Runs `request` to its end, printing its text as it comes; Ctrl-C
-/// stops it. Returns the text shown and the generation.
+/// Runs `request` to its end, printing its text as it comes (a harmony
+/// answer's reasoning on standard error); Ctrl-C stops it. Returns the
+/// text the conversation keeps (a harmony answer's content) and the
+/// generation.
 fn answer(
     sched: &mut Scheduler,
     session: &mut Session,
@@ -230,8 +232,12 @@ fn answer(
 ) -> Result<(String, Generation)> {
     STOP.store(false, Ordering::SeqCst);
     GENERATING.store(true, Ordering::SeqCst);
+    let harmony = session.tokenizer().is_ok_and(harmony::uses_harmony);
     let id = sched.submit(request);
-    let stdout = std::io::stdout();
+    let mut shown = crate::answer::Answer::new();
+    if harmony {
+        shown = shown.reasoning_apart();
+    }
     let mut text = String::new();
     let mut outcome = None;
     while outcome.is_none() {
@@ -243,8 +249,7 @@ fn answer(
         for ev in events {
             match ev {
                 Event::Text { text: t, .. } => {
-                    let mut out = stdout.lock();
-                    let _ = out.write_all(t.as_bytes()).and_then(|_| out.flush());
+                    shown.write(&t);
                     text.push_str(&t);
                 }
                 Event::Done { generation, .. } => outcome = Some(Ok(generation)),
@@ -254,11 +259,20 @@ fn answer(
         }
     }
     GENERATING.store(false, Ordering::SeqCst);
-    println!();
+    shown.finish()?;
+    // stopped: the text shown so far is what was said
+    let said = match &outcome {
+        Some(Ok(g)) if g.stop != StopReason::Cancelled => g.text.clone(),
+        _ => text,
+    };
+    // a harmony answer's earlier turns keep only their final channel
+    let said = if harmony {
+        harmony::split(&said).content
+    } else {
+        said
+    };
     match outcome {
-        // stopped: the text shown so far is what was said
-        Some(Ok(g)) if g.stop == StopReason::Cancelled => Ok((text, g)),
-        Some(Ok(g)) => Ok((g.text.clone(), g)),
+        Some(Ok(g)) => Ok((said, g)),
         Some(Err(e)) => anyhow::bail!(e),
         None => anyhow::bail!("the request ended without an answer"),
     }

@@ -120,6 +120,9 @@ pub fn run(a: RunArgs) -> Result<()> {
         ..Default::default()
     };
     let mut answer = crate::answer::Answer::new();
+    if a.chat && ats_core::chat::harmony::uses_harmony(&tok) {
+        answer = answer.reasoning_apart();
+    }
     let out_gen = session.generate(&ids, &params, &mut |ev| match ev {
         GenEvent::Text(t) => answer.write(t),
         GenEvent::Logprobs(_) => true,

@@ -99,8 +99,7 @@ impl Prompter {
     /// Whether answers come in harmony's channels (gpt-oss): the
     /// vocabulary has its `<|channel|>` and `<|message|>` tokens.
     pub fn harmony(&self) -> bool {
-        let tok = &self.tokenizer;
-        tok.token_id("<|channel|>").is_some() && tok.token_id("<|message|>").is_some()
+        ats_core::chat::harmony::uses_harmony(&self.tokenizer)
     }
 
     /// A checked chat request as a prompt and settings: the conversation

@@ -28,6 +28,12 @@ pub struct HarmonyAnswer {
     pub content: String,
 }
 
+/// Whether a model answers in harmony's channels: its vocabulary has the
+/// `<|channel|>` and `<|message|>` tokens (gpt-oss).
+pub fn uses_harmony(tok: &crate::Tokenizer) -> bool {
+    tok.token_id("<|channel|>").is_some() && tok.token_id("<|message|>").is_some()
+}
+
 /// Splits a whole answer.
 pub fn split(text: &str) -> HarmonyAnswer {
     let mut s = HarmonySplitter::default();
