@@ -247,19 +247,14 @@ impl Rescheduler {
         if on_gpu.len() != self.snapshot.op_times.len() {
             return 0.0;
         }
-        let pick = |keep: bool| -> (Vec<f64>, Vec<Option<f64>>) {
-            let rows = self.snapshot.op_times.iter().zip(&self.observed.ops);
-            rows.zip(on_gpu)
-                .filter(|(_, g)| **g == keep)
-                .map(|((s, o), _)| (*s, *o))
-                .unzip()
-        };
-        let (gpu, gpu_obs) = pick(true);
-        let total: f64 = self.snapshot.op_times.iter().sum();
-        if gpu.iter().sum::<f64>() < GROUP_SHARE * total {
+        let gpu_time: f64 = (self.snapshot.op_times.iter().zip(on_gpu))
+            .filter_map(|(s, g)| g.then_some(s))
+            .sum();
+        if gpu_time < GROUP_SHARE * self.snapshot.op_times.iter().sum::<f64>() {
             return 0.0;
         }
-        relative_deviation(&gpu, &gpu_obs)
+        let rows = (self.snapshot.op_times.iter().zip(&self.observed.ops)).zip(on_gpu);
+        deviation_of(rows.filter_map(|((s, o), g)| g.then_some((*s, *o))))
     }
 
     /// Whether to rebuild the plan at time `now`; on `Replan` the averages
@@ -356,8 +351,13 @@ fn ema(prev: Option<f64>, x: f64, alpha: f64) -> f64 {
 
 /// `sum |avg - snap| / sum snap` over observed items; 0 when nothing is observed.
 fn relative_deviation(snap: &[f64], obs: &[Option<f64>]) -> f64 {
+    deviation_of(snap.iter().copied().zip(obs.iter().copied()))
+}
+
+/// `sum |observed - snapshot| / sum snapshot` over the items observed.
+fn deviation_of(rows: impl Iterator<Item = (f64, Option<f64>)>) -> f64 {
     let (mut diff, mut base) = (0.0, 0.0);
-    for (s, o) in snap.iter().zip(obs) {
+    for (s, o) in rows {
         if let Some(o) = o {
             diff += (o - s).abs();
             base += s;

@@ -8,7 +8,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use ats_core::device::{Device, HostMemory, KvType};
-use ats_core::graph::Op;
 use ats_core::round::Round;
 use ats_core::sampling::SamplerConfig;
 use ats_core::spec::ModelSpec;
@@ -210,13 +209,7 @@ fn random_plan(graph: &ats_core::graph::Graph, trial: usize, rng: &mut XorShift)
             WeightHome::Host
         };
     }
-    for (i, n) in graph.nodes.iter().enumerate() {
-        if let Op::Attention(at) = &n.op
-            && let Some(c) = at.cache
-        {
-            plan.kv_device[c] = plan.node_device[i];
-        }
-    }
+    crate::caches_follow_attention(graph, &mut plan);
     plan
 }
 

@@ -413,3 +413,15 @@ pub fn median_decode_secs(e: &mut ats_sched::session::Session) -> f64 {
     t.sort_by(f64::total_cmp);
     t[1]
 }
+
+/// Puts each KV cache of `plan` on the device its attention node runs on
+/// (a plan that moves nodes at random must move their caches with them).
+pub fn caches_follow_attention(g: &ats_core::graph::Graph, plan: &mut ats_sched::exec::ExecPlan) {
+    for (i, n) in g.nodes.iter().enumerate() {
+        if let ats_core::graph::Op::Attention(a) = &n.op
+            && let Some(c) = a.cache
+        {
+            plan.kv_device[c] = plan.node_device[i];
+        }
+    }
+}

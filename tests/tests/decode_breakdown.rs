@@ -32,13 +32,7 @@ fn streamed_decode_rounds_count_every_node_and_copied_byte() {
     for i in 0..g.nodes.len() {
         plan.node_device[i] = gpu_if(i % 2 == 1);
     }
-    for (i, n) in g.nodes.iter().enumerate() {
-        if let Op::Attention(a) = &n.op
-            && let Some(c) = a.cache
-        {
-            plan.kv_device[c] = plan.node_device[i];
-        }
-    }
+    ats_tests::caches_follow_attention(&g, &mut plan);
     assert!(plan.weight_home.iter().all(|h| *h == WeightHome::Host));
     let cfg = ExecConfig {
         kv_capacity: 16,

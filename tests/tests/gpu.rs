@@ -7,7 +7,6 @@
 use std::sync::Arc;
 
 use ats_core::device::{Device, HostMemory, KvType};
-use ats_core::graph::Op;
 use ats_core::round::{Positions, Round};
 use ats_core::spec::ModelSpec;
 use ats_cpu::CpuDevice;
@@ -68,13 +67,7 @@ fn plan(g: &ats_core::graph::Graph, rng: &mut XorShift, mode: usize) -> ExecPlan
             _ => WeightHome::Host,
         };
     }
-    for (i, n) in g.nodes.iter().enumerate() {
-        if let Op::Attention(a) = &n.op
-            && let Some(c) = a.cache
-        {
-            p.kv_device[c] = p.node_device[i];
-        }
-    }
+    ats_tests::caches_follow_attention(g, &mut p);
     p
 }
 

@@ -67,13 +67,7 @@ fn random_plan(g: &ats_core::graph::Graph, rng: &mut XorShift, mode: usize) -> E
             }
         };
     }
-    for (i, n) in g.nodes.iter().enumerate() {
-        if let Op::Attention(a) = &n.op
-            && let Some(c) = a.cache
-        {
-            p.kv_device[c] = p.node_device[i];
-        }
-    }
+    ats_tests::caches_follow_attention(g, &mut p);
     p
 }
 

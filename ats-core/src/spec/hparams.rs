@@ -254,7 +254,6 @@ impl HParams {
     }
 }
 
-/// The YaRN parameters of a file whose RoPE scaling type is `yarn`.
 /// The blocks a forward pass runs: `block_count` less the trailing
 /// multi-token-prediction blocks, whose tensors the file carries unused.
 fn main_layers(k: &Keys<'_>) -> Result<usize, SpecError> {
@@ -269,6 +268,7 @@ fn main_layers(k: &Keys<'_>) -> Result<usize, SpecError> {
     }
 }
 
+/// The YaRN parameters of a file whose RoPE scaling type is `yarn`.
 fn yarn(k: &Keys<'_>) -> Result<Yarn, SpecError> {
     let factor = k
         .opt_f32(hp::ROPE_SCALING_FACTOR)?
