@@ -112,12 +112,14 @@ impl RequestChecker {
             )?)),
             None => None,
         };
+        let vocab = tokenizer.vocab_size();
         Ok(RequestChecker {
             prompter: Prompter::new(tokenizer, template, max_prompt_tokens, vision),
             defaults: Defaults {
                 sampler: ats_core::SamplerConfig::greedy(),
                 seed: Some(1),
                 max_tokens,
+                vocab,
             },
         })
     }

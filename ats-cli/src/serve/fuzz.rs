@@ -267,6 +267,7 @@ fn defaults() -> Defaults {
         sampler: ats_core::SamplerConfig::greedy(),
         seed: Some(1),
         max_tokens: 64,
+        vocab: 1000,
     }
 }
 

@@ -223,6 +223,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "model".into())
     });
+    let vocab = tokenizer.vocab_size();
     let app = Arc::new(routes::App {
         queue: queue::Queue::start(engine, vision.clone(), a.parallel, a.queue)
             .context("cannot start the engine thread")?,
@@ -233,6 +234,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
             sampler: a.sample.config(),
             seed: a.sample.seed,
             max_tokens,
+            vocab,
         },
         model: model.clone(),
         created: std::time::SystemTime::now()

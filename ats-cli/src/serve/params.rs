@@ -22,6 +22,8 @@ pub struct Defaults {
     pub seed: Option<u64>,
     /// Largest `max_tokens` a request may ask for.
     pub max_tokens: usize,
+    /// The vocabulary's size: token ids a request may name (`logit_bias`).
+    pub vocab: usize,
 }
 
 /// The generation settings of a request; `default_max` applies when the
@@ -33,12 +35,10 @@ pub fn gen_params(
     d: &Defaults,
 ) -> Result<GenParams, ApiError> {
     super::choices::check_n(s.n)?;
-    if s.logit_bias.as_ref().is_some_and(|m| !m.is_empty()) {
-        return Err(ApiError::unsupported(
-            "logit_bias",
-            "logit_bias is not served",
-        ));
-    }
+    let logit_bias = match &s.logit_bias {
+        Some(m) => logit_bias(m, d.vocab)?,
+        None => Vec::new(),
+    };
     let mut sampler = d.sampler;
     for (field, value, slot) in [
         (
@@ -126,7 +126,51 @@ pub fn gen_params(
         // set by the endpoint: these come from its own fields
         constraint: None,
         logprobs: None,
+        logit_bias,
     })
+}
+
+/// Most entries of a `logit_bias` map (OpenAI's limit).
+const MAX_BIASES: usize = 300;
+
+/// OpenAI's `logit_bias`: token ids (as strings) to biases from -100 to 100.
+fn logit_bias(
+    m: &serde_json::Map<String, serde_json::Value>,
+    vocab: usize,
+) -> Result<Vec<(u32, f32)>, ApiError> {
+    if m.len() > MAX_BIASES {
+        return Err(ApiError::bad_param(
+            "logit_bias",
+            format!("at most {MAX_BIASES} biased tokens"),
+        ));
+    }
+    m.iter()
+        .map(|(k, v)| {
+            let id = k
+                .parse::<u32>()
+                .ok()
+                .filter(|&id| (id as usize) < vocab)
+                .ok_or_else(|| {
+                    ApiError::bad_param(
+                        "logit_bias",
+                        format!(
+                            "{k:?} is not a token id of this model (0 to {})",
+                            vocab.saturating_sub(1)
+                        ),
+                    )
+                })?;
+            let bias = v
+                .as_f64()
+                .filter(|b| (-100.0..=100.0).contains(b))
+                .ok_or_else(|| {
+                    ApiError::bad_param(
+                        "logit_bias",
+                        format!("the bias of token {k} must be a number from -100 to 100"),
+                    )
+                })?;
+            Ok((id, bias as f32))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -138,6 +182,7 @@ mod tests {
             sampler: SamplerConfig::greedy(),
             seed: Some(7),
             max_tokens: 100,
+            vocab: 1000,
         }
     }
 
@@ -150,6 +195,36 @@ mod tests {
         assert!(p.stop.is_empty());
         let p = gen_params(&Sampling::default(), None, 16, &defaults()).unwrap();
         assert_eq!(p.max_tokens, 16);
+    }
+
+    #[test]
+    fn logit_bias_names_token_ids_and_biases_in_range() {
+        let with = |m: serde_json::Value| Sampling {
+            logit_bias: m.as_object().cloned(),
+            ..Default::default()
+        };
+        let p = gen_params(
+            &with(serde_json::json!({"5": -100, "999": 2.5})),
+            None,
+            16,
+            &defaults(),
+        )
+        .unwrap();
+        let mut b = p.logit_bias;
+        b.sort_by_key(|x| x.0);
+        assert_eq!(b, [(5, -100.0), (999, 2.5)]);
+        for bad in [
+            serde_json::json!({"1000": 1}),
+            serde_json::json!({"-1": 1}),
+            serde_json::json!({"cat": 1}),
+            serde_json::json!({"3": 100.5}),
+            serde_json::json!({"3": "1"}),
+        ] {
+            let e = gen_params(&with(bad.clone()), None, 16, &defaults()).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some("logit_bias"), "{bad}");
+        }
+        let many: serde_json::Map<_, _> = (0..301).map(|i| (i.to_string(), 1.into())).collect();
+        assert!(gen_params(&with(many.into()), None, 16, &defaults()).is_err());
     }
 
     #[test]

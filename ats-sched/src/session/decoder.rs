@@ -1,5 +1,5 @@
-//! One sequence's generation, token by token: a grammar's mask on the
-//! logits, sampling (with its own sampler state and seed), log-probabilities
+//! One sequence's generation, token by token: biases and a grammar's mask
+//! on the logits, sampling (with its own sampler state and seed), log-probabilities
 //! when asked, detokenizing with whole characters only, stop strings held
 //! back until they cannot match, and the limits. The
 //! one-sequence loop ([`super::Session::generate`]) and the scheduler of
@@ -90,15 +90,21 @@ impl Decoder {
                 position: step.position,
             });
         }
-        let masked;
-        let logits = match &mut self.constraint {
-            Some(c) => {
-                let mut m = step.logits.to_vec();
-                c.mask(&mut m)?;
-                masked = m;
-                &masked[..]
+        let adjusted;
+        let logits = if self.constraint.is_some() || !self.params.logit_bias.is_empty() {
+            let mut m = step.logits.to_vec();
+            for &(id, bias) in &self.params.logit_bias {
+                if let Some(l) = m.get_mut(id as usize) {
+                    *l += bias;
+                }
             }
-            None => step.logits,
+            if let Some(c) = &mut self.constraint {
+                c.mask(&mut m)?;
+            }
+            adjusted = m;
+            &adjusted[..]
+        } else {
+            step.logits
         };
         let id = self.sampler.sample(logits, step.history);
         if let Some(c) = &mut self.constraint {

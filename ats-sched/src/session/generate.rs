@@ -26,6 +26,9 @@ pub struct GenParams {
     /// Report each generated token's log-probability with this many most
     /// likely alternatives (`None`: none reported).
     pub logprobs: Option<usize>,
+    /// Added to these tokens' logits before the grammar's mask and sampling
+    /// (OpenAI's `logit_bias`; -100 all but bans a token, 100 all but forces it).
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 impl Default for GenParams {
@@ -37,6 +40,7 @@ impl Default for GenParams {
             ignore_eos: false,
             constraint: None,
             logprobs: None,
+            logit_bias: Vec::new(),
         }
     }
 }
