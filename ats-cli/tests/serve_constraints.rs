@@ -210,3 +210,72 @@ fn a_required_call_and_logprobs_have_openai_shape() {
         );
     }
 }
+
+/// gpt-oss's own call format: its template lists the tools, the required
+/// call is a harmony message to `functions.weather`, and the answer comes
+/// back as `tool_calls`, streamed or not. The grammar lets the model
+/// reason first, which the random fixture would do until `max_tokens`: so
+/// `logit_bias` bans the tokens that begin "analysis", ends any note at
+/// once, and makes `commentary` a call rather than a note.
+#[test]
+fn a_required_call_in_harmony_comes_back_as_tool_calls() {
+    let model = ats_tests::repo_fixtures().join("gpt-oss/gpt-oss-f32.gguf");
+    let gguf = ats_core::gguf::GgufFile::open(&model).unwrap();
+    let tok = ats_core::Tokenizer::from_gguf(&gguf.metadata).unwrap();
+    let mut bias = serde_json::Map::new();
+    for id in 0..tok.vocab_size() as u32 {
+        let piece = tok.token_to_piece(id).unwrap_or_default();
+        if !piece.is_empty() && b"analysis".starts_with(piece) {
+            bias.insert(id.to_string(), json!(-100));
+        }
+    }
+    let id = |t: &str| tok.token_id(t).unwrap().to_string();
+    bias.insert(id("<|end|>"), json!(100));
+    bias.insert(id("<|message|>"), json!(-100));
+    let server = Server::start(&model, &[]);
+    let body = json!({
+        "messages": [{"role": "user", "content": "weather?"}],
+        "max_tokens": 60, "temperature": 0, "logit_bias": bias,
+        "tools": [{"type": "function", "function": {"name": "weather",
+            "parameters": {"type": "object", "properties": {"unit": {"enum": ["c", "f"]}},
+                "required": ["unit"], "additionalProperties": false}}}],
+        "tool_choice": "required"
+    });
+    let (status, v) = chat(&server, body.clone());
+    assert_eq!(status, 200, "{v}");
+    let c = &v["choices"][0];
+    assert_eq!(c["finish_reason"], "tool_calls", "{v}");
+    let call = &c["message"]["tool_calls"][0];
+    assert_eq!(call["function"]["name"], "weather", "{v}");
+    let args: Value =
+        serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert!(
+        args == json!({"unit": "c"}) || args == json!({"unit": "f"}),
+        "{args}"
+    );
+    assert!(server.log().contains("harmony"), "{}", server.log());
+    // streamed: no harmony markup as content, the same call at the end
+    let mut body = body;
+    body["stream"] = json!(true);
+    let events: Vec<Value> =
+        EventStream::open(&server.url("/v1/chat/completions"), &body.to_string())
+            .all()
+            .iter()
+            .filter(|e| *e != "[DONE]")
+            .map(|e| serde_json::from_str(e).unwrap())
+            .collect();
+    let content: String = events
+        .iter()
+        .filter_map(|v| v["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert!(!content.contains("<|"), "{content:?}");
+    let streamed_call = events
+        .iter()
+        .find_map(|v| {
+            v["choices"][0]["delta"]["tool_calls"][0]["function"]
+                .as_object()
+                .cloned()
+        })
+        .expect("a tool_calls delta");
+    assert_eq!(streamed_call["arguments"], call["function"]["arguments"]);
+}

@@ -59,6 +59,10 @@ pub struct ChatMessage {
     pub tool_calls: Vec<ToolCall>,
     /// The call a `tool` message answers.
     pub tool_call_id: Option<String>,
+    /// An assistant message's reasoning, given back in a conversation
+    /// (templates see it as `reasoning_content` and as `thinking`, gpt-oss's
+    /// name, which renders it before a tool call).
+    pub reasoning: Option<String>,
 }
 
 /// A call an assistant made, as templates see it (OpenAI's shape, with the
@@ -81,6 +85,7 @@ impl ChatMessage {
             content,
             tool_calls: Vec::new(),
             tool_call_id: None,
+            reasoning: None,
         }
     }
 
@@ -134,6 +139,11 @@ impl ChatMessage {
         if let Some(id) = &self.tool_call_id {
             entries.push((Value::from("tool_call_id"), Value::from(id.as_str())));
         }
+        if let Some(r) = self.reasoning.as_deref().filter(|r| !r.is_empty()) {
+            for key in ["reasoning_content", "thinking"] {
+                entries.push((Value::from(key), Value::from(r)));
+            }
+        }
         Value::from_object(OrderedMap(entries))
     }
 
@@ -150,6 +160,7 @@ impl ChatMessage {
             json_strings(&c.arguments, &mut out);
         }
         out.extend(self.tool_call_id.as_deref());
+        out.extend(self.reasoning.as_deref());
         out
     }
 
@@ -175,6 +186,7 @@ impl ChatMessage {
                 })
                 .collect(),
             tool_call_id: self.tool_call_id.as_deref().map(f),
+            reasoning: self.reasoning.as_deref().map(f),
         }
     }
 }

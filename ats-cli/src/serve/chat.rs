@@ -2,8 +2,9 @@
 //! `n` choices; each answer's tool calls read back in the template's format;
 //! whole, or streamed as chunks (text where no call can be, calls as
 //! `tool_calls` deltas, log-probabilities with the text they belong to). A
-//! harmony answer (gpt-oss) without tools has its `analysis` channel as
-//! `reasoning_content` and its `final` channel as `content`.
+//! harmony answer (gpt-oss) has its `analysis` channel as
+//! `reasoning_content`, its `final` channel as `content` and its messages
+//! to `functions.NAME` as `tool_calls`.
 
 use std::sync::{Arc, Mutex};
 
@@ -123,7 +124,8 @@ impl Reply {
             Some((format, specs)) => {
                 let a = format.parse(&f.text, specs);
                 let calls = wire_calls(&a);
-                (a.content, None, calls)
+                let reasoning = (!a.reasoning.is_empty()).then_some(a.reasoning);
+                (a.content, reasoning, calls)
             }
             None if self.prompter.harmony() => {
                 let a = harmony::split(&f.text);
@@ -173,8 +175,8 @@ impl Reply {
 }
 
 /// One streamed choice: answers that may call tools show text only where
-/// no call can be; harmony answers without tools, their reasoning and
-/// content apart.
+/// no call can be; harmony answers, their reasoning and content apart (and
+/// their calls, which the splitter never shows, at the end).
 struct ChoiceStream {
     reply: Arc<Reply>,
     index: usize,
@@ -191,7 +193,10 @@ impl ChoiceStream {
         tools: Option<(ToolFormat, Vec<ToolSpec>)>,
         ended: Ended,
     ) -> ChoiceStream {
-        let harmony = (tools.is_none() && reply.prompter.harmony()).then(HarmonySplitter::default);
+        let harmony_calls = tools
+            .as_ref()
+            .is_none_or(|(f, _)| *f == ToolFormat::Harmony);
+        let harmony = (harmony_calls && reply.prompter.harmony()).then(HarmonySplitter::default);
         ChoiceStream {
             reply,
             index,
@@ -397,5 +402,76 @@ mod tests {
             .collect();
         let first_c = kinds.iter().position(|k| *k == "c").unwrap();
         assert!(kinds[first_c..].iter().all(|k| *k == "c"), "{kinds:?}");
+    }
+
+    const CALL: &str = "<|channel|>analysis<|message|>Weather, then.<|end|>\
+        <|start|>assistant<|channel|>commentary<|message|>Checking.<|end|>\
+        <|start|>assistant<|channel|>commentary to=functions.weather <|constrain|>json\
+        <|message|>{\"city\": \"Oslo\"}";
+
+    fn weather() -> (ToolFormat, Vec<ToolSpec>) {
+        let spec = ToolSpec {
+            name: "weather".into(),
+            description: String::new(),
+            parameters: serde_json::json!({"type": "object"}),
+        };
+        (ToolFormat::Harmony, vec![spec])
+    }
+
+    #[test]
+    fn a_harmony_call_comes_back_as_tool_calls_with_its_reasoning() {
+        let tools = weather();
+        let c = reply().choice(0, &finished(CALL), Some(&tools));
+        assert_eq!(c.finish_reason, "tool_calls");
+        assert_eq!(
+            c.message.reasoning_content.as_deref(),
+            Some("Weather, then.")
+        );
+        assert_eq!(c.message.content.as_deref(), Some("Checking."));
+        let calls = c.message.tool_calls.unwrap();
+        assert_eq!(calls[0].function.name, "weather");
+        assert_eq!(calls[0].function.arguments, "{\"city\":\"Oslo\"}");
+    }
+
+    #[test]
+    fn a_streamed_harmony_call_sends_reasoning_content_then_the_call() {
+        let ended: Ended = Arc::new(Mutex::new(Vec::new()));
+        let mut s = ChoiceStream::new(reply(), 0, Some(weather()), ended);
+        let mut frames = Vec::new();
+        for piece in CALL.as_bytes().chunks(7) {
+            let t = std::str::from_utf8(piece).unwrap();
+            frames.extend(s.frames(Stage::Text(t, &[])));
+        }
+        frames.extend(s.frames(Stage::End(&finished(CALL))));
+        let field = |name: &str| -> String {
+            frames
+                .iter()
+                .filter_map(|f| f["choices"][0]["delta"][name].as_str())
+                .collect()
+        };
+        assert_eq!(field("reasoning_content"), "Weather, then.");
+        // the call's arguments never show as text
+        assert_eq!(field("content"), "Checking.");
+        let last = frames.len() - 1;
+        let call = &frames[last - 1]["choices"][0]["delta"]["tool_calls"][0];
+        assert_eq!(call["function"]["name"], "weather");
+        assert_eq!(frames[last]["choices"][0]["finish_reason"], "tool_calls");
+        // a call to an undeclared function is shown as text at the end
+        let other = CALL.replace("functions.weather", "functions.rm");
+        let mut s = ChoiceStream::new(reply(), 0, Some(weather()), Arc::default());
+        let mut frames = s.frames(Stage::Text(&other, &[]));
+        frames.extend(s.frames(Stage::End(&finished(&other))));
+        let text: String = frames
+            .iter()
+            .filter_map(|f| f["choices"][0]["delta"]["content"].as_str())
+            .collect();
+        assert!(
+            text.starts_with("Checking.<|start|>assistant<|channel|>commentary to=functions.rm"),
+            "{text}"
+        );
+        assert_eq!(
+            frames.last().unwrap()["choices"][0]["finish_reason"],
+            "stop"
+        );
     }
 }

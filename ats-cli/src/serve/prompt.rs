@@ -356,6 +356,7 @@ fn chat_message(
             .collect::<Result<_, _>>()?;
     }
     msg.tool_call_id = m.tool_call_id.clone();
+    msg.reasoning = m.reasoning_content.clone();
     Ok(msg)
 }
 

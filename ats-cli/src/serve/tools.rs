@@ -3,6 +3,7 @@
 //! knows no tools (the generic format), calls read back out of the answer
 //! (whole, or as the stream goes) into `tool_calls`.
 
+use ats_core::chat::harmony;
 use ats_core::chat::tools::{ParsedCall, ToolAnswer, ToolChoice, ToolFormat, ToolSpec};
 use ats_core::chat::tools::{generic_call_text, generic_system_prompt};
 use ats_core::chat::{ChatMessage, ContentPart};
@@ -274,7 +275,12 @@ impl ToolStream {
     /// At the end, given the whole answer: the text still to show and the calls.
     pub fn finish(self, whole: &str, specs: &[ToolSpec]) -> (String, ToolAnswer) {
         let answer = self.format.parse(whole, specs);
-        let rest = if !answer.calls.is_empty() {
+        let rest = if self.format == ToolFormat::Harmony {
+            // a harmony splitter showed the content; the messages that made
+            // no call follow it in the answer's content
+            let shown = harmony::split(whole).content.len();
+            answer.content.get(shown..).unwrap_or_default().to_string()
+        } else if !answer.calls.is_empty() {
             String::new()
         } else if self.format == ToolFormat::Generic {
             // nothing was shown: the response's text is the answer

@@ -191,7 +191,7 @@ pub struct Sampling {
     pub presence_penalty: Option<f64>,
     /// OpenAI's frequency penalty, -2 to 2.
     pub frequency_penalty: Option<f64>,
-    /// Token biases (not served).
+    /// Token biases: token ids (as strings) to -100..100, added to the logits.
     pub logit_bias: Option<serde_json::Map<String, Value>>,
     /// Keep generating past end-of-generation tokens.
     pub ignore_eos: Option<bool>,
@@ -234,6 +234,8 @@ pub struct Message {
     pub tool_calls: Option<Vec<WireToolCall>>,
     /// The call a `tool` message answers.
     pub tool_call_id: Option<String>,
+    /// An assistant message's reasoning, as this server's answers give it.
+    pub reasoning_content: Option<String>,
 }
 
 /// A completion's `prompt`: a string, a list of strings (only one is

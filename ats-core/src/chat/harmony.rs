@@ -4,8 +4,9 @@
 //! (the prompt ends in `<|start|>assistant`, so the answer opens on a
 //! header). The `analysis` channel is reasoning; `final`, and `commentary`
 //! addressed to the user, are content; a message to a recipient
-//! (`to=functions.…`, a tool call) is neither. Text without harmony
-//! markers (an answer a grammar shaped) is content as it is.
+//! (`to=functions.…`, a tool call) is neither: it is kept apart as an
+//! [`Addressed`] message. Text without harmony markers (an answer a grammar
+//! shaped) is content as it is.
 //!
 //! [`HarmonySplitter`] works on streamed text, holding back only what may
 //! be the start of a marker; [`split`] on a whole answer.
@@ -26,6 +27,27 @@ pub struct HarmonyAnswer {
     pub reasoning: String,
     /// The `final` and user-facing `commentary` messages' text.
     pub content: String,
+    /// The messages to a recipient (tool calls), in order.
+    pub addressed: Vec<Addressed>,
+}
+
+/// A message to a recipient: `<|channel|>commentary to=functions.f
+/// <|constrain|>json<|message|>{..}` is a call of `functions.f`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Addressed {
+    /// Who it is for (`functions.get_weather`).
+    pub recipient: String,
+    /// Its header as written (role, channel, recipient, content type).
+    pub header: String,
+    /// Its body: a call's arguments.
+    pub body: String,
+}
+
+impl Addressed {
+    /// The message as the model wrote it.
+    pub fn raw(&self) -> String {
+        format!("{}{MESSAGE}{}", self.header, self.body)
+    }
 }
 
 /// Whether a model answers in harmony's channels: its vocabulary has the
@@ -46,6 +68,7 @@ pub fn split(text: &str) -> HarmonyAnswer {
             Part::Content => out.content.push_str(&t),
         }
     }
+    out.addressed = s.addressed;
     out
 }
 
@@ -74,6 +97,8 @@ pub struct HarmonySplitter {
     /// Whether any harmony marker was seen (text before the first is
     /// content when it is not a header).
     started: bool,
+    /// The messages to a recipient so far (the last may still be growing).
+    addressed: Vec<Addressed>,
 }
 
 impl HarmonySplitter {
@@ -89,10 +114,16 @@ impl HarmonySplitter {
     /// short is dropped.
     pub fn finish(&mut self) -> Vec<(Part, String)> {
         let rest = std::mem::take(&mut self.pending);
-        match self.state {
-            State::Body(Some(p)) if !rest.is_empty() => vec![(p, rest)],
-            _ => Vec::new(),
+        let mut out = Vec::new();
+        if let State::Body(part) = self.state {
+            self.emit(part, &rest, &mut out);
         }
+        out
+    }
+
+    /// The messages to a recipient (tool calls) read so far.
+    pub fn addressed(&self) -> &[Addressed] {
+        &self.addressed
     }
 
     /// One move forward; false when more text is needed.
@@ -113,30 +144,45 @@ impl HarmonySplitter {
             return false;
         };
         self.started = true;
-        self.state = State::Body(part_of(&self.pending[..at]));
-        self.pending.drain(..at + MESSAGE.len());
+        let header: String = self.pending.drain(..at).collect();
+        self.pending.drain(..MESSAGE.len());
+        let part = part_of(&header);
+        if part.is_none() {
+            self.addressed.push(Addressed {
+                recipient: recipient_of(&header).to_string(),
+                header,
+                body: String::new(),
+            });
+        }
+        self.state = State::Body(part);
         true
     }
 
+    /// Body text to its part, or to the message being addressed.
+    fn emit(&mut self, part: Option<Part>, t: &str, out: &mut Vec<(Part, String)>) {
+        if t.is_empty() {
+            return;
+        }
+        match (part, self.addressed.last_mut()) {
+            (Some(p), _) => match out.last_mut() {
+                Some((q, s)) if *q == p => s.push_str(t),
+                _ => out.push((p, t.to_string())),
+            },
+            (None, Some(a)) => a.body.push_str(t),
+            (None, None) => {}
+        }
+    }
+
     fn body(&mut self, part: Option<Part>, out: &mut Vec<(Part, String)>) -> bool {
-        let emit = |out: &mut Vec<(Part, String)>, t: &str| {
-            if let (Some(p), false) = (part, t.is_empty()) {
-                match out.last_mut() {
-                    Some((q, s)) if *q == p => s.push_str(t),
-                    _ => out.push((p, t.to_string())),
-                }
-            }
-        };
         let Some(at) = self.pending.find("<|") else {
             // all but a last '<' that may open a marker
             let keep = usize::from(self.pending.ends_with('<'));
-            let cut = self.pending.len() - keep;
-            emit(out, &self.pending[..cut]);
-            self.pending.drain(..cut);
+            let text: String = self.pending.drain(..self.pending.len() - keep).collect();
+            self.emit(part, &text, out);
             return false;
         };
-        emit(out, &self.pending[..at]);
-        self.pending.drain(..at);
+        let text: String = self.pending.drain(..at).collect();
+        self.emit(part, &text, out);
         if let Some(end) = ENDS.iter().find(|m| self.pending.starts_with(**m)) {
             // `<|start|>` opens the next header itself; the others end the body
             let used = if *end == "<|start|>" { 0 } else { end.len() };
@@ -149,15 +195,30 @@ impl HarmonySplitter {
             return false; // a marker, not whole yet
         }
         // "<|" that opens no end marker is text
-        emit(out, "<|");
         self.pending.drain(..2);
+        self.emit(part, "<|", out);
         true
     }
 }
 
-/// Whether `s` may begin a harmony marker (`<|…`), or be the start of one.
+/// Whether `s` may begin a harmony header: a marker (`<|…`), or a
+/// recipient right after the prompt's `<|start|>assistant` (` to=…`), or
+/// be the start of one.
 fn may_open_marker(s: &str) -> bool {
-    s.starts_with("<|") || "<|".starts_with(s)
+    ["<|", " to="]
+        .iter()
+        .any(|m| s.starts_with(m) || m.starts_with(s))
+}
+
+/// The recipient a header names (`to=functions.f`), up to a space or marker.
+fn recipient_of(header: &str) -> &str {
+    let Some(at) = header.find("to=") else {
+        return "";
+    };
+    let name = &header[at + 3..];
+    name.split(|c: char| c.is_whitespace() || c == '<')
+        .next()
+        .unwrap_or("")
 }
 
 /// The part a message with this header goes to.
@@ -212,6 +273,7 @@ mod tests {
                     Part::Content => got.content.push_str(&t),
                 }
             }
+            got.addressed = s.addressed().to_vec();
             assert_eq!(got, whole, "pieces of {size}");
         }
     }
@@ -225,6 +287,33 @@ mod tests {
         );
         assert_eq!(a.reasoning, "");
         assert_eq!(a.content, "Checking the weather.");
+        let call = Addressed {
+            recipient: "functions.get_weather".into(),
+            header: "<|start|>assistant<|channel|>commentary to=functions.get_weather \
+                     <|constrain|>json"
+                .into(),
+            body: "{\"city\":\"Paris\"}".into(),
+        };
+        assert_eq!(a.addressed, std::slice::from_ref(&call));
+        assert!(
+            a.addressed[0]
+                .raw()
+                .ends_with("json<|message|>{\"city\":\"Paris\"}")
+        );
+        // the recipient in the role's header, right after the prompt
+        let a = split(" to=functions.f<|channel|>commentary json<|message|>{}<|call|>");
+        assert_eq!(a.addressed[0].recipient, "functions.f");
+        assert_eq!(
+            (a.addressed[0].body.as_str(), a.content.as_str()),
+            ("{}", "")
+        );
+        // streamed, the splitter holds the same messages
+        let mut s = HarmonySplitter::default();
+        for c in call.raw().chars() {
+            s.push(&c.to_string());
+        }
+        s.finish();
+        assert_eq!(s.addressed(), [call]);
     }
 
     /// Answers made of marker pieces, partial markers and text (some of
@@ -232,7 +321,7 @@ mod tests {
     /// from 1 to 9 bytes at character boundaries: the same parts.
     #[test]
     fn random_answers_split_alike_whole_and_streamed() {
-        const BITS: [&str; 14] = [
+        const BITS: [&str; 15] = [
             "<|channel|>",
             "analysis",
             "final",
@@ -243,6 +332,7 @@ mod tests {
             "<|return|>",
             "<|call|>",
             " to=functions.f",
+            "{\"a\": 1}",
             "<|",
             "<",
             "é🦀 x",
@@ -277,6 +367,7 @@ mod tests {
                     Part::Content => got.content.push_str(&t),
                 }
             }
+            got.addressed = s.addressed().to_vec();
             assert_eq!(got, whole, "{text:?} in pieces of {size}");
             assert!(whole.reasoning.len() + whole.content.len() <= text.len());
         }

@@ -2,7 +2,11 @@
 //! template speaks, the grammar that makes an answer a call, and the
 //! calls read back out of an answer.
 //!
-//! Three formats, as llama.cpp distinguishes them:
+//! Four formats, as llama.cpp distinguishes them:
+//! - [`ToolFormat::Harmony`] (gpt-oss): the template lists the tools as a
+//!   TypeScript namespace and the model writes a message to the function,
+//!   `<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{..}`,
+//!   after reasoning in its `analysis` channel if it likes;
 //! - [`ToolFormat::Hermes`] (Qwen2.5, Hermes): the template lists the tools
 //!   itself and the model writes `<tool_call>{"name": .., "arguments": ..}</tool_call>`;
 //! - [`ToolFormat::Llama3`] (Llama 3.1+): the template lists the tools and
@@ -15,12 +19,15 @@
 use serde_json::{Value, json};
 
 use super::ChatTemplate;
+use super::harmony;
 use crate::grammar::GrammarSpec;
 use crate::tokenizer::{TokenType, Tokenizer};
 
 /// How a model calls tools.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ToolFormat {
+    /// A harmony message to `functions.NAME` (gpt-oss).
+    Harmony,
     /// `<tool_call>{"name": .., "arguments": ..}</tool_call>`.
     Hermes,
     /// A bare `{"name": .., "parameters": ..}` object.
@@ -66,6 +73,9 @@ pub struct ParsedCall {
 pub struct ToolAnswer {
     /// Text for the user (without the calls' markup).
     pub content: String,
+    /// The model's reasoning, where its format sets it apart (harmony's
+    /// `analysis` channel); empty otherwise.
+    pub reasoning: String,
     /// The calls, in order.
     pub calls: Vec<ParsedCall>,
 }
@@ -81,7 +91,9 @@ impl ToolFormat {
         if !src.contains("tools") {
             return ToolFormat::Generic;
         }
-        if src.contains(HERMES_OPEN) {
+        if src.contains("<|call|>") && src.contains("to=") && src.contains("<|channel|>") {
+            ToolFormat::Harmony
+        } else if src.contains(HERMES_OPEN) {
             ToolFormat::Hermes
         } else if src.contains("\"parameters\"") || src.contains("<|python_tag|>") {
             ToolFormat::Llama3
@@ -93,6 +105,7 @@ impl ToolFormat {
     /// The format's name, for logs.
     pub fn name(self) -> &'static str {
         match self {
+            ToolFormat::Harmony => "harmony (a message to functions.NAME)",
             ToolFormat::Hermes => "hermes (<tool_call> JSON)",
             ToolFormat::Llama3 => "llama3 (JSON name/parameters)",
             ToolFormat::Generic => "generic (JSON object, tools in a system message)",
@@ -104,6 +117,7 @@ impl ToolFormat {
     pub fn call_marker(self) -> Option<&'static str> {
         match self {
             ToolFormat::Hermes => Some(HERMES_OPEN),
+            ToolFormat::Harmony => Some("to="),
             ToolFormat::Llama3 | ToolFormat::Generic => None,
         }
     }
@@ -141,7 +155,10 @@ impl ToolFormat {
             }
         };
         match (self, choice) {
-            (ToolFormat::Hermes | ToolFormat::Llama3, ToolChoice::Auto) => None,
+            (ToolFormat::Hermes | ToolFormat::Llama3 | ToolFormat::Harmony, ToolChoice::Auto) => {
+                None
+            }
+            (ToolFormat::Harmony, _) => Some(GrammarSpec::Lark(harmony_grammar(&chosen, tok))),
             (ToolFormat::Hermes, _) => Some(GrammarSpec::Lark(format!(
                 "start: {} \"\\n\" call \"\\n\" {}\ncall: %json {}\n",
                 literal(HERMES_OPEN, tok),
@@ -175,6 +192,9 @@ impl ToolFormat {
     pub fn parse(self, text: &str, tools: &[ToolSpec]) -> ToolAnswer {
         let declared = |c: &ParsedCall| tools.iter().any(|t| t.name == c.name);
         let mut out = match self {
+            // each call is judged alone; the content is not trimmed, so
+            // that it extends what a stream already showed
+            ToolFormat::Harmony => return parse_harmony(text, tools),
             ToolFormat::Hermes => parse_hermes(text),
             ToolFormat::Llama3 => parse_object(text, "parameters"),
             ToolFormat::Generic => parse_generic(text),
@@ -183,6 +203,7 @@ impl ToolFormat {
             return ToolAnswer {
                 content: text.to_string(),
                 calls: Vec::new(),
+                ..Default::default()
             };
         }
         out.content = out.content.trim().to_string();
@@ -236,6 +257,67 @@ fn compact(mut schema: Value) -> String {
     schema.to_string()
 }
 
+/// gpt-oss's answer: a call to `functions.NAME` before it ends, after any
+/// reasoning (`analysis`) and user-facing `commentary` messages. The
+/// arguments are JSON, as `<|constrain|>json` says.
+fn harmony_grammar(chosen: &[&ToolSpec], tok: &Tokenizer) -> String {
+    let [ch, msg, end, start, constrain] = [
+        "<|channel|>",
+        "<|message|>",
+        "<|end|>",
+        "<|start|>",
+        "<|constrain|>",
+    ]
+    .map(|t| literal(t, tok));
+    let mut g = format!(
+        "start: note* call\n\
+         note: {ch} (\"analysis\" | \"commentary\") {msg} NOTE_TEXT? {end} {start} \"assistant\"\n\
+         NOTE_TEXT: /(?s:.+)/\n\
+         call: {}\n",
+        (0..chosen.len())
+            .map(|i| format!("call_{i}"))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    for (i, t) in chosen.iter().enumerate() {
+        let open = Value::String(format!("commentary to=functions.{} ", t.name));
+        g.push_str(&format!(
+            "call_{i}: {ch} {open} {constrain} \"json\" {msg} args_{i}\nargs_{i}: %json {}\n",
+            compact(t.parameters.clone())
+        ));
+    }
+    g
+}
+
+/// The reasoning, content and calls of a harmony answer. A message to
+/// anyone but a declared function, or whose arguments are no JSON object,
+/// stays text: it is added to the content as the model wrote it.
+fn parse_harmony(text: &str, tools: &[ToolSpec]) -> ToolAnswer {
+    let a = harmony::split(text);
+    let mut out = ToolAnswer {
+        content: a.content,
+        reasoning: a.reasoning,
+        calls: Vec::new(),
+    };
+    for m in &a.addressed {
+        let name = m
+            .recipient
+            .strip_prefix("functions.")
+            .filter(|n| tools.iter().any(|t| t.name == *n));
+        let arguments = serde_json::from_str::<Value>(m.body.trim())
+            .ok()
+            .filter(Value::is_object);
+        match (name, arguments) {
+            (Some(name), Some(arguments)) => out.calls.push(ParsedCall {
+                name: name.to_string(),
+                arguments,
+            }),
+            _ => out.content.push_str(&m.raw()),
+        }
+    }
+    out
+}
+
 /// `<tool_call>` blocks (the last may be cut off) and the text around them.
 fn parse_hermes(text: &str) -> ToolAnswer {
     let mut out = ToolAnswer::default();
@@ -264,10 +346,12 @@ fn parse_object(text: &str, args_key: &str) -> ToolAnswer {
         Some(c) => ToolAnswer {
             content: String::new(),
             calls: vec![c],
+            ..Default::default()
         },
         None => ToolAnswer {
             content: text.to_string(),
             calls: Vec::new(),
+            ..Default::default()
         },
     }
 }
@@ -278,6 +362,7 @@ fn parse_generic(text: &str) -> ToolAnswer {
         return ToolAnswer {
             content: text.to_string(),
             calls: Vec::new(),
+            ..Default::default()
         };
     };
     if let Some(call) = o
@@ -287,16 +372,19 @@ fn parse_generic(text: &str) -> ToolAnswer {
         return ToolAnswer {
             content: String::new(),
             calls: vec![call],
+            ..Default::default()
         };
     }
     match o.get("response") {
         Some(Value::String(s)) => ToolAnswer {
             content: s.clone(),
             calls: Vec::new(),
+            ..Default::default()
         },
         _ => ToolAnswer {
             content: text.to_string(),
             calls: Vec::new(),
+            ..Default::default()
         },
     }
 }
@@ -470,5 +558,142 @@ mod tests {
             .grammar(&tools, &ToolChoice::Auto, &tok)
             .unwrap();
         g.compile(&spec).unwrap();
+    }
+
+    /// The gpt-oss fixture's tokenizer and chat template (harmony's).
+    fn gpt_oss() -> (Tokenizer, ChatTemplate) {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/gpt-oss/gpt-oss-f32.gguf");
+        let f = crate::gguf::GgufFile::open(&path).unwrap();
+        let tok = Tokenizer::from_gguf(&f.metadata).unwrap();
+        (tok, ChatTemplate::from_gguf(&f.metadata).unwrap())
+    }
+
+    fn town() -> ToolSpec {
+        ToolSpec {
+            name: "town".into(),
+            description: "A town's name".into(),
+            parameters: json!({"type": "object", "properties": {"name": {"enum": ["Oslo", "Bergen"]}}, "required": ["name"]}),
+        }
+    }
+
+    #[test]
+    fn harmony_renders_tools_calls_and_reasoning_through_the_template() {
+        let (_, tmpl) = gpt_oss();
+        assert_eq!(ToolFormat::detect(&tmpl), ToolFormat::Harmony);
+        let mut asked = ChatMessage::text("assistant", "");
+        asked.reasoning = Some("They want Paris.".into());
+        asked.tool_calls.push(ToolCall {
+            id: "call_1".into(),
+            name: "weather".into(),
+            arguments: json!({"city": "Paris"}),
+        });
+        let mut answer = ChatMessage::text("tool", "sunny");
+        answer.tool_call_id = Some("call_1".into());
+        let msgs = [ChatMessage::text("user", "Weather?"), asked, answer];
+        let w = weather();
+        let tools = [json!({"type": "function", "function": {
+            "name": w.name, "description": w.description, "parameters": w.parameters}})];
+        let out = tmpl.render_with_tools(&msgs, &tools, true).unwrap();
+        for part in [
+            "namespace functions {",
+            "// The weather\ntype weather = (_: {\ncity: string,\n}) => any;",
+            "<|start|>assistant<|channel|>analysis<|message|>They want Paris.<|end|>",
+            "<|start|>assistant to=functions.weather<|channel|>commentary json<|message|>{\"city\": \"Paris\"}<|call|>",
+            "<|start|>functions.weather to=assistant<|channel|>commentary<|message|>\"sunny\"<|end|>",
+        ] {
+            assert!(out.contains(part), "{part:?} not in {out}");
+        }
+        assert!(out.ends_with("<|start|>assistant"), "{out}");
+    }
+
+    #[test]
+    fn harmony_calls_are_read_with_their_reasoning() {
+        let tools = [weather()];
+        let text = "<|channel|>analysis<|message|>Need the weather.<|end|>\
+            <|start|>assistant<|channel|>commentary to=functions.weather <|constrain|>json\
+            <|message|>{\"city\": \"Oslo\"}";
+        let a = ToolFormat::Harmony.parse(text, &tools);
+        assert_eq!(a.reasoning, "Need the weather.");
+        assert_eq!(a.content, "");
+        assert_eq!(
+            a.calls,
+            [ParsedCall {
+                name: "weather".into(),
+                arguments: json!({"city": "Oslo"})
+            }]
+        );
+        // the recipient in the role's header, ended by <|call|>
+        let a = ToolFormat::Harmony.parse(
+            " to=functions.weather<|channel|>commentary json<|message|>{\"city\": \"Rome\"}<|call|>",
+            &tools,
+        );
+        assert_eq!(a.calls[0].arguments, json!({"city": "Rome"}));
+        // an undeclared recipient, or arguments that are no object, stay text
+        for bad in [
+            "<|channel|>commentary to=browser.search<|message|>{\"q\": 1}<|call|>",
+            "<|channel|>commentary to=functions.weather<|message|>[1]<|call|>",
+            "<|channel|>commentary to=functions.weather<|message|>{\"city\": <|call|>",
+        ] {
+            let text = format!("<|channel|>final<|message|>Hi.<|end|><|start|>assistant{bad}");
+            let a = ToolFormat::Harmony.parse(&text, &tools);
+            assert_eq!(a.calls, [], "{bad}");
+            assert!(
+                a.content
+                    .starts_with("Hi.<|start|>assistant<|channel|>commentary to="),
+                "{a:?}"
+            );
+        }
+    }
+
+    /// Feeds `text` (with harmony's markers as tokens) to a fresh constraint
+    /// of `spec`: whether every token was allowed and the grammar may end.
+    fn follows(
+        g: &crate::grammar::Grammars,
+        tok: &Tokenizer,
+        spec: &GrammarSpec,
+        text: &str,
+    ) -> bool {
+        let mut c = g.compile(spec).unwrap();
+        let ids = tok.encode(text, false, true).unwrap();
+        ids.iter().all(|&id| c.accept(id).is_ok()) && c.can_end()
+    }
+
+    #[test]
+    fn a_required_harmony_call_may_follow_reasoning_and_names_a_declared_tool() {
+        let (tok, _) = gpt_oss();
+        let g = crate::grammar::Grammars::new(&tok).unwrap();
+        let tools = [weather(), town()];
+        let required = ToolFormat::Harmony
+            .grammar(&tools, &ToolChoice::Required, &tok)
+            .unwrap();
+        let named = ToolFormat::Harmony
+            .grammar(&tools, &ToolChoice::Named("town".into()), &tok)
+            .unwrap();
+        let call = |name: &str, args: &str| {
+            format!("<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>{args}")
+        };
+        let thought = "<|channel|>analysis<|message|>Which town?<|end|><|start|>assistant\
+            <|channel|>commentary<|message|>One moment.<|end|><|start|>assistant";
+        let oslo = call("town", "{\"name\": \"Oslo\"}");
+        assert!(follows(&g, &tok, &required, &oslo));
+        assert!(follows(&g, &tok, &required, &format!("{thought}{oslo}")));
+        assert!(follows(&g, &tok, &named, &format!("{thought}{oslo}")));
+        let rain = call("weather", "{\"city\": \"Oslo\"}");
+        assert!(follows(&g, &tok, &required, &rain));
+        assert!(!follows(&g, &tok, &named, &rain), "the named tool only");
+        assert!(!follows(
+            &g,
+            &tok,
+            &required,
+            &call("town", "{\"name\": \"Paris\"}")
+        ));
+        assert!(!follows(
+            &g,
+            &tok,
+            &required,
+            "<|channel|>final<|message|>No call."
+        ));
+        assert!(!follows(&g, &tok, &required, thought), "a call must come");
     }
 }

@@ -137,6 +137,8 @@ impl Target for ServerRequest {
 /// Field names and values the server reads, for libFuzzer's dictionary.
 const DICT: &[&str] = &[
     "\"messages\"",
+    "\"logit_bias\"",
+    "\"reasoning_content\"",
     "\"prompt\"",
     "\"input\"",
     "\"instructions\"",
@@ -244,6 +246,12 @@ fn chat_seeds() -> Vec<Value> {
             "required": ["city"]}}}]);
     let mut seeds = vec![
         json!({"messages": [{"role": "user", "content": "Hello there"}], "temperature": 0, "max_tokens": 8}),
+        json!({"messages": [{"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "", "reasoning_content": "think",
+                "tool_calls": [{"id": "c1", "type": "function",
+                    "function": {"name": "weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"}],
+            "logit_bias": {"5": -100, "17": 3.5}, "tools": weather.clone()}),
         json!({"model": "m", "messages": [
             {"role": "system", "content": "Be brief."},
             {"role": "user", "content": [{"type": "text", "text": "What is this?"}]},

@@ -633,7 +633,7 @@ impl Target for SizeAndOptions {
 ///   token);
 /// - 1: a Lark grammar, the same way;
 /// - 2: a tool's `parameters` schema, turned into the call grammar of each
-///   tool format (Hermes, Llama 3, generic) and compiled;
+///   tool format (harmony, Hermes, Llama 3, generic) and compiled;
 /// - 3: a model's answer, read back for calls in each tool format.
 pub struct SchemaAndTools {
     tok: Tokenizer,
@@ -667,7 +667,12 @@ impl SchemaAndTools {
     }
 }
 
-const FORMATS: [ToolFormat; 3] = [ToolFormat::Hermes, ToolFormat::Llama3, ToolFormat::Generic];
+const FORMATS: [ToolFormat; 4] = [
+    ToolFormat::Harmony,
+    ToolFormat::Hermes,
+    ToolFormat::Llama3,
+    ToolFormat::Generic,
+];
 
 impl Target for SchemaAndTools {
     const NAME: &'static str = "schema_and_tools";
@@ -692,6 +697,7 @@ impl Target for SchemaAndTools {
             with(3, b"<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>"),
             with(3, br#"{"name": "weather", "parameters": {"city": "Oslo"}}"#),
             with(3, br#"{"tool_call": {"name": "weather", "arguments": {}}}"#),
+            with(3, b"<|channel|>analysis<|message|>Look it up.<|end|><|start|>assistant<|channel|>commentary to=functions.weather <|constrain|>json<|message|>{\"city\": \"Oslo\"}"),
         ]
     }
 
@@ -725,6 +731,11 @@ impl Target for SchemaAndTools {
             "\"arguments\"",
             "\"parameters\"",
             "\"tool_call\"",
+            "<|channel|>",
+            "<|message|>",
+            "<|end|>",
+            "<|start|>",
+            " to=functions.weather",
             "{",
             "}",
             "[",
