@@ -8,7 +8,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use ats_core::chat::harmony::{self, HarmonySplitter, Part};
+use ats_core::chat::harmony::{HarmonySplitter, Part};
 use ats_core::chat::tools::{ToolFormat, ToolSpec};
 use ats_core::sampling::TokenLogprob;
 use ats_sched::session::StopReason;
@@ -24,7 +24,7 @@ use super::prompt::{PreparedChat, Prompter};
 use super::queue::Finished;
 use super::request::check_chat;
 use super::routes::{App, Stage, finish_reason, include_usage, prepared, read_body, unix_now};
-use super::tools::{ToolStream, call_deltas, wire_calls};
+use super::tools::{ToolStream, call_deltas, read_answer, splits_harmony, wire_calls};
 use super::wire::{
     AssistantMessage, ChatChoice, ChatChunk, ChatCompletion, ChatLogprobs, ChunkChoice, Delta,
     TimingsOut,
@@ -120,20 +120,10 @@ impl Reply {
         f: &Finished,
         tools: Option<&(ToolFormat, Vec<ToolSpec>)>,
     ) -> ChatChoice {
-        let (content, reasoning, calls) = match tools {
-            Some((format, specs)) => {
-                let a = format.parse(&f.text, specs);
-                let calls = wire_calls(&a);
-                let reasoning = (!a.reasoning.is_empty()).then_some(a.reasoning);
-                (a.content, reasoning, calls)
-            }
-            None if self.prompter.harmony() => {
-                let a = harmony::split(&f.text);
-                let reasoning = (!a.reasoning.is_empty()).then_some(a.reasoning);
-                (a.content, reasoning, Vec::new())
-            }
-            None => (f.text.clone(), None, Vec::new()),
-        };
+        let a = read_answer(&f.text, tools, self.prompter.harmony());
+        let calls = wire_calls(&a);
+        let reasoning = (!a.reasoning.is_empty()).then_some(a.reasoning);
+        let content = a.content;
         ChatChoice {
             index,
             finish_reason: chat_finish_reason(&f.stop, !calls.is_empty()),
@@ -193,10 +183,8 @@ impl ChoiceStream {
         tools: Option<(ToolFormat, Vec<ToolSpec>)>,
         ended: Ended,
     ) -> ChoiceStream {
-        let harmony_calls = tools
-            .as_ref()
-            .is_none_or(|(f, _)| *f == ToolFormat::Harmony);
-        let harmony = (harmony_calls && reply.prompter.harmony()).then(HarmonySplitter::default);
+        let harmony =
+            splits_harmony(tools.as_ref(), reply.prompter.harmony()).then(HarmonySplitter::default);
         ChoiceStream {
             reply,
             index,

@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 
+use ats_core::chat::harmony::{HarmonySplitter, Part};
 use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
@@ -26,7 +27,7 @@ use super::request::check_chat;
 use super::routes::{
     App, Stage, finish, prepared, read_body, respond, sse_events, submit, unix_now,
 };
-use super::tools::{ToolStream, wire_calls};
+use super::tools::{ToolStream, read_answer, splits_harmony, wire_calls};
 use super::wire::WireToolCall;
 
 /// The fields of a Responses request read here; the sampling fields
@@ -76,30 +77,35 @@ async fn answer(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Respons
         model: app.model.clone(),
         echo,
         prompt_tokens,
+        prompter: app.prompter.clone(),
     };
+    let harmony = app.prompter.harmony();
     if !head.echo.stream {
         let f = finish(rx).await?;
-        let (text, calls) = match &tools {
-            Some((format, specs)) => {
-                let a = format.parse(&f.text, specs);
-                (a.content.clone(), wire_calls(&a))
-            }
-            None => (f.text.clone(), Vec::new()),
-        };
-        let msg_id = format!("msg_{}", head.id);
+        let a = read_answer(&f.text, tools.as_ref(), harmony);
+        let calls = wire_calls(&a);
         let mut output = Vec::new();
-        if calls.is_empty() || !text.is_empty() {
-            output.push(message_item(&msg_id, &text, "completed"));
+        if !a.reasoning.is_empty() {
+            output.push(reasoning_item(
+                &head.reasoning_id(),
+                &a.reasoning,
+                "completed",
+            ));
+        }
+        if calls.is_empty() || !a.content.is_empty() {
+            output.push(message_item(&head.msg_id(), &a.content, "completed"));
         }
         output.extend(calls.iter().map(call_item));
-        return Ok(Json(head.response(Some(&f), output)).into_response());
+        let reasoning_tokens = head.tokens_of(&a.reasoning);
+        return Ok(Json(head.response(Some((&f, reasoning_tokens)), output)).into_response());
     }
+    let splitter = splits_harmony(tools.as_ref(), harmony).then(HarmonySplitter::default);
     let mut stream = EventStream {
         head,
         seq: 0,
-        text: String::new(),
+        items: Vec::new(),
         calls: tools.map(|(format, specs)| (ToolStream::new(format), specs)),
-        opened: false,
+        harmony: splitter,
     };
     let frames = move |stage: Stage<'_>| stream.frames(stage);
     Ok(sse_events(rx, frames, None).into_response())
@@ -138,15 +144,36 @@ struct Head {
     model: String,
     echo: Echo,
     prompt_tokens: usize,
+    /// The model's tokenizer (reasoning tokens are counted with it).
+    prompter: Arc<Prompter>,
 }
 
 impl Head {
-    /// The response object: in progress (no `f`) or finished.
-    fn response(&self, f: Option<&Finished>, output: Vec<Value>) -> Value {
+    fn msg_id(&self) -> String {
+        format!("msg_{}", self.id)
+    }
+
+    fn reasoning_id(&self) -> String {
+        format!("rs_{}", self.id)
+    }
+
+    /// Tokens of generated text, counted by tokenizing it again (the
+    /// answer's own tokens are not kept apart by channel).
+    fn tokens_of(&self, text: &str) -> usize {
+        if text.is_empty() {
+            return 0;
+        }
+        let tok = self.prompter.tokenizer();
+        tok.encode(text, false, false).map_or(0, |ids| ids.len())
+    }
+
+    /// The response object: in progress (no `f`) or finished, with how
+    /// many of its tokens were reasoning.
+    fn response(&self, f: Option<(&Finished, usize)>, output: Vec<Value>) -> Value {
         let e = &self.echo;
         let (status, incomplete, usage) = match f {
             None => ("in_progress", Value::Null, Value::Null),
-            Some(f) => {
+            Some((f, reasoning_tokens)) => {
                 let cut = super::routes::finish_reason(&f.stop) == "length";
                 (
                     if cut { "incomplete" } else { "completed" },
@@ -159,7 +186,7 @@ impl Head {
                         "input_tokens": self.prompt_tokens,
                         "input_tokens_details": {"cached_tokens": f.timings.cached_tokens},
                         "output_tokens": f.completion_tokens,
-                        "output_tokens_details": {"reasoning_tokens": 0},
+                        "output_tokens_details": {"reasoning_tokens": reasoning_tokens.min(f.completion_tokens)},
                         "total_tokens": self.prompt_tokens + f.completion_tokens,
                     }),
                 )
@@ -196,16 +223,34 @@ impl Head {
 struct EventStream {
     head: Head,
     seq: u64,
-    /// The message's text so far.
-    text: String,
+    /// The items opened so far, in output order (a harmony answer's
+    /// reasoning and its message, each opened with its first text).
+    items: Vec<OpenItem>,
     /// The tool-call stream, when tools are in play.
     calls: Option<(ToolStream, Vec<ats_core::chat::tools::ToolSpec>)>,
-    /// Whether the message item was opened.
-    opened: bool,
+    /// Splits a harmony answer into reasoning and message text.
+    harmony: Option<HarmonySplitter>,
+}
+
+/// An item of text being streamed: the reasoning or the message.
+struct OpenItem {
+    part: Part,
+    text: String,
 }
 
 impl EventStream {
     fn frames(&mut self, stage: Stage<'_>) -> Vec<Event> {
+        self.events(stage)
+            .into_iter()
+            .map(|v| {
+                let kind = v["type"].as_str().unwrap_or_default().to_string();
+                Event::default().event(kind).data(v.to_string())
+            })
+            .collect()
+    }
+
+    /// The events of a stage, as their data (each names its `type`).
+    fn events(&mut self, stage: Stage<'_>) -> Vec<Value> {
         match stage {
             Stage::Start => {
                 let r = self.head.response(None, Vec::new());
@@ -214,76 +259,131 @@ impl EventStream {
                     self.event("response.in_progress", json!({"response": r})),
                 ]
             }
-            Stage::Text(t, _) => {
-                let shown = match &mut self.calls {
-                    Some((s, _)) => s.push(t),
-                    None => t.to_string(),
-                };
-                self.delta(&shown)
-            }
+            Stage::Text(t, _) => match self.harmony.as_mut() {
+                Some(h) => {
+                    let parts = h.push(t);
+                    self.parts(parts)
+                }
+                None => {
+                    let shown = match &mut self.calls {
+                        Some((s, _)) => s.push(t),
+                        None => t.to_string(),
+                    };
+                    self.delta(Part::Content, &shown)
+                }
+            },
             Stage::End(f) => self.end(f),
         }
     }
 
-    /// Text for the message item (opened with its first text).
-    fn delta(&mut self, shown: &str) -> Vec<Event> {
-        if shown.is_empty() {
-            return Vec::new();
+    fn parts(&mut self, parts: Vec<(Part, String)>) -> Vec<Value> {
+        let mut out = Vec::new();
+        for (part, t) in parts {
+            out.extend(self.delta(part, &t));
         }
-        let mut out = self.open();
-        self.text.push_str(shown);
-        out.push(self.event(
-            "response.output_text.delta",
-            json!({"item_id": self.msg_id(), "output_index": 0, "content_index": 0,
-                   "delta": shown, "logprobs": []}),
-        ));
         out
     }
 
-    fn open(&mut self) -> Vec<Event> {
-        if self.opened {
+    /// Text for the reasoning or message item (opened with its first text).
+    fn delta(&mut self, part: Part, shown: &str) -> Vec<Value> {
+        if shown.is_empty() {
             return Vec::new();
         }
-        self.opened = true;
-        let item = message_item(&self.msg_id(), "", "in_progress");
-        vec![
-            self.event(
-                "response.output_item.added",
-                json!({"output_index": 0, "item": item}),
-            ),
-            self.event(
-                "response.content_part.added",
-                json!({"item_id": self.msg_id(), "output_index": 0, "content_index": 0,
-                       "part": text_part("")}),
-            ),
-        ]
+        let (index, mut out) = self.open(part);
+        self.items[index].text.push_str(shown);
+        let kind = match part {
+            Part::Reasoning => "response.reasoning_text.delta",
+            Part::Content => "response.output_text.delta",
+        };
+        let mut data = json!({"item_id": self.item_id(part), "output_index": index,
+            "content_index": 0, "delta": shown});
+        if part == Part::Content {
+            data["logprobs"] = json!([]);
+        }
+        out.push(self.event(kind, data));
+        out
     }
 
-    fn end(&mut self, f: &Finished) -> Vec<Event> {
-        let mut out = Vec::new();
+    /// The item of `part`'s index, and the events that opened it if it was
+    /// not open yet.
+    fn open(&mut self, part: Part) -> (usize, Vec<Value>) {
+        if let Some(i) = self.items.iter().position(|it| it.part == part) {
+            return (i, Vec::new());
+        }
+        let index = self.items.len();
+        self.items.push(OpenItem {
+            part,
+            text: String::new(),
+        });
+        let id = self.item_id(part);
+        let item = match part {
+            Part::Reasoning => reasoning_item(&id, "", "in_progress"),
+            Part::Content => message_item(&id, "", "in_progress"),
+        };
+        let added = self.event(
+            "response.output_item.added",
+            json!({"output_index": index, "item": item}),
+        );
+        let part_added = self.event(
+            "response.content_part.added",
+            json!({"item_id": id, "output_index": index, "content_index": 0,
+                   "part": part_value(part, "")}),
+        );
+        (index, vec![added, part_added])
+    }
+
+    /// The events that close open item `index`, and the item.
+    fn close(&mut self, index: usize) -> (Vec<Value>, Value) {
+        let (part, text) = (self.items[index].part, self.items[index].text.clone());
+        let id = self.item_id(part);
+        let mut done =
+            json!({"item_id": id, "output_index": index, "content_index": 0, "text": text});
+        let (kind, item) = match part {
+            Part::Reasoning => (
+                "response.reasoning_text.done",
+                reasoning_item(&id, &text, "completed"),
+            ),
+            Part::Content => {
+                done["logprobs"] = json!([]);
+                (
+                    "response.output_text.done",
+                    message_item(&id, &text, "completed"),
+                )
+            }
+        };
+        let events = vec![
+            self.event(kind, done),
+            self.event(
+                "response.content_part.done",
+                json!({"item_id": id, "output_index": index, "content_index": 0,
+                       "part": part_value(part, &text)}),
+            ),
+            self.event(
+                "response.output_item.done",
+                json!({"output_index": index, "item": item.clone()}),
+            ),
+        ];
+        (events, item)
+    }
+
+    fn end(&mut self, f: &Finished) -> Vec<Value> {
+        let mut out = match self.harmony.as_mut() {
+            Some(h) => {
+                let rest = h.finish();
+                self.parts(rest)
+            }
+            None => Vec::new(),
+        };
         let mut calls: Vec<WireToolCall> = Vec::new();
         if let Some((s, specs)) = self.calls.take() {
             let (rest, answer) = s.finish(&f.text, &specs);
-            out.extend(self.delta(&rest));
+            out.extend(self.delta(Part::Content, &rest));
             calls = wire_calls(&answer);
         }
         let mut output = Vec::new();
-        if self.opened {
-            let id = self.msg_id();
-            let text = self.text.clone();
-            out.push(self.event(
-                "response.output_text.done",
-                json!({"item_id": id, "output_index": 0, "content_index": 0, "text": text, "logprobs": []}),
-            ));
-            out.push(self.event(
-                "response.content_part.done",
-                json!({"item_id": id, "output_index": 0, "content_index": 0, "part": text_part(&text)}),
-            ));
-            let item = message_item(&id, &text, "completed");
-            out.push(self.event(
-                "response.output_item.done",
-                json!({"output_index": 0, "item": item.clone()}),
-            ));
+        for index in 0..self.items.len() {
+            let (events, item) = self.close(index);
+            out.extend(events);
             output.push(item);
         }
         for c in &calls {
@@ -303,7 +403,12 @@ impl EventStream {
             ));
             output.push(item);
         }
-        let r = self.head.response(Some(f), output);
+        let reasoning = self
+            .items
+            .iter()
+            .find(|it| it.part == Part::Reasoning)
+            .map_or(0, |it| self.head.tokens_of(&it.text));
+        let r = self.head.response(Some((f, reasoning)), output);
         let kind = if r["status"] == "completed" {
             "response.completed"
         } else {
@@ -313,17 +418,40 @@ impl EventStream {
         out
     }
 
-    fn msg_id(&self) -> String {
-        format!("msg_{}", self.head.id)
+    fn item_id(&self, part: Part) -> String {
+        match part {
+            Part::Reasoning => self.head.reasoning_id(),
+            Part::Content => self.head.msg_id(),
+        }
     }
 
-    /// One named event with its type and sequence number in its data.
-    fn event(&mut self, kind: &str, mut data: Value) -> Event {
+    /// One named event's data, with its type and sequence number.
+    fn event(&mut self, kind: &str, mut data: Value) -> Value {
         data["type"] = kind.into();
         data["sequence_number"] = self.seq.into();
         self.seq += 1;
-        Event::default().event(kind).data(data.to_string())
+        data
     }
+}
+
+/// A content part of the message (`output_text`) or of the reasoning
+/// (`reasoning_text`).
+fn part_value(part: Part, text: &str) -> Value {
+    match part {
+        Part::Reasoning => json!({"type": "reasoning_text", "text": text}),
+        Part::Content => text_part(text),
+    }
+}
+
+/// The answer's reasoning item (harmony's `analysis` channel), its text as
+/// a `reasoning_text` part, as OpenAI serves its open-weight models.
+fn reasoning_item(id: &str, text: &str, status: &str) -> Value {
+    let content = if status == "completed" {
+        vec![part_value(Part::Reasoning, text)]
+    } else {
+        Vec::new()
+    };
+    json!({"type": "reasoning", "id": id, "status": status, "summary": [], "content": content})
 }
 
 fn text_part(text: &str) -> Value {
@@ -455,15 +583,52 @@ fn refuse_stored(req: &ResponsesRequest) -> Result<(), ApiError> {
 fn input_messages(input: &Value) -> Result<Vec<Value>, ApiError> {
     match input {
         Value::String(s) => Ok(vec![json!({"role": "user", "content": s})]),
-        Value::Array(items) if !items.is_empty() => items
-            .iter()
-            .enumerate()
-            .map(|(i, item)| input_item(i, item))
-            .collect(),
+        Value::Array(items) if !items.is_empty() => {
+            let mut out = Vec::with_capacity(items.len());
+            // a reasoning item belongs to the assistant turn after it
+            let mut reasoning: Option<String> = None;
+            for (i, item) in items.iter().enumerate() {
+                if item.get("type").and_then(Value::as_str) == Some("reasoning") {
+                    reasoning = Some(reasoning_text(item)).filter(|r| !r.is_empty());
+                    continue;
+                }
+                let mut m = input_item(i, item)?;
+                match reasoning.take() {
+                    Some(r) if m["role"] == "assistant" => m["reasoning_content"] = r.into(),
+                    _ => {}
+                }
+                out.push(m);
+            }
+            Ok(out)
+        }
         _ => Err(ApiError::bad_param(
             "input",
             "input must be a string or a non-empty list of input items",
         )),
+    }
+}
+
+/// The text of a reasoning item: its `reasoning_text` parts, else its
+/// summary's text (an item holding only another server's
+/// `encrypted_content` has none, and adds nothing to the prompt).
+fn reasoning_text(item: &Value) -> String {
+    let texts = |key: &str| -> String {
+        item.get(key)
+            .and_then(Value::as_array)
+            .map(|parts| {
+                parts
+                    .iter()
+                    .filter_map(|p| p.get("text").and_then(Value::as_str))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .unwrap_or_default()
+    };
+    let content = texts("content");
+    if content.is_empty() {
+        texts("summary")
+    } else {
+        content
     }
 }
 
@@ -523,7 +688,7 @@ fn input_item(i: usize, item: &Value) -> Result<Value, ApiError> {
         other => Err(ApiError::unsupported(
             format!("{param}.type"),
             format!(
-                "input items of type {other:?} are not served (message, function_call, function_call_output)"
+                "input items of type {other:?} are not served (message, reasoning, function_call, function_call_output)"
             ),
         )),
     }
@@ -628,10 +793,32 @@ mod tests {
     }
 
     #[test]
+    fn reasoning_items_go_with_the_assistant_turn_after_them() {
+        let c = chat(json!({"input": [
+            {"role": "user", "content": "weather?"},
+            {"type": "reasoning", "id": "rs_1", "summary": [],
+                "content": [{"type": "reasoning_text", "text": "Need the tool."}]},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "Say it."}]},
+            {"role": "assistant", "content": "Sunny."},
+            {"type": "reasoning", "encrypted_content": "gAAA"},
+            {"role": "user", "content": "thanks"},
+        ]}))
+        .unwrap();
+        let m = c["messages"].as_array().unwrap();
+        assert_eq!(m.len(), 5);
+        assert_eq!(m[1]["reasoning_content"], "Need the tool.");
+        assert_eq!(m[3]["reasoning_content"], "Say it.");
+        // reasoning with no readable text, or before a user turn, adds nothing
+        assert!(m[4].get("reasoning_content").is_none());
+    }
+
+    #[test]
     fn stored_state_is_refused_by_name() {
         let e = chat(json!({"input": "hi", "previous_response_id": "resp_1"})).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("previous_response_id"));
-        let e = chat(json!({"input": [{"type": "reasoning", "summary": []}]})).unwrap_err();
+        let e = chat(json!({"input": [{"type": "web_search_call"}]})).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("input[0].type"));
         let e = chat(json!({"input": []})).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("input"));
@@ -650,5 +837,76 @@ mod tests {
             c["response_format"]["json_schema"]["schema"]["type"],
             "object"
         );
+    }
+
+    /// A head for the gpt-oss fixture's vocabulary (harmony's tokens).
+    fn harmony_head() -> Head {
+        let path = ats_tests::repo_fixtures().join("gpt-oss/gpt-oss-f32.gguf");
+        let gguf = ats_core::gguf::GgufFile::open(&path).expect("the gpt-oss fixture");
+        let tok = ats_core::Tokenizer::from_gguf(&gguf.metadata).expect("its tokenizer");
+        let template = ats_core::ChatTemplate::from_gguf(&gguf.metadata).map_err(|e| e.to_string());
+        Head {
+            id: "resp_1".into(),
+            created_at: 0,
+            model: "gpt-oss".into(),
+            echo: Echo::default(),
+            prompt_tokens: 3,
+            prompter: Arc::new(Prompter::new(tok, template, 256, None)),
+        }
+    }
+
+    #[test]
+    fn a_streamed_harmony_answer_has_a_reasoning_item_then_its_message() {
+        const ANSWER: &str = "<|channel|>analysis<|message|>They ask for 2+2.<|end|>\
+            <|start|>assistant<|channel|>final<|message|>It is 4.";
+        let mut s = EventStream {
+            head: harmony_head(),
+            seq: 0,
+            items: Vec::new(),
+            calls: None,
+            harmony: Some(HarmonySplitter::default()),
+        };
+        let mut events = s.events(Stage::Start);
+        for piece in ANSWER.as_bytes().chunks(6) {
+            events.extend(s.events(Stage::Text(std::str::from_utf8(piece).unwrap(), &[])));
+        }
+        let f = Finished {
+            text: ANSWER.into(),
+            stop: ats_sched::session::StopReason::Eog,
+            completion_tokens: 20,
+            held_back_bytes: 0,
+            logprobs: Vec::new(),
+            timings: Default::default(),
+            vision: None,
+        };
+        events.extend(s.events(Stage::End(&f)));
+        let deltas = |kind: &str, index: u64| -> String {
+            events
+                .iter()
+                .filter(|e| e["type"] == kind && e["output_index"] == index)
+                .filter_map(|e| e["delta"].as_str())
+                .collect()
+        };
+        assert_eq!(
+            deltas("response.reasoning_text.delta", 0),
+            "They ask for 2+2."
+        );
+        assert_eq!(deltas("response.output_text.delta", 1), "It is 4.");
+        let seq: Vec<u64> = events
+            .iter()
+            .map(|e| e["sequence_number"].as_u64().unwrap())
+            .collect();
+        assert_eq!(seq, (0..events.len() as u64).collect::<Vec<_>>());
+        let done = events.last().unwrap();
+        assert_eq!(done["type"], "response.completed");
+        let out = &done["response"]["output"];
+        assert_eq!(out[0]["type"], "reasoning");
+        assert_eq!(
+            out[0]["content"][0],
+            json!({"type": "reasoning_text", "text": "They ask for 2+2."})
+        );
+        assert_eq!(out[1]["content"][0]["text"], "It is 4.");
+        let rt = done["response"]["usage"]["output_tokens_details"]["reasoning_tokens"].as_u64();
+        assert!((1..20).contains(&rt.unwrap()), "{rt:?}");
     }
 }

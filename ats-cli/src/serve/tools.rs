@@ -183,6 +183,37 @@ fn generic_message(mut m: ChatMessage) -> ChatMessage {
     m
 }
 
+/// An answer's content, reasoning and calls: read for calls in the tools'
+/// format when tools are in play, else split into harmony's channels when
+/// the model speaks harmony, else all content.
+pub fn read_answer(
+    text: &str,
+    tools: Option<&(ToolFormat, Vec<ToolSpec>)>,
+    harmony: bool,
+) -> ToolAnswer {
+    match tools {
+        Some((format, specs)) => format.parse(text, specs),
+        None if harmony => {
+            let a = harmony::split(text);
+            ToolAnswer {
+                content: a.content,
+                reasoning: a.reasoning,
+                calls: Vec::new(),
+            }
+        }
+        None => ToolAnswer {
+            content: text.to_string(),
+            ..ToolAnswer::default()
+        },
+    }
+}
+
+/// Whether a stream of this answer goes through a harmony splitter: the
+/// model speaks harmony and its calls, if any, are harmony messages.
+pub fn splits_harmony(tools: Option<&(ToolFormat, Vec<ToolSpec>)>, harmony: bool) -> bool {
+    harmony && tools.is_none_or(|(f, _)| *f == ToolFormat::Harmony)
+}
+
 /// An answer's calls on the wire, with fresh ids.
 pub fn wire_calls(answer: &ToolAnswer) -> Vec<WireToolCall> {
     answer
