@@ -4,7 +4,7 @@
 //! generic format) and on the qwen2 fixture with a template that renders
 //! tools (the Hermes format); the Responses API, embeddings, cached turns
 //! and n choices on SmolLM2; images in chat and Responses on the Qwen2-VL
-//! fixture. Where python3, `openai` or `jsonschema` is
+//! fixture; gpt-oss's harmony calls and reasoning on its fixture. Where python3, `openai` or `jsonschema` is
 //! missing the tests say so and skip; `.ci/run` installs them.
 
 mod common;
@@ -167,5 +167,36 @@ fn images_in_chat_and_responses_on_the_qwen2_vl_fixture() {
             ("ATS_VLM_WANT", want.as_ref()),
             ("ATS_IMAGE", image.as_os_str()),
         ],
+    );
+}
+
+/// `harmony.py` on the gpt-oss fixture, with the biases that steer its
+/// random weights from reasoning to the required call.
+#[test]
+fn harmony_calls_and_reasoning_on_the_gpt_oss_fixture() {
+    if let Some(why) = missing_python() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let model = ats_tests::repo_fixtures().join("gpt-oss/gpt-oss-f32.gguf");
+    let gguf = ats_core::gguf::GgufFile::open(&model).unwrap();
+    let tok = ats_core::Tokenizer::from_gguf(&gguf.metadata).unwrap();
+    let mut bias = serde_json::Map::new();
+    for id in 0..tok.vocab_size() as u32 {
+        let piece = tok.token_to_piece(id).unwrap_or_default();
+        if !piece.is_empty() && b"analysis".starts_with(piece) {
+            bias.insert(id.to_string(), (-100).into());
+        }
+    }
+    let id = |t: &str| tok.token_id(t).unwrap().to_string();
+    bias.insert(id("<|end|>"), 100.into());
+    bias.insert(id("<|message|>"), (-100).into());
+    let bias = serde_json::Value::Object(bias).to_string();
+    let server = Server::start(&model, &[]);
+    run_script_env(&server, "harmony.py", &[("ATS_LOGIT_BIAS", bias.as_ref())]);
+    assert!(
+        server.log().contains("tool calls in the harmony"),
+        "{}",
+        server.log()
     );
 }
