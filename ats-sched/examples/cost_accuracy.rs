@@ -98,8 +98,13 @@ fn main() {
         let (mut meas_sum, mut est_sum) = (0.0, 0.0);
         for (node, mut v) in per_node {
             let meas = median(&mut v);
-            let est =
-                cost.profiled_secs(&graph, node, ats_core::machine::DeviceId::Host, shape, true);
+            let at = ats_sched::profile::NodeAt {
+                g: &graph,
+                node,
+                shape,
+                kv_f16: true,
+            };
+            let est = cost.profiled_secs(at, ats_core::machine::DeviceId::Host);
             meas_sum += meas;
             est_sum += est;
             // nodes under 20 us are dominated by timer and launch noise

@@ -129,10 +129,16 @@ fn main() {
                     past,
                     n_outputs: 1,
                 };
+                let at = |shape| ats_sched::profile::NodeAt {
+                    g,
+                    node: n,
+                    shape,
+                    kv_f16: true,
+                };
                 println!(
                     "  attention {what}: cpu {:.3} ms, gpu {:.3} ms",
-                    c.node_secs(g, n, DeviceId::Host, sh, true) * 1e3,
-                    c.node_secs(g, n, DeviceId::Gpu, sh, true) * 1e3
+                    c.node_secs(at(sh), DeviceId::Host) * 1e3,
+                    c.node_secs(at(sh), DeviceId::Gpu) * 1e3
                 );
             }
         }

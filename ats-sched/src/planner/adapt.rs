@@ -18,6 +18,7 @@ use super::audition::{Audition, AuditionReport, Step};
 use super::tier_plan::secs_at;
 use super::{PlanError, PlanKind, PlanSet, Planner, TierEntry};
 use crate::exec::{ExecPlan, RoundStats};
+use crate::profile::NodeAt;
 use crate::rescheduler::{CostSnapshot, Decision, ReschedConfig, Rescheduler};
 
 /// Decode rounds within which a re-plan that moves weights must win back
@@ -240,8 +241,13 @@ impl Planner {
                 DeviceId::Host => slowdown.get(node).copied().unwrap_or(1.0),
                 _ => 1.0,
             };
-            self.cost
-                .observe(&self.graph, d, node, shape, kv_f16, secs / f);
+            let at = NodeAt {
+                g: &self.graph,
+                node,
+                shape,
+                kv_f16,
+            };
+            self.cost.observe(at, d, secs / f);
         }
         if bytes > 0 {
             self.cost.observe_copy(DeviceId::Gpu, bytes as f64, secs);

@@ -8,7 +8,7 @@ use ats_core::graph::{Graph, Op, SubLayer};
 
 use ats_core::machine::DeviceId;
 
-use crate::profile::CostModel;
+use crate::profile::{CostModel, NodeAt};
 
 /// A unit of placement: consecutive nodes of one (layer, sub-layer).
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -150,9 +150,15 @@ pub fn item_costs(
         .iter()
         .map(|it| {
             // per node: its time alone, and beside weight copies
+            let at = |node| NodeAt {
+                g,
+                node,
+                shape,
+                kv_f16,
+            };
             let (cpu, cpu_streaming) = it.nodes.iter().fold((0.0, 0.0), |(a, b), &n| {
-                let alone = cost.node_secs(g, n, DeviceId::Host, shape, kv_f16);
-                let beside = cost.beside_copies(g, n, DeviceId::Host, shape, kv_f16, alone);
+                let alone = cost.node_secs(at(n), DeviceId::Host);
+                let beside = cost.beside_copies(at(n), DeviceId::Host, alone);
                 (a + alone, b + beside)
             });
             if !has_gpu {
@@ -167,7 +173,7 @@ pub fn item_costs(
             let gpu_t: f64 = it
                 .nodes
                 .iter()
-                .map(|&n| cost.node_secs(g, n, DeviceId::Gpu, shape, kv_f16))
+                .map(|&n| cost.node_secs(at(n), DeviceId::Gpu))
                 .sum();
             let in_bytes: u64 = it
                 .inputs

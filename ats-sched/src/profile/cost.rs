@@ -199,6 +199,20 @@ struct Ema {
     scale_at: f64,
 }
 
+/// One node of a graph in a round: what a cost estimate is asked about,
+/// beside the device it would run on.
+#[derive(Clone, Copy, Debug)]
+pub struct NodeAt<'g> {
+    /// The graph.
+    pub g: &'g Graph,
+    /// The node's index in `g`.
+    pub node: usize,
+    /// The round's shape.
+    pub shape: RoundShape,
+    /// Whether the KV caches hold f16 (attention's bytes).
+    pub kv_f16: bool,
+}
+
 /// Estimates node, copy and switch times per device.
 pub struct CostModel {
     devices: PerDevice<Option<DeviceCosts>>,
@@ -356,21 +370,14 @@ impl CostModel {
         })
     }
 
-    /// Records an observed time for node `node` of `g` on device `d` in a round of `shape`.
-    pub fn observe(
-        &mut self,
-        g: &Graph,
-        d: DeviceId,
-        node: usize,
-        shape: RoundShape,
-        kv_f16: bool,
-        secs: f64,
-    ) {
+    /// Records an observed time of node `at` on device `d`.
+    pub fn observe(&mut self, at: NodeAt<'_>, d: DeviceId, secs: f64) {
+        let NodeAt { g, node, shape, .. } = at;
         // a time of another graph's node (or a non-time) says nothing about this one
         if !secs.is_finite() || secs < 0.0 || node >= g.nodes.len() || self.dev(d).is_none() {
             return;
         }
-        let prof = self.profiled_secs(g, node, d, shape, kv_f16);
+        let prof = self.profiled_secs(at, d);
         if prof > 0.0 {
             // a small decay per observation: the ratio follows recent load
             let k = LOAD_DECAY;
@@ -413,15 +420,14 @@ impl CostModel {
             .map(|e| e.value * now / e.scale_at.max(1e-12))
     }
 
-    /// The profile-based estimate of node `node` on device `d` (ignores live data).
-    pub fn profiled_secs(
-        &self,
-        g: &Graph,
-        node: usize,
-        d: DeviceId,
-        shape: RoundShape,
-        kv_f16: bool,
-    ) -> f64 {
+    /// The profile-based estimate of node `at` on device `d` (ignores live data).
+    pub fn profiled_secs(&self, at: NodeAt<'_>, d: DeviceId) -> f64 {
+        let NodeAt {
+            g,
+            node,
+            shape,
+            kv_f16,
+        } = at;
         let Some(dc) = self.dev(d) else {
             return f64::INFINITY;
         };
@@ -458,11 +464,11 @@ impl CostModel {
     /// memory bandwidth, a compute-bound prompt product almost nothing, so
     /// one device-wide factor fits neither (the device's, from every
     /// sample together, is the fallback).
-    pub fn contention_of(&self, g: &Graph, node: usize, d: DeviceId, shape: RoundShape) -> f64 {
+    pub fn contention_of(&self, at: NodeAt<'_>, d: DeviceId) -> f64 {
         let Some(dc) = self.dev(d) else {
             return 1.0;
         };
-        let key = op_key(g, node, shape);
+        let key = op_key(at.g, at.node, at.shape);
         dc.contention_by
             .iter()
             .filter(|((op, _), _)| *op == key.op)
@@ -474,64 +480,34 @@ impl CostModel {
             .map_or(dc.contention, |(_, &f)| f)
     }
 
-    /// The least node `node` takes on device `d` beside weight copies: the
+    /// The least node `at` takes on device `d` beside weight copies: the
     /// memory bandwidth they leave bounds it, whatever the device's load.
-    fn copies_floor(
-        &self,
-        g: &Graph,
-        node: usize,
-        d: DeviceId,
-        shape: RoundShape,
-        kv_f16: bool,
-    ) -> f64 {
-        self.profiled_secs(g, node, d, shape, kv_f16) * self.contention_of(g, node, d, shape)
+    fn copies_floor(&self, at: NodeAt<'_>, d: DeviceId) -> f64 {
+        self.profiled_secs(at, d) * self.contention_of(at, d)
     }
 
-    /// The estimate for node `node` on device `d` while weight copies
+    /// The estimate for node `at` on device `d` while weight copies
     /// stream beside it: its time alone ([`CostModel::node_secs`]) or the
     /// copies' floor, whichever is longer (a device slowed by other
     /// programs waits on its cores more than on memory, so the copies cost
     /// it less).
-    pub fn node_secs_beside_copies(
-        &self,
-        g: &Graph,
-        node: usize,
-        d: DeviceId,
-        shape: RoundShape,
-        kv_f16: bool,
-    ) -> f64 {
-        let alone = self.node_secs(g, node, d, shape, kv_f16);
-        self.beside_copies(g, node, d, shape, kv_f16, alone)
+    pub fn node_secs_beside_copies(&self, at: NodeAt<'_>, d: DeviceId) -> f64 {
+        self.beside_copies(at, d, self.node_secs(at, d))
     }
 
     /// [`CostModel::node_secs_beside_copies`] for a caller that has the
     /// node's time alone already.
-    pub fn beside_copies(
-        &self,
-        g: &Graph,
-        node: usize,
-        d: DeviceId,
-        shape: RoundShape,
-        kv_f16: bool,
-        alone: f64,
-    ) -> f64 {
-        alone.max(self.copies_floor(g, node, d, shape, kv_f16))
+    pub fn beside_copies(&self, at: NodeAt<'_>, d: DeviceId, alone: f64) -> f64 {
+        alone.max(self.copies_floor(at, d))
     }
 
-    /// The estimate for node `node` on device `d`: the live average if any,
+    /// The estimate for node `at` on device `d`: the live average if any,
     /// else the profile scaled by how the device's observed times compare
     /// with the profile lately (load, or a profile that is off).
-    pub fn node_secs(
-        &self,
-        g: &Graph,
-        node: usize,
-        d: DeviceId,
-        shape: RoundShape,
-        kv_f16: bool,
-    ) -> f64 {
-        self.live_secs(d, node, shape.n_tokens).unwrap_or_else(|| {
-            self.profiled_secs(g, node, d, shape, kv_f16) * self.scale_for(d, shape.n_tokens)
-        })
+    pub fn node_secs(&self, at: NodeAt<'_>, d: DeviceId) -> f64 {
+        let tokens = at.shape.n_tokens;
+        self.live_secs(d, at.node, tokens)
+            .unwrap_or_else(|| self.profiled_secs(at, d) * self.scale_for(d, tokens))
     }
 }
 
@@ -561,6 +537,16 @@ mod tests {
     use super::*;
 
     const H: DeviceId = DeviceId::Host;
+
+    /// Node `node` of `g` in a round of `shape`, with f16 caches.
+    fn at(g: &Graph, node: usize, shape: RoundShape) -> NodeAt<'_> {
+        NodeAt {
+            g,
+            node,
+            shape,
+            kv_f16: true,
+        }
+    }
 
     fn sample(m: usize, tokens: usize, secs: f64) -> Sample {
         Sample {
@@ -597,8 +583,8 @@ mod tests {
         assert!(c.is_measured(H));
         let g = tiny_graph();
         let shape = RoundShape::decode(0);
-        c.observe(&g, H, 0, shape, true, 2.0);
-        c.observe(&g, H, 0, shape, true, 1.0);
+        c.observe(at(&g, 0, shape), H, 2.0);
+        c.observe(at(&g, 0, shape), H, 1.0);
         assert!((c.live_secs(H, 0, 1).unwrap() - 1.7).abs() < 1e-12);
         assert!(c.device_scale(H) > 1.0, "observed far above the profile");
         c.observe_copy(H, 1e9, 2.0 / 12.0);
@@ -614,13 +600,13 @@ mod tests {
         let mut c = one_sample_cpu();
         let g = tiny_graph();
         let shape = RoundShape::decode(0);
-        c.observe(&g, H, 0, shape, true, 1e-4);
-        let prof = c.profiled_secs(&g, 0, H, shape, true);
+        c.observe(at(&g, 0, shape), H, 1e-4);
+        let prof = c.profiled_secs(at(&g, 0, shape), H);
         let seen = c.live_secs(H, 0, 1).unwrap();
         // the device then runs its other node 3x slower in the same rounds
-        let prof1 = c.profiled_secs(&g, 1, H, shape, true);
+        let prof1 = c.profiled_secs(at(&g, 1, shape), H);
         for _ in 0..2000 {
-            c.observe(&g, H, 1, shape, true, 3.0 * prof1 * (1e-4 / prof));
+            c.observe(at(&g, 1, shape), H, 3.0 * prof1 * (1e-4 / prof));
         }
         let now = c.live_secs(H, 0, 1).unwrap();
         assert!((now / seen - 3.0).abs() < 0.05, "{seen} -> {now}");
@@ -639,12 +625,12 @@ mod tests {
             past: 0,
             n_outputs: 1,
         };
-        let p1 = c.profiled_secs(&g, 0, H, decode, true);
-        c.observe(&g, H, 0, decode, true, p1);
+        let p1 = c.profiled_secs(at(&g, 0, decode), H);
+        c.observe(at(&g, 0, decode), H, p1);
         let seen = c.live_secs(H, 0, 1).unwrap();
-        let p64 = c.profiled_secs(&g, 0, H, prompt, true);
+        let p64 = c.profiled_secs(at(&g, 0, prompt), H);
         for _ in 0..200 {
-            c.observe(&g, H, 0, prompt, true, 0.25 * p64);
+            c.observe(at(&g, 0, prompt), H, 0.25 * p64);
         }
         let now = c.live_secs(H, 0, 1).unwrap();
         assert!((now / seen - 1.0).abs() < 1e-9, "{seen} -> {now}");
@@ -685,22 +671,22 @@ mod tests {
             past: 0,
             n_outputs: 1,
         };
-        let decode = c.contention_of(&g, 0, H, RoundShape::decode(0));
+        let decode = c.contention_of(at(&g, 0, RoundShape::decode(0)), H);
         assert!((decode - 2.0).abs() < 1e-9, "{decode}");
-        assert!((c.contention_of(&g, 0, H, prompt) - 1.05).abs() < 1e-9);
+        assert!((c.contention_of(at(&g, 0, prompt), H) - 1.05).abs() < 1e-9);
         let device = c.contention(H);
         assert!(device > 1.1 && device < 1.9, "{device}");
         // without samples under traffic, the device-wide factor (1: none)
-        assert_eq!(one_sample_cpu().contention_of(&g, 0, H, prompt), 1.0);
+        assert_eq!(one_sample_cpu().contention_of(at(&g, 0, prompt), H), 1.0);
         // beside copies: the floor (2x) until the device's own load passes it
         let mut c = c;
         let dec = RoundShape::decode(0);
-        let p0 = c.profiled_secs(&g, 0, H, dec, true);
-        assert!((c.node_secs_beside_copies(&g, 0, H, dec, true) / p0 - 2.0).abs() < 1e-9);
+        let p0 = c.profiled_secs(at(&g, 0, dec), H);
+        assert!((c.node_secs_beside_copies(at(&g, 0, dec), H) / p0 - 2.0).abs() < 1e-9);
         for _ in 0..2000 {
-            c.observe(&g, H, 0, dec, true, 3.0 * p0);
+            c.observe(at(&g, 0, dec), H, 3.0 * p0);
         }
-        let loaded = c.node_secs_beside_copies(&g, 0, H, dec, true);
+        let loaded = c.node_secs_beside_copies(at(&g, 0, dec), H);
         assert!((loaded / p0 - 3.0).abs() < 1e-6, "{loaded}");
     }
 

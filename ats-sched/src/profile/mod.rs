@@ -8,7 +8,7 @@ mod micros;
 mod store;
 
 pub use bench::{BenchOptions, profile_devices, profile_devices_with};
-pub use cost::{CostModel, op_key};
+pub use cost::{CostModel, NodeAt, op_key};
 pub use store::{default_profile_path, hardware_fingerprint, load_profile, save_profile};
 
 use serde::{Deserialize, Serialize};
