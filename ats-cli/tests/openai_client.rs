@@ -178,21 +178,8 @@ fn harmony_calls_and_reasoning_on_the_gpt_oss_fixture() {
         eprintln!("skipped: {why}");
         return;
     }
-    let model = ats_tests::repo_fixtures().join("gpt-oss/gpt-oss-f32.gguf");
-    let gguf = ats_core::gguf::GgufFile::open(&model).unwrap();
-    let tok = ats_core::Tokenizer::from_gguf(&gguf.metadata).unwrap();
-    let mut bias = serde_json::Map::new();
-    for id in 0..tok.vocab_size() as u32 {
-        let piece = tok.token_to_piece(id).unwrap_or_default();
-        if !piece.is_empty() && b"analysis".starts_with(piece) {
-            bias.insert(id.to_string(), (-100).into());
-        }
-    }
-    let id = |t: &str| tok.token_id(t).unwrap().to_string();
-    bias.insert(id("<|end|>"), 100.into());
-    bias.insert(id("<|message|>"), (-100).into());
-    let bias = serde_json::Value::Object(bias).to_string();
-    let server = Server::start(&model, &[]);
+    let bias = serde_json::Value::Object(common::harmony_call_bias()).to_string();
+    let server = Server::start(&common::gpt_oss(), &[]);
     run_script_env(&server, "harmony.py", &[("ATS_LOGIT_BIAS", bias.as_ref())]);
     assert!(
         server.log().contains("tool calls in the harmony"),

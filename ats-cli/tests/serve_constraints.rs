@@ -213,26 +213,12 @@ fn a_required_call_and_logprobs_have_openai_shape() {
 
 /// gpt-oss's own call format: its template lists the tools, the required
 /// call is a harmony message to `functions.weather`, and the answer comes
-/// back as `tool_calls`, streamed or not. The grammar lets the model
-/// reason first, which the random fixture would do until `max_tokens`: so
-/// `logit_bias` bans the tokens that begin "analysis", ends any note at
-/// once, and makes `commentary` a call rather than a note.
+/// back as `tool_calls`, streamed or not (`logit_bias` steers the random
+/// fixture past the reasoning the grammar allows first).
 #[test]
 fn a_required_call_in_harmony_comes_back_as_tool_calls() {
-    let model = ats_tests::repo_fixtures().join("gpt-oss/gpt-oss-f32.gguf");
-    let gguf = ats_core::gguf::GgufFile::open(&model).unwrap();
-    let tok = ats_core::Tokenizer::from_gguf(&gguf.metadata).unwrap();
-    let mut bias = serde_json::Map::new();
-    for id in 0..tok.vocab_size() as u32 {
-        let piece = tok.token_to_piece(id).unwrap_or_default();
-        if !piece.is_empty() && b"analysis".starts_with(piece) {
-            bias.insert(id.to_string(), json!(-100));
-        }
-    }
-    let id = |t: &str| tok.token_id(t).unwrap().to_string();
-    bias.insert(id("<|end|>"), json!(100));
-    bias.insert(id("<|message|>"), json!(-100));
-    let server = Server::start(&model, &[]);
+    let bias = common::harmony_call_bias();
+    let server = Server::start(&common::gpt_oss(), &[]);
     let body = json!({
         "messages": [{"role": "user", "content": "weather?"}],
         "max_tokens": 60, "temperature": 0, "logit_bias": bias,

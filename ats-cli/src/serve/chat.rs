@@ -338,6 +338,30 @@ mod tests {
         }
     }
 
+    /// The frames of `answer` streamed in pieces of `size` bytes (at most).
+    fn streamed(
+        answer: &str,
+        tools: Option<(ToolFormat, Vec<ToolSpec>)>,
+        size: usize,
+    ) -> Vec<serde_json::Value> {
+        let mut s = ChoiceStream::new(reply(), 0, tools, Arc::default());
+        let mut frames = s.frames(Stage::Start);
+        for piece in answer.as_bytes().chunks(size) {
+            let t = std::str::from_utf8(piece).unwrap();
+            frames.extend(s.frames(Stage::Text(t, &[])));
+        }
+        frames.extend(s.frames(Stage::End(&finished(answer))));
+        frames
+    }
+
+    /// The text of every delta's `name` field, joined.
+    fn delta_text(frames: &[serde_json::Value], name: &str) -> String {
+        frames
+            .iter()
+            .filter_map(|f| f["choices"][0]["delta"][name].as_str())
+            .collect()
+    }
+
     #[test]
     fn a_harmony_answer_has_its_reasoning_apart() {
         let c = reply().choice(0, &finished(ANSWER), None);
@@ -358,20 +382,8 @@ mod tests {
 
     #[test]
     fn a_streamed_harmony_answer_sends_reasoning_then_content_deltas() {
-        let ended: Ended = Arc::new(Mutex::new(Vec::new()));
-        let mut s = ChoiceStream::new(reply(), 0, None, ended);
-        let mut frames = s.frames(Stage::Start);
-        for piece in ANSWER.as_bytes().chunks(5) {
-            let t = std::str::from_utf8(piece).unwrap();
-            frames.extend(s.frames(Stage::Text(t, &[])));
-        }
-        frames.extend(s.frames(Stage::End(&finished(ANSWER))));
-        let field = |name: &str| -> String {
-            frames
-                .iter()
-                .filter_map(|f| f["choices"][0]["delta"][name].as_str())
-                .collect()
-        };
+        let frames = streamed(ANSWER, None, 5);
+        let field = |name: &str| delta_text(&frames, name);
         assert_eq!(field("reasoning_content"), "They ask for 2+2.");
         assert_eq!(field("content"), "4.");
         // reasoning deltas all come before the first content text
@@ -423,20 +435,8 @@ mod tests {
 
     #[test]
     fn a_streamed_harmony_call_sends_reasoning_content_then_the_call() {
-        let ended: Ended = Arc::new(Mutex::new(Vec::new()));
-        let mut s = ChoiceStream::new(reply(), 0, Some(weather()), ended);
-        let mut frames = Vec::new();
-        for piece in CALL.as_bytes().chunks(7) {
-            let t = std::str::from_utf8(piece).unwrap();
-            frames.extend(s.frames(Stage::Text(t, &[])));
-        }
-        frames.extend(s.frames(Stage::End(&finished(CALL))));
-        let field = |name: &str| -> String {
-            frames
-                .iter()
-                .filter_map(|f| f["choices"][0]["delta"][name].as_str())
-                .collect()
-        };
+        let frames = streamed(CALL, Some(weather()), 7);
+        let field = |name: &str| delta_text(&frames, name);
         assert_eq!(field("reasoning_content"), "Weather, then.");
         // the call's arguments never show as text
         assert_eq!(field("content"), "Checking.");
@@ -446,13 +446,8 @@ mod tests {
         assert_eq!(frames[last]["choices"][0]["finish_reason"], "tool_calls");
         // a call to an undeclared function is shown as text at the end
         let other = CALL.replace("functions.weather", "functions.rm");
-        let mut s = ChoiceStream::new(reply(), 0, Some(weather()), Arc::default());
-        let mut frames = s.frames(Stage::Text(&other, &[]));
-        frames.extend(s.frames(Stage::End(&finished(&other))));
-        let text: String = frames
-            .iter()
-            .filter_map(|f| f["choices"][0]["delta"]["content"].as_str())
-            .collect();
+        let frames = streamed(&other, Some(weather()), other.len());
+        let text = delta_text(&frames, "content");
         assert!(
             text.starts_with("Checking.<|start|>assistant<|channel|>commentary to=functions.rm"),
             "{text}"

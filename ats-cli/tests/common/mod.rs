@@ -285,3 +285,29 @@ pub fn vlm_answer(image: &str, prompt: &str, n: usize) -> String {
     assert!(out.status.success(), "{}", stderr(&out));
     stdout(&out).trim_end_matches('\n').to_string()
 }
+
+/// The gpt-oss fixture (harmony's chat format and tokens).
+pub fn gpt_oss() -> PathBuf {
+    ats_tests::repo_fixtures().join("gpt-oss/gpt-oss-f32.gguf")
+}
+
+/// `logit_bias` that steers the gpt-oss fixture's random weights through a
+/// required call's grammar straight to the call: the tokens that begin
+/// "analysis" banned, a note ended at once, and "commentary" made a call
+/// rather than a note (the grammar lets a model reason first, which the
+/// fixture would do until the token limit).
+pub fn harmony_call_bias() -> serde_json::Map<String, serde_json::Value> {
+    let gguf = ats_core::gguf::GgufFile::open(gpt_oss()).unwrap();
+    let tok = ats_core::Tokenizer::from_gguf(&gguf.metadata).unwrap();
+    let mut bias = serde_json::Map::new();
+    for id in 0..tok.vocab_size() as u32 {
+        let piece = tok.token_to_piece(id).unwrap_or_default();
+        if !piece.is_empty() && b"analysis".starts_with(piece) {
+            bias.insert(id.to_string(), (-100).into());
+        }
+    }
+    let id = |t: &str| tok.token_id(t).unwrap().to_string();
+    bias.insert(id("<|end|>"), 100.into());
+    bias.insert(id("<|message|>"), (-100).into());
+    bias
+}

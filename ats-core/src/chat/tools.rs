@@ -429,6 +429,21 @@ mod tests {
         }
     }
 
+    /// A conversation: a question, the assistant's call of `weather` (with
+    /// its reasoning, if any) and the tool's answer.
+    fn called(reasoning: Option<&str>) -> [ChatMessage; 3] {
+        let mut asked = ChatMessage::text("assistant", "");
+        asked.reasoning = reasoning.map(String::from);
+        asked.tool_calls.push(ToolCall {
+            id: "call_1".into(),
+            name: "weather".into(),
+            arguments: json!({"city": "Paris"}),
+        });
+        let mut answer = ChatMessage::text("tool", "sunny");
+        answer.tool_call_id = Some("call_1".into());
+        [ChatMessage::text("user", "Weather?"), asked, answer]
+    }
+
     #[test]
     fn formats_are_told_by_their_templates() {
         let t = |src: &str| ToolFormat::detect(&ChatTemplate::new(src, "", "").unwrap());
@@ -443,15 +458,7 @@ mod tests {
     #[test]
     fn tools_and_calls_render_through_the_template() {
         let tmpl = ChatTemplate::new(HERMES, "", "").unwrap();
-        let mut asked = ChatMessage::text("assistant", "");
-        asked.tool_calls.push(ToolCall {
-            id: "call_1".into(),
-            name: "weather".into(),
-            arguments: json!({"city": "Paris"}),
-        });
-        let mut answer = ChatMessage::text("tool", "sunny");
-        answer.tool_call_id = Some("call_1".into());
-        let msgs = [ChatMessage::text("user", "Weather?"), asked, answer];
+        let msgs = called(None);
         let tools = [json!({"type": "function", "function": {"name": "weather"}})];
         let out = tmpl.render_with_tools(&msgs, &tools, true).unwrap();
         assert!(
@@ -581,16 +588,7 @@ mod tests {
     fn harmony_renders_tools_calls_and_reasoning_through_the_template() {
         let (_, tmpl) = gpt_oss();
         assert_eq!(ToolFormat::detect(&tmpl), ToolFormat::Harmony);
-        let mut asked = ChatMessage::text("assistant", "");
-        asked.reasoning = Some("They want Paris.".into());
-        asked.tool_calls.push(ToolCall {
-            id: "call_1".into(),
-            name: "weather".into(),
-            arguments: json!({"city": "Paris"}),
-        });
-        let mut answer = ChatMessage::text("tool", "sunny");
-        answer.tool_call_id = Some("call_1".into());
-        let msgs = [ChatMessage::text("user", "Weather?"), asked, answer];
+        let msgs = called(Some("They want Paris."));
         let w = weather();
         let tools = [json!({"type": "function", "function": {
             "name": w.name, "description": w.description, "parameters": w.parameters}})];
