@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use ats_core::chat::ChatMessage;
+use ats_core::chat::{ChatMessage, TemplateVars};
 use ats_core::machine::Machine;
 use ats_core::round::{EmbedOverride, Positions};
 use ats_core::spec::ModelSpec;
@@ -188,9 +188,20 @@ impl VisionFront {
         images: &[ImageInput],
         max_tokens: usize,
     ) -> Result<VisionPrompt, ImageError> {
+        self.prompt_with(messages, &TemplateVars::default(), images, max_tokens)
+    }
+
+    /// [`Self::prompt`] with the caller's template variables.
+    pub fn prompt_with(
+        &self,
+        messages: &[ChatMessage],
+        vars: &TemplateVars,
+        images: &[ImageInput],
+        max_tokens: usize,
+    ) -> Result<VisionPrompt, ImageError> {
         let rendered = self
             .vlm
-            .render_messages(messages)
+            .render_messages_with(messages, vars)
             .map_err(ImageError::Prompt)?;
         let name = |i: usize| Path::new("").join(format!("image {}", i + 1));
         let tokens: Vec<usize> = images

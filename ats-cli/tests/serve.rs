@@ -648,3 +648,40 @@ fn load_of_200_requests_8_at_a_time_is_answered_or_cleanly_refused() {
     // and it still answers
     assert_eq!(answer(&server, prompts[0], 4), expected[0]);
 }
+
+/// gpt-oss's template takes `reasoning_effort` and its own kwargs
+/// (`builtin_tools`) into its system message, in chat and in Responses
+/// (`reasoning.effort`), which says the effort back.
+#[test]
+fn reasoning_effort_and_template_kwargs_reach_the_prompt() {
+    let server = Server::start(&common::gpt_oss(), &[]);
+    let tokens = |extra: Value| {
+        let mut body = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let (status, v) = post(&server.url("/v1/chat/completions"), &body.to_string());
+        assert_eq!(status, 200, "{v}");
+        v["usage"]["prompt_tokens"].as_u64().unwrap()
+    };
+    let plain = tokens(json!({}));
+    let python = tokens(json!({"chat_template_kwargs": {"builtin_tools": ["python"]}}));
+    assert!(python > plain + 20, "{python} vs {plain}");
+    // "medium" is the template's default: the same prompt
+    assert_eq!(tokens(json!({"reasoning_effort": "medium"})), plain);
+    let (status, v) = post(
+        &server.url("/v1/chat/completions"),
+        &json!({"messages": [{"role": "user", "content": "hi"}], "reasoning_effort": "max"})
+            .to_string(),
+    );
+    assert_eq!(
+        (status, &v["error"]["param"]),
+        (400, &json!("reasoning_effort"))
+    );
+    let (status, v) = post(
+        &server.url("/v1/responses"),
+        &json!({"input": "hi", "max_output_tokens": 1, "reasoning": {"effort": "low"}}).to_string(),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["reasoning"]["effort"], "low");
+}

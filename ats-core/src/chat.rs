@@ -333,7 +333,31 @@ pub enum ChatError {
     /// [`ChatTemplate::render_guarded`]).
     #[error("message content: {0}")]
     Guard(crate::tokenizer::TokenizerError),
+    /// A caller's template variable would replace one the renderer sets.
+    #[error(
+        "template variable {0:?} is set by the renderer (messages, tools, add_generation_prompt, bos_token, eos_token)"
+    )]
+    ReservedVariable(String),
 }
+
+/// What a template is rendered with besides the messages.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TemplateVars {
+    /// OpenAI's tools (`tools`, unset when empty).
+    pub tools: Vec<serde_json::Value>,
+    /// The caller's own variables (`chat_template_kwargs`: Qwen3's
+    /// `enable_thinking`, gpt-oss's `reasoning_effort`, ...).
+    pub kwargs: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The variables the renderer sets itself.
+pub const RESERVED_VARS: [&str; 5] = [
+    "messages",
+    "tools",
+    "add_generation_prompt",
+    "bos_token",
+    "eos_token",
+];
 
 /// A compiled chat template with the values it is rendered with.
 #[derive(Debug)]
@@ -456,16 +480,41 @@ impl ChatTemplate {
         tools: &[serde_json::Value],
         add_generation_prompt: bool,
     ) -> Result<String, ChatError> {
+        let vars = TemplateVars {
+            tools: tools.to_vec(),
+            ..TemplateVars::default()
+        };
+        self.render_with(messages, &vars, add_generation_prompt)
+    }
+
+    /// [`ChatTemplate::render`] with more variables: `tools` and the
+    /// caller's own (`chat_template_kwargs`).
+    pub fn render_with(
+        &self,
+        messages: &[ChatMessage],
+        vars: &TemplateVars,
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatError> {
+        if let Some(k) = vars
+            .kwargs
+            .keys()
+            .find(|k| RESERVED_VARS.contains(&k.as_str()))
+        {
+            return Err(ChatError::ReservedVariable(k.clone()));
+        }
         let tmpl = self
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| ChatError::Render(describe(&e)))?;
+        let tools = &vars.tools;
+        let kwargs = json_value(&serde_json::Value::Object(vars.kwargs.clone()));
         let ctx = minijinja::context! {
             messages => Value::from_iter(messages.iter().map(ChatMessage::to_value)),
             add_generation_prompt => add_generation_prompt,
             tools => (!tools.is_empty()).then(|| Value::from_iter(tools.iter().map(json_value))),
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
+            ..kwargs
         };
         let mut out = CappedWriter {
             buf: Vec::new(),
@@ -510,8 +559,26 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         tokenizer: &Tokenizer,
     ) -> Result<GuardedText, ChatError> {
+        let vars = TemplateVars {
+            tools: tools.to_vec(),
+            ..TemplateVars::default()
+        };
+        self.render_guarded_with(messages, &vars, add_generation_prompt, tokenizer)
+    }
+
+    /// [`ChatTemplate::render_guarded`] with more variables (see
+    /// [`ChatTemplate::render_with`]); every string in them is guarded like
+    /// content.
+    pub fn render_guarded_with(
+        &self,
+        messages: &[ChatMessage],
+        vars: &TemplateVars,
+        add_generation_prompt: bool,
+        tokenizer: &Tokenizer,
+    ) -> Result<GuardedText, ChatError> {
+        let kwargs = serde_json::Value::Object(vars.kwargs.clone());
         let mut texts: Vec<&str> = messages.iter().flat_map(ChatMessage::texts).collect();
-        for t in tools {
+        for t in vars.tools.iter().chain([&kwargs]) {
             json_strings(t, &mut texts);
         }
         let fixed = [
@@ -522,9 +589,15 @@ impl ChatTemplate {
         let guards = Guards::choose(texts.into_iter().chain(fixed)).map_err(ChatError::Guard)?;
         let guard = |t: &str| tokenizer.guard(t, guards);
         let guarded: Vec<ChatMessage> = messages.iter().map(|m| m.map_texts(&guard)).collect();
-        let tools: Vec<serde_json::Value> = tools.iter().map(|t| map_json(t, &guard)).collect();
+        let vars = TemplateVars {
+            tools: vars.tools.iter().map(|t| map_json(t, &guard)).collect(),
+            kwargs: match map_json(&kwargs, &guard) {
+                serde_json::Value::Object(m) => m,
+                _ => serde_json::Map::new(),
+            },
+        };
         Ok(GuardedText {
-            text: self.render_with_tools(&guarded, &tools, add_generation_prompt)?,
+            text: self.render_with(&guarded, &vars, add_generation_prompt)?,
             guards,
         })
     }

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ats_core::chat::{ChatMessage, ChatTemplate, ContentPart};
+use ats_core::chat::{ChatMessage, ChatTemplate, ContentPart, TemplateVars};
 use ats_core::files::read_bounded;
 use ats_core::ledger::Region;
 use ats_core::machine::{DeviceId, Machine};
@@ -276,6 +276,15 @@ impl Vlm {
     /// [`Vlm::render_prompt`]) and ends where the assistant replies. A user
     /// message of one image then text renders as `vlm` renders its prompt.
     pub fn render_messages(&self, messages: &[ChatMessage]) -> Result<GuardedText, VisionError> {
+        self.render_messages_with(messages, &TemplateVars::default())
+    }
+
+    /// [`Self::render_messages`] with the caller's template variables.
+    pub fn render_messages_with(
+        &self,
+        messages: &[ChatMessage],
+        vars: &TemplateVars,
+    ) -> Result<GuardedText, VisionError> {
         let marked: Vec<ChatMessage> = messages
             .iter()
             .map(|m| {
@@ -287,7 +296,7 @@ impl Vlm {
             })
             .collect();
         self.template
-            .render_guarded(&marked, true, &self.tokenizer)
+            .render_guarded_with(&marked, vars, true, &self.tokenizer)
             .map_err(|e| VisionError::Input(format!("chat template: {e}")))
     }
 

@@ -31,6 +31,9 @@ pub struct ChatCheck {
     pub format: Option<GrammarSpec>,
     /// The tools in play, if any.
     pub tools: Option<ToolRequest>,
+    /// The chat template's own variables (`chat_template_kwargs`,
+    /// `reasoning_effort`).
+    pub template_kwargs: serde_json::Map<String, serde_json::Value>,
 }
 
 /// Checks a `/v1/chat/completions` body.
@@ -61,13 +64,45 @@ pub fn check_chat(body: &[u8], d: &Defaults) -> Result<ChatCheck, ApiError> {
     // a chat answer may run until the context is full unless the request says otherwise
     let mut params = gen_params(&sampling, max, usize::MAX, d)?;
     params.logprobs = top;
+    let template_kwargs = template_kwargs(req.chat_template_kwargs, req.reasoning_effort)?;
     Ok(ChatCheck {
         messages: req.messages,
         params,
         sampling,
         format,
         tools,
+        template_kwargs,
     })
+}
+
+/// The efforts `reasoning_effort` may name (OpenAI's).
+const EFFORTS: [&str; 5] = ["none", "minimal", "low", "medium", "high"];
+
+/// `chat_template_kwargs`, with `reasoning_effort` as one more variable.
+fn template_kwargs(
+    kwargs: Option<serde_json::Map<String, serde_json::Value>>,
+    effort: Option<String>,
+) -> Result<serde_json::Map<String, serde_json::Value>, ApiError> {
+    let mut kwargs = kwargs.unwrap_or_default();
+    if let Some(k) = kwargs
+        .keys()
+        .find(|k| ats_core::chat::RESERVED_VARS.contains(&k.as_str()))
+    {
+        return Err(ApiError::bad_param(
+            "chat_template_kwargs",
+            format!("{k:?} is set by the server, not by chat_template_kwargs"),
+        ));
+    }
+    if let Some(e) = effort {
+        if !EFFORTS.contains(&e.as_str()) {
+            return Err(ApiError::bad_param(
+                "reasoning_effort",
+                format!("reasoning_effort must be one of {EFFORTS:?}, not {e:?}"),
+            ));
+        }
+        kwargs.insert("reasoning_effort".into(), e.into());
+    }
+    Ok(kwargs)
 }
 
 /// The grammar of a `response_format` (`None` for plain text).
@@ -157,4 +192,44 @@ fn typed<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
 /// Names what the server does not use (one model; no per-user state).
 fn log_request(kind: &str, s: &Sampling) {
     tracing::debug!(model = ?s.model, user = ?s.user, stream = ?s.stream, "{kind} request");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(body: serde_json::Value) -> Result<ChatCheck, ApiError> {
+        let d = Defaults {
+            sampler: ats_core::SamplerConfig::greedy(),
+            seed: Some(1),
+            max_tokens: 16,
+            vocab: 100,
+        };
+        check_chat(body.to_string().as_bytes(), &d)
+    }
+
+    #[test]
+    fn template_kwargs_and_reasoning_effort_become_template_variables() {
+        let msgs = serde_json::json!([{"role": "user", "content": "hi"}]);
+        let c = check(
+            serde_json::json!({"messages": msgs, "reasoning_effort": "low",
+            "chat_template_kwargs": {"enable_thinking": false}}),
+        )
+        .unwrap();
+        assert_eq!(c.template_kwargs["reasoning_effort"], "low");
+        assert_eq!(c.template_kwargs["enable_thinking"], false);
+        let param = |b: serde_json::Value| check(b).unwrap_err().param.unwrap();
+        assert_eq!(
+            param(serde_json::json!({"messages": msgs, "reasoning_effort": "extreme"})),
+            "reasoning_effort"
+        );
+        assert_eq!(
+            param(serde_json::json!({"messages": msgs, "chat_template_kwargs": {"tools": []}})),
+            "chat_template_kwargs"
+        );
+        assert_eq!(
+            param(serde_json::json!({"messages": msgs, "chat_template_kwargs": [1]})),
+            "chat_template_kwargs"
+        );
+    }
 }

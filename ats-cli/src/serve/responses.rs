@@ -54,6 +54,8 @@ struct ResponsesRequest {
     tool_choice: Option<Value>,
     /// Stream named events.
     stream: Option<bool>,
+    /// `{"effort": "low" | "medium" | "high"}`: chat's `reasoning_effort`.
+    reasoning: Option<Value>,
 }
 
 /// The handler.
@@ -135,6 +137,8 @@ struct Echo {
     text: Value,
     tools: Value,
     tool_choice: Value,
+    /// The reasoning effort asked for, if any.
+    effort: Option<String>,
 }
 
 /// The response's fixed parts.
@@ -205,7 +209,7 @@ impl Head {
             "output": output,
             "parallel_tool_calls": false,
             "previous_response_id": null,
-            "reasoning": {"effort": null, "summary": null},
+            "reasoning": {"effort": e.effort, "summary": null},
             "store": false,
             "temperature": e.temperature,
             "text": e.text,
@@ -486,7 +490,8 @@ fn renamed(mut e: ApiError) -> ApiError {
         let p = p
             .replacen("messages", "input", 1)
             .replacen("max_completion_tokens", "max_output_tokens", 1)
-            .replacen("response_format", "text.format", 1);
+            .replacen("response_format", "text.format", 1)
+            .replacen("reasoning_effort", "reasoning.effort", 1);
         e.param = Some(p);
     }
     e
@@ -540,6 +545,19 @@ fn as_chat(body: &[u8]) -> Result<(Value, Echo), ApiError> {
     if let Some(c) = &req.tool_choice {
         chat.insert("tool_choice".into(), chat_tool_choice(c));
     }
+    let effort = match req.reasoning.as_ref().map(|r| r.get("effort")) {
+        None | Some(None | Some(Value::Null)) => None,
+        Some(Some(Value::String(e))) => Some(e.clone()),
+        Some(Some(_)) => {
+            return Err(ApiError::bad_param(
+                "reasoning.effort",
+                "reasoning.effort must be a string (low, medium, high)",
+            ));
+        }
+    };
+    if let Some(e) = &effort {
+        chat.insert("reasoning_effort".into(), e.clone().into());
+    }
     let echo = Echo {
         stream: req.stream.unwrap_or(false),
         instructions: req.instructions.clone(),
@@ -552,6 +570,7 @@ fn as_chat(body: &[u8]) -> Result<(Value, Echo), ApiError> {
             .unwrap_or(json!({"format": {"type": "text"}})),
         tools: Value::Array(req.tools.clone().unwrap_or_default()),
         tool_choice: req.tool_choice.clone().unwrap_or(json!("auto")),
+        effort,
     };
     Ok((Value::Object(chat), echo))
 }
@@ -812,6 +831,21 @@ mod tests {
         assert_eq!(m[3]["reasoning_content"], "Say it.");
         // reasoning with no readable text, or before a user turn, adds nothing
         assert!(m[4].get("reasoning_content").is_none());
+    }
+
+    #[test]
+    fn reasoning_effort_is_chats_and_echoed() {
+        let (c, echo) = as_chat(
+            json!({"input": "hi", "reasoning": {"effort": "high", "summary": "auto"}})
+                .to_string()
+                .as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(c["reasoning_effort"], "high");
+        assert!(c.get("reasoning").is_none());
+        assert_eq!(echo.effort.as_deref(), Some("high"));
+        let e = chat(json!({"input": "hi", "reasoning": {"effort": 3}})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("reasoning.effort"));
     }
 
     #[test]

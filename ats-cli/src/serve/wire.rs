@@ -218,6 +218,12 @@ pub struct ChatRequest {
     pub parallel_tool_calls: Option<bool>,
     /// `text`, `json_object` or `json_schema`.
     pub response_format: Option<ResponseFormat>,
+    /// How much a reasoning model thinks (`low`, `medium`, `high`): the
+    /// chat template's `reasoning_effort` (gpt-oss's system message).
+    pub reasoning_effort: Option<String>,
+    /// More variables for the chat template (vLLM's and llama-server's
+    /// field: Qwen3's `enable_thinking`, ...).
+    pub chat_template_kwargs: Option<serde_json::Map<String, Value>>,
 }
 
 /// One message; `content` is a string or a list of parts, checked in `prompt.rs`.
