@@ -111,12 +111,17 @@ impl HarmonySplitter {
     }
 
     /// The answer ended: a body cut short keeps its text; a header cut
-    /// short is dropped.
+    /// short is dropped (an answer without any marker is all content).
     pub fn finish(&mut self) -> Vec<(Part, String)> {
         let rest = std::mem::take(&mut self.pending);
         let mut out = Vec::new();
-        if let State::Body(part) = self.state {
-            self.emit(part, &rest, &mut out);
+        match self.state {
+            State::Body(part) => self.emit(part, &rest, &mut out),
+            // no marker came, only what might have begun one: it is text
+            State::Header if !self.started && begins_opener(&rest) => {
+                self.emit(Some(Part::Content), &rest, &mut out)
+            }
+            State::Header => {}
         }
         out
     }
@@ -201,13 +206,19 @@ impl HarmonySplitter {
     }
 }
 
-/// Whether `s` may begin a harmony header: a marker (`<|…`), or a
-/// recipient right after the prompt's `<|start|>assistant` (` to=…`), or
-/// be the start of one.
+/// What a harmony answer's first header opens with: a marker (`<|…`), or
+/// a recipient right after the prompt's `<|start|>assistant` (` to=…`).
+const OPENERS: [&str; 2] = ["<|", " to="];
+
+/// Whether `s` is the beginning of an opener, and not the whole of one.
+fn begins_opener(s: &str) -> bool {
+    OPENERS.iter().any(|m| m.len() > s.len() && m.starts_with(s))
+}
+
+/// Whether `s` may begin a harmony header (see [`OPENERS`]), or be the
+/// start of one.
 fn may_open_marker(s: &str) -> bool {
-    ["<|", " to="]
-        .iter()
-        .any(|m| s.starts_with(m) || m.starts_with(s))
+    OPENERS.iter().any(|m| s.starts_with(m) || m.starts_with(s))
 }
 
 /// The recipient a header names (`to=functions.f`), up to a space or marker.
@@ -385,5 +396,9 @@ mod tests {
         );
         // a header cut short shows nothing
         assert_eq!(split("<|channel|>analysis<|mes"), HarmonyAnswer::default());
+        // what only began like a marker is text
+        for text in [" to", "<", " t"] {
+            assert_eq!(split(text).content, text);
+        }
     }
 }
