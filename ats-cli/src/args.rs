@@ -234,6 +234,39 @@ pub struct SampleArgs {
     pub seed: Option<u64>,
 }
 
+/// The chat template's own variables, a JSON object.
+pub type TemplateKwargs = serde_json::Map<String, serde_json::Value>;
+
+/// Chat template flags (`chat`, `run --chat`, `serve`).
+#[derive(Args, Debug, Clone, Default)]
+pub struct TemplateArgs {
+    /// More variables for the chat template, a JSON object, as
+    /// llama-server takes them: '{"enable_thinking": false}' (Qwen3),
+    /// '{"reasoning_effort": "high"}' (gpt-oss). A server's requests may
+    /// set their own (`chat_template_kwargs`), which win.
+    #[arg(long = "chat-template-kwargs", value_name = "JSON", value_parser = parse_template_kwargs)]
+    pub chat_template_kwargs: Option<TemplateKwargs>,
+}
+
+impl TemplateArgs {
+    /// The variables given (none: an empty object).
+    pub fn kwargs(&self) -> TemplateKwargs {
+        self.chat_template_kwargs.clone().unwrap_or_default()
+    }
+}
+
+fn parse_template_kwargs(s: &str) -> Result<TemplateKwargs, String> {
+    let m: TemplateKwargs =
+        serde_json::from_str(s).map_err(|e| format!("not a JSON object: {e}"))?;
+    match m
+        .keys()
+        .find(|k| ats_core::chat::RESERVED_VARS.contains(&k.as_str()))
+    {
+        Some(k) => Err(format!("{k:?} is set by ATS itself")),
+        None => Ok(m),
+    }
+}
+
 fn sample_value(s: &str, field: SamplerField) -> Result<f32, String> {
     let v: f64 = s
         .trim()

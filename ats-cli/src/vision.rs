@@ -178,21 +178,11 @@ impl VisionFront {
         c
     }
 
-    /// Renders `messages` (the images in the order they appear are
-    /// `images`), refuses the prompt if its text and images (counted from
+    /// Renders `messages` with the template's variables `vars` (the images
+    /// in the order they appear are `images`), refuses the prompt if its text and images (counted from
     /// their headers) pass `max_tokens`, then decodes and preprocesses the
     /// images not in the cache.
     pub fn prompt(
-        &self,
-        messages: &[ChatMessage],
-        images: &[ImageInput],
-        max_tokens: usize,
-    ) -> Result<VisionPrompt, ImageError> {
-        self.prompt_with(messages, &TemplateVars::default(), images, max_tokens)
-    }
-
-    /// [`Self::prompt`] with the caller's template variables.
-    pub fn prompt_with(
         &self,
         messages: &[ChatMessage],
         vars: &TemplateVars,

@@ -364,6 +364,36 @@ fn usage_errors_exit_2_with_a_message() {
         &["run", "-m", &m, "-p", "x", "-n", "0"],
         &["run", "-m", &m, "-p", "x", "--temp", "warm"],
         &["run", "-m", &m, "-p", "x", "-t", "0"],
+        &[
+            "run",
+            "-m",
+            &m,
+            "-p",
+            "x",
+            "--chat-template-kwargs",
+            "{\"a\": 1}",
+        ],
+        &[
+            "run",
+            "-m",
+            &m,
+            "-p",
+            "x",
+            "--chat",
+            "--chat-template-kwargs",
+            "[1]",
+        ],
+        &[
+            "run",
+            "-m",
+            &m,
+            "-p",
+            "x",
+            "--chat",
+            "--chat-template-kwargs",
+            "{\"messages\": 1}",
+        ],
+        &["serve", "-m", &m, "--chat-template-kwargs", "{"],
         &["bench", "-m", &m, "-r", "0"],
         &["eval", "-m", &m, "-o", "/dev/null"],
         &["serve", "-m", &m, "--port", "70000"],
@@ -594,4 +624,38 @@ fn ctrl_c_in_chat_stops_the_answer_not_the_program() {
         err.contains("[prompt "),
         "the stopped turn's speed line: {err}"
     );
+}
+
+/// `--chat-template-kwargs` reaches the template in `run --chat` (gpt-oss's
+/// `builtin_tools` lengthens its system message).
+#[test]
+fn chat_template_kwargs_reach_run_chat() {
+    let model = common::gpt_oss();
+    let dir = tempfile::tempdir().unwrap();
+    let prompt_tokens = |extra: &[&str]| {
+        let path = dir.path().join("t.json");
+        let mut args = vec![
+            "run",
+            "-m",
+            model.to_str().unwrap(),
+            "-p",
+            "hi",
+            "--chat",
+            "-n",
+            "1",
+        ];
+        args.extend_from_slice(&["--timings-json", path.to_str().unwrap()]);
+        args.extend_from_slice(extra);
+        let out = run(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let t: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        t["prompt_tokens"].as_u64().unwrap()
+    };
+    let plain = prompt_tokens(&[]);
+    let python = prompt_tokens(&[
+        "--chat-template-kwargs",
+        "{\"builtin_tools\": [\"python\"]}",
+    ]);
+    assert!(python > plain + 20, "{python} vs {plain}");
 }

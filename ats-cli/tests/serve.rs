@@ -684,4 +684,19 @@ fn reasoning_effort_and_template_kwargs_reach_the_prompt() {
     );
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["reasoning"]["effort"], "low");
+    // the server's own variables, under the request's
+    let kwargs = r#"{"builtin_tools": ["python"]}"#;
+    let server = Server::start(&common::gpt_oss(), &["--chat-template-kwargs", kwargs]);
+    let (_, v) = post(
+        &server.url("/v1/chat/completions"),
+        &json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}).to_string(),
+    );
+    assert_eq!(v["usage"]["prompt_tokens"].as_u64(), Some(python));
+    let (_, v) = post(
+        &server.url("/v1/chat/completions"),
+        &json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+            "chat_template_kwargs": {"builtin_tools": []}})
+        .to_string(),
+    );
+    assert_eq!(v["usage"]["prompt_tokens"].as_u64(), Some(plain));
 }

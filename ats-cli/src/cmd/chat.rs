@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result};
-use ats_core::chat::{ChatMessage, ChatTemplate, ContentPart, harmony};
+use ats_core::chat::{ChatMessage, ChatTemplate, ContentPart, TemplateVars, harmony};
 use ats_core::tokenizer::{Tokenizer, TokenizerError};
 use ats_sched::scheduler::{Event, Request, Scheduler, SchedulerConfig};
 use ats_sched::session::{GenParams, Generation, Session, StopReason};
@@ -20,7 +20,7 @@ use clap::Args;
 use tracing::info;
 
 use super::vlm::ImageArgs;
-use crate::args::{ModelArgs, SampleArgs};
+use crate::args::{ModelArgs, SampleArgs, TemplateArgs};
 use crate::usage::usage_bail;
 use crate::vision::{ImageError, ImageInput, VisionFront};
 use crate::{load, logging, report};
@@ -44,6 +44,8 @@ pub struct ChatArgs {
     sample: SampleArgs,
     #[command(flatten)]
     image: ImageArgs,
+    #[command(flatten)]
+    template: TemplateArgs,
     /// A system message that starts the conversation.
     #[arg(long = "system")]
     system: Option<String>,
@@ -121,7 +123,11 @@ pub fn run(a: ChatArgs) -> Result<()> {
     info!(
         "chat: /image PATH attaches an image, /reset forgets, /exit quits; Ctrl-C stops an answer"
     );
-    let mut convo = Conversation::new(a.system.as_deref());
+    let vars = TemplateVars {
+        tools: Vec::new(),
+        kwargs: a.template.kwargs(),
+    };
+    let mut convo = Conversation::new(a.system.as_deref(), vars);
     for path in &a.image.images {
         convo.attach(vision.as_ref(), &path.display().to_string());
     }
@@ -286,15 +292,18 @@ struct Conversation {
     pending: Vec<ImageInput>,
     /// Messages a reset keeps (the system message).
     keep: usize,
+    /// The template's variables (`--chat-template-kwargs`).
+    vars: TemplateVars,
 }
 
 impl Conversation {
-    fn new(system: Option<&str>) -> Conversation {
+    fn new(system: Option<&str>, vars: TemplateVars) -> Conversation {
         let messages: Vec<ChatMessage> = system
             .map(|s| ChatMessage::text("system", s))
             .into_iter()
             .collect();
         Conversation {
+            vars,
             keep: messages.len(),
             messages,
             images: Vec::new(),
@@ -376,7 +385,7 @@ impl Conversation {
             )
         };
         if let Some(v) = vision.filter(|_| !self.images.is_empty()) {
-            let prompt = match v.prompt(&self.messages, &self.images, n_ctx - 1) {
+            let prompt = match v.prompt(&self.messages, &self.vars, &self.images, n_ctx - 1) {
                 Err(ImageError::TooLong { tokens, .. }) => return Err(too_long(tokens)),
                 r => r?,
             };
@@ -388,7 +397,7 @@ impl Conversation {
             });
         }
         // messages stay plain text: only the template's markup is control tokens
-        let prompt = tpl.render_guarded(&self.messages, true, tok)?;
+        let prompt = tpl.render_guarded_with(&self.messages, &self.vars, true, tok)?;
         let ids = match tok.encode_guarded(&prompt.text, prompt.guards, true, n_ctx - 1) {
             Err(TokenizerError::TooManyTokens { at_least, .. }) => return Err(too_long(at_least)),
             r => r?,

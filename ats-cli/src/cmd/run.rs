@@ -3,13 +3,13 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use ats_core::chat::ChatMessage;
+use ats_core::chat::{ChatMessage, TemplateVars};
 use ats_core::tokenizer::TokenizerError;
 use ats_sched::session::{GenEvent, GenParams};
 use clap::Args;
 use tracing::info;
 
-use crate::args::{ModelArgs, SampleArgs};
+use crate::args::{ModelArgs, SampleArgs, TemplateArgs};
 use crate::usage::usage_bail;
 use crate::{load, logging, report};
 
@@ -35,6 +35,8 @@ pub struct RunArgs {
     /// A system message (with --chat).
     #[arg(long = "system", requires = "chat")]
     system: Option<String>,
+    #[command(flatten)]
+    template: TemplateArgs,
     /// Stop when this text appears (repeatable).
     #[arg(long = "stop")]
     stop: Vec<String>,
@@ -71,6 +73,9 @@ pub fn run(a: RunArgs) -> Result<()> {
     if a.n_predict == 0 {
         usage_bail!("-n must be at least 1 (tokens to generate)");
     }
+    if a.template.chat_template_kwargs.is_some() && !a.chat {
+        usage_bail!("--chat-template-kwargs needs --chat (a plain prompt uses no template)");
+    }
     let text = prompt_text(&a.prompt, &a.file)?;
     let mut loaded = load::load(&a.model, false)?;
     let session = &mut loaded.session;
@@ -98,7 +103,11 @@ pub fn run(a: RunArgs) -> Result<()> {
         }
         msgs.push(ChatMessage::text("user", &text));
         // the message stays plain text: only the template's markup is control tokens
-        let g = tpl.render_guarded(&msgs, true, &tok)?;
+        let vars = TemplateVars {
+            tools: Vec::new(),
+            kwargs: a.template.kwargs(),
+        };
+        let g = tpl.render_guarded_with(&msgs, &vars, true, &tok)?;
         tok.encode_guarded(&g.text, g.guards, true, room)
     } else {
         // a plain prompt is the user's own text: control tokens in it are meant

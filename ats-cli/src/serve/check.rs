@@ -120,6 +120,7 @@ impl RequestChecker {
                 seed: Some(1),
                 max_tokens,
                 vocab,
+                template_kwargs: Default::default(),
             },
         })
     }

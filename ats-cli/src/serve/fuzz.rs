@@ -268,6 +268,7 @@ fn defaults() -> Defaults {
         seed: Some(1),
         max_tokens: 64,
         vocab: 1000,
+        template_kwargs: Default::default(),
     }
 }
 

@@ -40,7 +40,7 @@ use ats_core::chat::ChatTemplate;
 use clap::Args;
 use tracing::{info, warn};
 
-use crate::args::{ModelArgs, SampleArgs, parse_vram};
+use crate::args::{ModelArgs, SampleArgs, TemplateArgs, parse_vram};
 use crate::load;
 use crate::usage::usage_bail;
 
@@ -67,6 +67,8 @@ pub struct ServeArgs {
     model: ModelArgs,
     #[command(flatten)]
     sample: SampleArgs,
+    #[command(flatten)]
+    template: TemplateArgs,
     /// Address to listen on (loopback by default: other machines cannot connect).
     #[arg(long = "host", default_value = "127.0.0.1")]
     host: String,
@@ -235,6 +237,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
             seed: a.sample.seed,
             max_tokens,
             vocab,
+            template_kwargs: a.template.kwargs(),
         },
         model: model.clone(),
         created: std::time::SystemTime::now()

@@ -24,6 +24,9 @@ pub struct Defaults {
     pub max_tokens: usize,
     /// The vocabulary's size: token ids a request may name (`logit_bias`).
     pub vocab: usize,
+    /// The chat template's variables for every request
+    /// (`--chat-template-kwargs`); a request's own win.
+    pub template_kwargs: serde_json::Map<String, serde_json::Value>,
 }
 
 /// The generation settings of a request; `default_max` applies when the
@@ -183,6 +186,7 @@ mod tests {
             seed: Some(7),
             max_tokens: 100,
             vocab: 1000,
+            template_kwargs: Default::default(),
         }
     }
 

@@ -179,7 +179,7 @@ impl Prompter {
                 kwargs: kwargs.clone(),
             };
             let prompt = v
-                .prompt_with(&msgs, &vars, &images, self.max_prompt_tokens)
+                .prompt(&msgs, &vars, &images, self.max_prompt_tokens)
                 .map_err(image_error)?;
             return Ok((Prompt::Vision(prompt), ToolFormat::Generic));
         }

@@ -64,7 +64,7 @@ pub fn check_chat(body: &[u8], d: &Defaults) -> Result<ChatCheck, ApiError> {
     // a chat answer may run until the context is full unless the request says otherwise
     let mut params = gen_params(&sampling, max, usize::MAX, d)?;
     params.logprobs = top;
-    let template_kwargs = template_kwargs(req.chat_template_kwargs, req.reasoning_effort)?;
+    let template_kwargs = template_kwargs(d, req.chat_template_kwargs, req.reasoning_effort)?;
     Ok(ChatCheck {
         messages: req.messages,
         params,
@@ -78,13 +78,15 @@ pub fn check_chat(body: &[u8], d: &Defaults) -> Result<ChatCheck, ApiError> {
 /// The efforts `reasoning_effort` may name (OpenAI's).
 const EFFORTS: [&str; 5] = ["none", "minimal", "low", "medium", "high"];
 
-/// `chat_template_kwargs`, with `reasoning_effort` as one more variable.
+/// The server's template variables, then the request's
+/// `chat_template_kwargs` over them, then `reasoning_effort`.
 fn template_kwargs(
-    kwargs: Option<serde_json::Map<String, serde_json::Value>>,
+    d: &Defaults,
+    asked: Option<serde_json::Map<String, serde_json::Value>>,
     effort: Option<String>,
 ) -> Result<serde_json::Map<String, serde_json::Value>, ApiError> {
-    let mut kwargs = kwargs.unwrap_or_default();
-    if let Some(k) = kwargs
+    let asked = asked.unwrap_or_default();
+    if let Some(k) = asked
         .keys()
         .find(|k| ats_core::chat::RESERVED_VARS.contains(&k.as_str()))
     {
@@ -93,6 +95,8 @@ fn template_kwargs(
             format!("{k:?} is set by the server, not by chat_template_kwargs"),
         ));
     }
+    let mut kwargs = d.template_kwargs.clone();
+    kwargs.extend(asked);
     if let Some(e) = effort {
         if !EFFORTS.contains(&e.as_str()) {
             return Err(ApiError::bad_param(
@@ -204,6 +208,10 @@ mod tests {
             seed: Some(1),
             max_tokens: 16,
             vocab: 100,
+            template_kwargs: serde_json::json!({"enable_thinking": true, "x": 1})
+                .as_object()
+                .cloned()
+                .unwrap(),
         };
         check_chat(body.to_string().as_bytes(), &d)
     }
@@ -217,7 +225,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.template_kwargs["reasoning_effort"], "low");
+        // the request's own over the server's
         assert_eq!(c.template_kwargs["enable_thinking"], false);
+        assert_eq!(c.template_kwargs["x"], 1);
         let param = |b: serde_json::Value| check(b).unwrap_err().param.unwrap();
         assert_eq!(
             param(serde_json::json!({"messages": msgs, "reasoning_effort": "extreme"})),
