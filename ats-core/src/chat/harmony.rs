@@ -212,7 +212,9 @@ const OPENERS: [&str; 2] = ["<|", " to="];
 
 /// Whether `s` is the beginning of an opener, and not the whole of one.
 fn begins_opener(s: &str) -> bool {
-    OPENERS.iter().any(|m| m.len() > s.len() && m.starts_with(s))
+    OPENERS
+        .iter()
+        .any(|m| m.len() > s.len() && m.starts_with(s))
 }
 
 /// Whether `s` may begin a harmony header (see [`OPENERS`]), or be the
