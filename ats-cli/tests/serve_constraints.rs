@@ -265,3 +265,31 @@ fn a_required_call_in_harmony_comes_back_as_tool_calls() {
         .expect("a tool_calls delta");
     assert_eq!(streamed_call["arguments"], call["function"]["arguments"]);
 }
+
+/// A JSON schema on gpt-oss: the answer is a harmony `final` message (after
+/// any reasoning), so `content` is the JSON alone, streamed or not.
+#[test]
+fn a_json_schema_on_gpt_oss_is_its_final_message() {
+    let server = Server::start(&common::gpt_oss(), &[]);
+    let body = json!({
+        "messages": [{"role": "user", "content": "the license grants"}],
+        "max_tokens": 200, "temperature": 0, "logit_bias": common::harmony_final_bias(),
+        "response_format": {"type": "json_schema",
+            "json_schema": {"name": "thing", "strict": true, "schema": schema()}}
+    });
+    let mut with_lps = body.clone();
+    with_lps["logprobs"] = json!(true);
+    let (status, v) = chat(&server, with_lps);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+    let text = v["choices"][0]["message"]["content"].as_str().unwrap();
+    let a: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+    assert!(
+        ["red", "green", "blue"].contains(&a["colour"].as_str().unwrap()),
+        "{a}"
+    );
+    // the model wrote a harmony message, not bare JSON
+    let first = &v["choices"][0]["logprobs"]["content"][0]["token"];
+    assert_eq!(first, "<|channel|>", "{v}");
+    assert_eq!(streamed(&server, body), text);
+}

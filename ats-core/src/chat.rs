@@ -8,6 +8,7 @@
 //! and an output cap, and every failure is a [`ChatError`].
 
 pub mod harmony;
+pub mod harmony_grammar;
 mod pyjson;
 mod strftime;
 pub mod tools;

@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use ats_core::chat::harmony_grammar;
 use ats_core::chat::tools::{ToolFormat, ToolSpec};
 use ats_core::chat::{ChatMessage, ChatTemplate, ContentPart, TemplateVars, ToolCall};
 use ats_core::grammar::{Constraint, GrammarSpec, Grammars};
@@ -117,7 +118,13 @@ impl Prompter {
         } = check;
         let (prompt, tool_format) = self.chat(&messages, tools.as_ref(), &template_kwargs)?;
         if let Some(spec) = &format {
-            params.constraint = Some(self.constrain(spec, "response_format")?);
+            // gpt-oss answers in harmony: its JSON is a final message, after
+            // whatever reasoning it writes first
+            let harmony = (tool_format == ToolFormat::Harmony)
+                .then(|| harmony_grammar::final_json(spec, &self.tokenizer))
+                .flatten();
+            params.constraint =
+                Some(self.constrain(harmony.as_ref().unwrap_or(spec), "response_format")?);
         }
         if let Some(t) = &tools {
             tracing::info!("tool calls in the {} format", tool_format.name());

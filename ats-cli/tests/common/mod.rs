@@ -297,17 +297,36 @@ pub fn gpt_oss() -> PathBuf {
 /// rather than a note (the grammar lets a model reason first, which the
 /// fixture would do until the token limit).
 pub fn harmony_call_bias() -> serde_json::Map<String, serde_json::Value> {
-    let gguf = ats_core::gguf::GgufFile::open(gpt_oss()).unwrap();
-    let tok = ats_core::Tokenizer::from_gguf(&gguf.metadata).unwrap();
-    let mut bias = serde_json::Map::new();
-    for id in 0..tok.vocab_size() as u32 {
-        let piece = tok.token_to_piece(id).unwrap_or_default();
-        if !piece.is_empty() && b"analysis".starts_with(piece) {
-            bias.insert(id.to_string(), (-100).into());
-        }
-    }
+    let tok = gpt_oss_tokenizer();
+    let mut bias = banned_prefixes(&tok, &["analysis"]);
     let id = |t: &str| tok.token_id(t).unwrap().to_string();
     bias.insert(id("<|end|>"), 100.into());
     bias.insert(id("<|message|>"), (-100).into());
+    bias
+}
+
+/// `logit_bias` that steers the gpt-oss fixture past the notes a harmony
+/// answer grammar allows, straight to its `final` message.
+pub fn harmony_final_bias() -> serde_json::Map<String, serde_json::Value> {
+    banned_prefixes(&gpt_oss_tokenizer(), &["analysis", "commentary"])
+}
+
+fn gpt_oss_tokenizer() -> ats_core::Tokenizer {
+    let gguf = ats_core::gguf::GgufFile::open(gpt_oss()).unwrap();
+    ats_core::Tokenizer::from_gguf(&gguf.metadata).unwrap()
+}
+
+/// A bias of -100 on every token that begins one of `words`.
+fn banned_prefixes(
+    tok: &ats_core::Tokenizer,
+    words: &[&str],
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut bias = serde_json::Map::new();
+    for id in 0..tok.vocab_size() as u32 {
+        let piece = tok.token_to_piece(id).unwrap_or_default();
+        if !piece.is_empty() && words.iter().any(|w| w.as_bytes().starts_with(piece)) {
+            bias.insert(id.to_string(), (-100).into());
+        }
+    }
     bias
 }

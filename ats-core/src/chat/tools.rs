@@ -19,7 +19,7 @@
 use serde_json::{Value, json};
 
 use super::ChatTemplate;
-use super::harmony;
+use super::{harmony, harmony_grammar};
 use crate::grammar::GrammarSpec;
 use crate::tokenizer::{TokenType, Tokenizer};
 
@@ -158,7 +158,7 @@ impl ToolFormat {
             (ToolFormat::Hermes | ToolFormat::Llama3 | ToolFormat::Harmony, ToolChoice::Auto) => {
                 None
             }
-            (ToolFormat::Harmony, _) => Some(GrammarSpec::Lark(harmony_grammar(&chosen, tok))),
+            (ToolFormat::Harmony, _) => Some(harmony_grammar::call(&chosen, tok)),
             (ToolFormat::Hermes, _) => Some(GrammarSpec::Lark(format!(
                 "start: {} \"\\n\" call \"\\n\" {}\ncall: %json {}\n",
                 literal(HERMES_OPEN, tok),
@@ -238,7 +238,7 @@ pub fn generic_call_text(calls: &[ParsedCall]) -> String {
 
 /// A Lark literal for `text`: the token itself where the vocabulary has it
 /// as a control token (text would never match it), else the quoted text.
-fn literal(text: &str, tok: &Tokenizer) -> String {
+pub(super) fn literal(text: &str, tok: &Tokenizer) -> String {
     match tok.token_id(text) {
         Some(id) if tok.token_type(id) == Some(TokenType::Control) => format!("<[{id}]>"),
         _ => Value::String(text.to_string()).to_string(),
@@ -247,7 +247,7 @@ fn literal(text: &str, tok: &Tokenizer) -> String {
 
 /// A schema as one line of JSON with llguidance's compact-output options
 /// (see `grammar::compile`).
-fn compact(mut schema: Value) -> String {
+pub(super) fn compact(mut schema: Value) -> String {
     if let Some(o) = schema.as_object_mut() {
         o.insert(
             "x-guidance".into(),
@@ -255,38 +255,6 @@ fn compact(mut schema: Value) -> String {
         );
     }
     schema.to_string()
-}
-
-/// gpt-oss's answer: a call to `functions.NAME` before it ends, after any
-/// reasoning (`analysis`) and user-facing `commentary` messages. The
-/// arguments are JSON, as `<|constrain|>json` says.
-fn harmony_grammar(chosen: &[&ToolSpec], tok: &Tokenizer) -> String {
-    let [ch, msg, end, start, constrain] = [
-        "<|channel|>",
-        "<|message|>",
-        "<|end|>",
-        "<|start|>",
-        "<|constrain|>",
-    ]
-    .map(|t| literal(t, tok));
-    let mut g = format!(
-        "start: note* call\n\
-         note: {ch} (\"analysis\" | \"commentary\") {msg} NOTE_TEXT? {end} {start} \"assistant\"\n\
-         NOTE_TEXT: /(?s:.+)/\n\
-         call: {}\n",
-        (0..chosen.len())
-            .map(|i| format!("call_{i}"))
-            .collect::<Vec<_>>()
-            .join(" | ")
-    );
-    for (i, t) in chosen.iter().enumerate() {
-        let open = Value::String(format!("commentary to=functions.{} ", t.name));
-        g.push_str(&format!(
-            "call_{i}: {ch} {open} {constrain} \"json\" {msg} args_{i}\nargs_{i}: %json {}\n",
-            compact(t.parameters.clone())
-        ));
-    }
-    g
 }
 
 /// The reasoning, content and calls of a harmony answer. A message to
@@ -408,7 +376,7 @@ fn call_of_value(v: &Value, args_key: &str) -> Option<ParsedCall> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::chat::{ChatMessage, ToolCall};
     use crate::tokenizer::GuardedText;
@@ -568,7 +536,7 @@ mod tests {
     }
 
     /// The gpt-oss fixture's tokenizer and chat template (harmony's).
-    fn gpt_oss() -> (Tokenizer, ChatTemplate) {
+    pub(in crate::chat) fn gpt_oss() -> (Tokenizer, ChatTemplate) {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../tests/fixtures/gpt-oss/gpt-oss-f32.gguf");
         let f = crate::gguf::GgufFile::open(&path).unwrap();
@@ -646,7 +614,7 @@ mod tests {
 
     /// Feeds `text` (with harmony's markers as tokens) to a fresh constraint
     /// of `spec`: whether every token was allowed and the grammar may end.
-    fn follows(
+    pub(in crate::chat) fn follows(
         g: &crate::grammar::Grammars,
         tok: &Tokenizer,
         spec: &GrammarSpec,
