@@ -113,6 +113,11 @@ const KEYS: &[&str] = &[
     "user",
     "model",
     "name",
+    "reasoning_effort",
+    "chat_template_kwargs",
+    "reasoning_content",
+    "reasoning",
+    "effort",
 ];
 
 fn random_value(rng: &mut StdRng, depth: usize) -> Value {

@@ -139,6 +139,8 @@ const DICT: &[&str] = &[
     "\"messages\"",
     "\"logit_bias\"",
     "\"reasoning_content\"",
+    "\"reasoning_effort\"",
+    "\"chat_template_kwargs\"",
     "\"prompt\"",
     "\"input\"",
     "\"instructions\"",
@@ -251,7 +253,8 @@ fn chat_seeds() -> Vec<Value> {
                 "tool_calls": [{"id": "c1", "type": "function",
                     "function": {"name": "weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
             {"role": "tool", "tool_call_id": "c1", "content": "sunny"}],
-            "logit_bias": {"5": -100, "17": 3.5}, "tools": weather.clone()}),
+            "logit_bias": {"5": -100, "17": 3.5}, "tools": weather.clone(),
+            "reasoning_effort": "low", "chat_template_kwargs": {"enable_thinking": false}}),
         json!({"model": "m", "messages": [
             {"role": "system", "content": "Be brief."},
             {"role": "user", "content": [{"type": "text", "text": "What is this?"}]},
