@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
+use ats_core::chat::TemplateKwargs;
 use ats_core::device::KvType;
 use ats_core::round::MAX_CONTEXT;
 use ats_core::sampling::SamplerField;
@@ -234,9 +235,6 @@ pub struct SampleArgs {
     pub seed: Option<u64>,
 }
 
-/// The chat template's own variables, a JSON object.
-pub type TemplateKwargs = serde_json::Map<String, serde_json::Value>;
-
 /// Chat template flags (`chat`, `run --chat`, `serve`).
 #[derive(Args, Debug, Clone, Default)]
 pub struct TemplateArgs {
@@ -258,10 +256,7 @@ impl TemplateArgs {
 fn parse_template_kwargs(s: &str) -> Result<TemplateKwargs, String> {
     let m: TemplateKwargs =
         serde_json::from_str(s).map_err(|e| format!("not a JSON object: {e}"))?;
-    match m
-        .keys()
-        .find(|k| ats_core::chat::RESERVED_VARS.contains(&k.as_str()))
-    {
+    match ats_core::chat::reserved_name(&m) {
         Some(k) => Err(format!("{k:?} is set by ATS itself")),
         None => Ok(m),
     }

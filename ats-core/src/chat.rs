@@ -348,17 +348,29 @@ pub struct TemplateVars {
     pub tools: Vec<serde_json::Value>,
     /// The caller's own variables (`chat_template_kwargs`: Qwen3's
     /// `enable_thinking`, gpt-oss's `reasoning_effort`, ...).
-    pub kwargs: serde_json::Map<String, serde_json::Value>,
+    pub kwargs: TemplateKwargs,
 }
 
 /// The variables the renderer sets itself.
-pub const RESERVED_VARS: [&str; 5] = [
+const RESERVED_VARS: [&str; 5] = [
     "messages",
     "tools",
     "add_generation_prompt",
     "bos_token",
     "eos_token",
 ];
+
+/// A caller's template variables (`chat_template_kwargs`).
+pub type TemplateKwargs = serde_json::Map<String, serde_json::Value>;
+
+/// The first of `kwargs` that would replace a variable the renderer sets
+/// itself, if any: callers refuse it naming their own flag or field.
+pub fn reserved_name(kwargs: &TemplateKwargs) -> Option<&str> {
+    kwargs
+        .keys()
+        .map(String::as_str)
+        .find(|k| RESERVED_VARS.contains(k))
+}
 
 /// A compiled chat template with the values it is rendered with.
 #[derive(Debug)]
@@ -469,46 +481,33 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, ChatError> {
-        self.render_with_tools(messages, &[], add_generation_prompt)
+        self.render_with(messages, &TemplateVars::default(), add_generation_prompt)
     }
 
-    /// [`ChatTemplate::render`] with OpenAI's `tools` list (`{"type":
-    /// "function", "function": {...}}` objects) in the template's `tools`
-    /// variable (unset when empty, as Hugging Face passes none).
-    pub fn render_with_tools(
-        &self,
-        messages: &[ChatMessage],
-        tools: &[serde_json::Value],
-        add_generation_prompt: bool,
-    ) -> Result<String, ChatError> {
-        let vars = TemplateVars {
-            tools: tools.to_vec(),
-            ..TemplateVars::default()
-        };
-        self.render_with(messages, &vars, add_generation_prompt)
-    }
-
-    /// [`ChatTemplate::render`] with more variables: `tools` and the
-    /// caller's own (`chat_template_kwargs`).
+    /// [`ChatTemplate::render`] with more variables: OpenAI's `tools` list
+    /// (`{"type": "function", "function": {...}}` objects, unset when
+    /// empty, as Hugging Face passes none) and the caller's own
+    /// (`chat_template_kwargs`).
     pub fn render_with(
         &self,
         messages: &[ChatMessage],
         vars: &TemplateVars,
         add_generation_prompt: bool,
     ) -> Result<String, ChatError> {
-        if let Some(k) = vars
-            .kwargs
-            .keys()
-            .find(|k| RESERVED_VARS.contains(&k.as_str()))
-        {
-            return Err(ChatError::ReservedVariable(k.clone()));
+        if let Some(k) = reserved_name(&vars.kwargs) {
+            return Err(ChatError::ReservedVariable(k.to_string()));
         }
         let tmpl = self
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| ChatError::Render(describe(&e)))?;
         let tools = &vars.tools;
-        let kwargs = json_value(&serde_json::Value::Object(vars.kwargs.clone()));
+        let kwargs = Value::from_object(OrderedMap(
+            vars.kwargs
+                .iter()
+                .map(|(k, v)| (Value::from(k.as_str()), json_value(v)))
+                .collect(),
+        ));
         let ctx = minijinja::context! {
             messages => Value::from_iter(messages.iter().map(ChatMessage::to_value)),
             add_generation_prompt => add_generation_prompt,
@@ -547,29 +546,17 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         tokenizer: &Tokenizer,
     ) -> Result<GuardedText, ChatError> {
-        self.render_guarded_with_tools(messages, &[], add_generation_prompt, tokenizer)
-    }
-
-    /// [`ChatTemplate::render_guarded`] with `tools` (see
-    /// [`ChatTemplate::render_with_tools`]); their strings, and those of
-    /// the messages' tool calls, are guarded like content.
-    pub fn render_guarded_with_tools(
-        &self,
-        messages: &[ChatMessage],
-        tools: &[serde_json::Value],
-        add_generation_prompt: bool,
-        tokenizer: &Tokenizer,
-    ) -> Result<GuardedText, ChatError> {
-        let vars = TemplateVars {
-            tools: tools.to_vec(),
-            ..TemplateVars::default()
-        };
-        self.render_guarded_with(messages, &vars, add_generation_prompt, tokenizer)
+        self.render_guarded_with(
+            messages,
+            &TemplateVars::default(),
+            add_generation_prompt,
+            tokenizer,
+        )
     }
 
     /// [`ChatTemplate::render_guarded`] with more variables (see
-    /// [`ChatTemplate::render_with`]); every string in them is guarded like
-    /// content.
+    /// [`ChatTemplate::render_with`]); every string in them (the tools, the
+    /// messages' tool calls, the caller's variables) is guarded like content.
     pub fn render_guarded_with(
         &self,
         messages: &[ChatMessage],
@@ -577,9 +564,8 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         tokenizer: &Tokenizer,
     ) -> Result<GuardedText, ChatError> {
-        let kwargs = serde_json::Value::Object(vars.kwargs.clone());
         let mut texts: Vec<&str> = messages.iter().flat_map(ChatMessage::texts).collect();
-        for t in vars.tools.iter().chain([&kwargs]) {
+        for t in vars.tools.iter().chain(vars.kwargs.values()) {
             json_strings(t, &mut texts);
         }
         let fixed = [
@@ -592,10 +578,11 @@ impl ChatTemplate {
         let guarded: Vec<ChatMessage> = messages.iter().map(|m| m.map_texts(&guard)).collect();
         let vars = TemplateVars {
             tools: vars.tools.iter().map(|t| map_json(t, &guard)).collect(),
-            kwargs: match map_json(&kwargs, &guard) {
-                serde_json::Value::Object(m) => m,
-                _ => serde_json::Map::new(),
-            },
+            kwargs: vars
+                .kwargs
+                .iter()
+                .map(|(k, v)| (k.clone(), map_json(v, &guard)))
+                .collect(),
         };
         Ok(GuardedText {
             text: self.render_with(&guarded, &vars, add_generation_prompt)?,

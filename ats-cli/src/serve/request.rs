@@ -86,10 +86,7 @@ fn template_kwargs(
     effort: Option<String>,
 ) -> Result<serde_json::Map<String, serde_json::Value>, ApiError> {
     let asked = asked.unwrap_or_default();
-    if let Some(k) = asked
-        .keys()
-        .find(|k| ats_core::chat::RESERVED_VARS.contains(&k.as_str()))
-    {
+    if let Some(k) = ats_core::chat::reserved_name(&asked) {
         return Err(ApiError::bad_param(
             "chat_template_kwargs",
             format!("{k:?} is set by the server, not by chat_template_kwargs"),

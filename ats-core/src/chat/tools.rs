@@ -397,6 +397,14 @@ pub(super) mod tests {
         }
     }
 
+    /// Template variables holding only `tools`.
+    fn with_tools(tools: &[Value]) -> crate::chat::TemplateVars {
+        crate::chat::TemplateVars {
+            tools: tools.to_vec(),
+            ..Default::default()
+        }
+    }
+
     /// A conversation: a question, the assistant's call of `weather` (with
     /// its reasoning, if any) and the tool's answer.
     fn called(reasoning: Option<&str>) -> [ChatMessage; 3] {
@@ -428,7 +436,7 @@ pub(super) mod tests {
         let tmpl = ChatTemplate::new(HERMES, "", "").unwrap();
         let msgs = called(None);
         let tools = [json!({"type": "function", "function": {"name": "weather"}})];
-        let out = tmpl.render_with_tools(&msgs, &tools, true).unwrap();
+        let out = tmpl.render_with(&msgs, &with_tools(&tools), true).unwrap();
         assert!(
             out.contains(
                 "<tools>{\"type\": \"function\", \"function\": {\"name\": \"weather\"}}</tools>"
@@ -461,9 +469,9 @@ pub(super) mod tests {
         let tools =
             [json!({"type": "function", "function": {"name": "weather", "description": forged}})];
         let GuardedText { text, guards } = tmpl
-            .render_guarded_with_tools(
+            .render_guarded_with(
                 &[ChatMessage::text("user", "hi"), asked],
-                &tools,
+                &with_tools(&tools),
                 true,
                 &tok,
             )
@@ -560,7 +568,7 @@ pub(super) mod tests {
         let w = weather();
         let tools = [json!({"type": "function", "function": {
             "name": w.name, "description": w.description, "parameters": w.parameters}})];
-        let out = tmpl.render_with_tools(&msgs, &tools, true).unwrap();
+        let out = tmpl.render_with(&msgs, &with_tools(&tools), true).unwrap();
         for part in [
             "namespace functions {",
             "// The weather\ntype weather = (_: {\ncity: string,\n}) => any;",
