@@ -67,6 +67,21 @@ pub mod hp {
     pub const EXPERT_USED_COUNT: &str = "expert_used_count";
     /// Expert FFN intermediate size.
     pub const EXPERT_FF_LENGTH: &str = "expert_feed_forward_length";
+    /// Shared experts beside the routed ones (their FFN is this many
+    /// expert FFNs wide).
+    pub const EXPERT_SHARED_COUNT: &str = "expert_shared_count";
+    /// Leading blocks with a dense FFN before the MoE blocks.
+    pub const LEADING_DENSE_BLOCK_COUNT: &str = "leading_dense_block_count";
+    /// How router logits become scores: 1 softmax, 2 sigmoid.
+    pub const EXPERT_GATING_FUNC: &str = "expert_gating_func";
+    /// Whether the chosen experts' weights are renormalised to sum to one.
+    pub const EXPERT_WEIGHTS_NORM: &str = "expert_weights_norm";
+    /// Factor on the chosen experts' weights.
+    pub const EXPERT_WEIGHTS_SCALE: &str = "expert_weights_scale";
+    /// Expert groups (group-limited routing when groups used < groups).
+    pub const EXPERT_GROUP_COUNT: &str = "expert_group_count";
+    /// Expert groups a token may choose from.
+    pub const EXPERT_GROUP_USED_COUNT: &str = "expert_group_used_count";
     /// Vocabulary size.
     pub const VOCAB_SIZE: &str = "vocab_size";
 }
@@ -139,6 +154,15 @@ pub mod tensor {
     pub const FFN_UP_EXPS_BIAS: &str = "ffn_up_exps.bias";
     /// Per-expert down biases (`[n_embd, n_expert]`).
     pub const FFN_DOWN_EXPS_BIAS: &str = "ffn_down_exps.bias";
+    /// Per-expert bias added to sigmoid scores to choose experts, not to
+    /// weigh them (GLM-4.5's `e_score_correction_bias`).
+    pub const FFN_EXP_PROBS_B: &str = "exp_probs_b.bias";
+    /// Shared expert gate projection.
+    pub const FFN_GATE_SHEXP: &str = "ffn_gate_shexp.weight";
+    /// Shared expert up projection.
+    pub const FFN_UP_SHEXP: &str = "ffn_up_shexp.weight";
+    /// Shared expert down projection.
+    pub const FFN_DOWN_SHEXP: &str = "ffn_down_shexp.weight";
 
     /// The full name of a per-block tensor: `blk.{layer}.{name}`.
     pub fn blk(layer: usize, name: &str) -> String {

@@ -28,6 +28,8 @@ pub const ROPE_MAX_PAIRS: usize = 128;
 pub const NORM_THREADS: u32 = 256;
 /// Largest top-k of the MoE kernels (`MOE_MAX_TOPK`).
 pub const MOE_MAX_TOPK: usize = 32;
+/// Warps per block of the router's top-k kernel (one token a warp).
+pub const ROUTER_WARPS: usize = 4;
 /// Static shared memory every CUDA device gives a block without opt-in.
 pub const SHARED_LIMIT: usize = 48 * 1024;
 

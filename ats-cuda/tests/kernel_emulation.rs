@@ -874,3 +874,68 @@ fn cache_appends_go_through_the_block_table_under_emulation() {
         assert_eq!(got, want, "past {past}, {new} new, table {table:?}");
     }
 }
+
+/// `moe_topk` chooses and weighs experts as the CPU's router does, for
+/// softmax routing (gpt-oss, Qwen3 MoE) and sigmoid routing with a
+/// selection bias, renormalised or not and scaled (GLM-4.5), over more
+/// tokens than one block routes and more experts than a warp has lanes.
+#[test]
+fn router_top_k_matches_the_cpu_under_emulation() {
+    use ats_core::graph::{Gating, Routing};
+    let Some((dir, exe)) = emulator("moe", Module::Moe, "moe_driver.cpp") else {
+        return;
+    };
+    let (n_tok, n_expert, top_k) = (9usize, 40usize, 4usize);
+    let mut seed = 0x6d6f_6500_0019;
+    let logits = values(&mut seed, n_tok * n_expert, 3.0);
+    let bias = values(&mut seed, n_expert, 0.5);
+    let cases = [
+        Routing::SOFTMAX_NORM,
+        Routing {
+            norm_topk: false,
+            ..Routing::SOFTMAX_NORM
+        },
+        Routing {
+            gating: Gating::Sigmoid,
+            norm_topk: true,
+            scale: 2.5,
+        },
+        Routing {
+            gating: Gating::Sigmoid,
+            norm_topk: false,
+            scale: 1.0,
+        },
+    ];
+    for routing in cases {
+        let sigmoid = routing.gating == Gating::Sigmoid;
+        let mut input = Vec::new();
+        let header = [
+            n_tok as i32,
+            n_expert as i32,
+            top_k as i32,
+            i32::from(routing.norm_topk),
+            i32::from(sigmoid),
+            geometry::ROUTER_WARPS as i32,
+        ];
+        for v in header {
+            input.extend_from_slice(&v.to_le_bytes());
+        }
+        input.extend_from_slice(&routing.scale.to_le_bytes());
+        for v in logits.iter().chain(&bias) {
+            input.extend_from_slice(&v.to_le_bytes());
+        }
+        let got = run(&exe, &dir, input);
+        let mut want = vec![0f32; n_tok * 2 * top_k];
+        let select = sigmoid.then_some(&bias[..]);
+        ats_cpu::ops::moe::route(&logits, (n_expert, top_k), routing, select, &mut want);
+        for (t, (g, w)) in got
+            .chunks_exact(2 * top_k)
+            .zip(want.chunks_exact(2 * top_k))
+            .enumerate()
+        {
+            assert_eq!(g[..top_k], w[..top_k], "{routing:?}: token {t}'s experts");
+            let d = max_diff(&g[top_k..], &w[top_k..]);
+            assert!(d < 1e-6, "{routing:?}: token {t}'s weights differ by {d}");
+        }
+    }
+}

@@ -1,6 +1,7 @@
 //! Helpers shared by the workspace integration tests: where the fixtures
 //! are, reading reference arrays, comparing logits.
 
+pub mod edited;
 pub mod fuzz;
 pub mod hf_fixture;
 

@@ -230,39 +230,7 @@ fn edited(
     edit: &[(&str, Option<ats_core::gguf::Value>)],
     drop: &[&str],
 ) -> Result<ModelSpec, String> {
-    edited_file(&gguf(), edit, drop)
-}
-
-/// [`edited`] of the model file at `path`.
-fn edited_file(
-    path: &std::path::Path,
-    edit: &[(&str, Option<ats_core::gguf::Value>)],
-    drop: &[&str],
-) -> Result<ModelSpec, String> {
-    use ats_core::gguf::{GgufFile, GgufWriter};
-    let src = GgufFile::open(path).unwrap();
-    let mut w = GgufWriter::new();
-    for (k, v) in src.metadata.iter() {
-        if !edit.iter().any(|(e, _)| *e == k) {
-            w.kv(k, v.clone());
-        }
-    }
-    for (k, v) in edit {
-        if let Some(v) = v {
-            w.kv(*k, v.clone());
-        }
-    }
-    let mut data = Vec::new();
-    for t in src
-        .tensors()
-        .iter()
-        .filter(|t| !drop.contains(&t.name.as_str()))
-    {
-        w.tensor(&t.name, t.ne.clone(), t.dtype().unwrap()).unwrap();
-        data.push(src.tensor_data(t).to_vec());
-    }
-    let f = GgufFile::from_bytes(w.to_bytes(&data).unwrap()).unwrap();
-    ModelSpec::from_gguf(Arc::new(f)).map_err(|e| e.to_string())
+    ats_tests::edited::edited_spec(&gguf(), edit, drop)
 }
 
 #[test]
@@ -305,7 +273,7 @@ fn bad_gpt_oss_files_are_named_errors_and_patterns_are_read() {
     assert!(e.contains("blk.0.ffn_down_exps.bias"), "{e}");
     // YaRN is read for gpt-oss only: other architectures still refuse it
     let llama = ats_tests::fixtures().join("llama/llama-f32.gguf");
-    let e = edited_file(
+    let e = ats_tests::edited::edited_spec(
         &llama,
         &[("llama.rope.scaling.type", Some(Value::str("yarn")))],
         &[],

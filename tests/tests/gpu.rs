@@ -502,23 +502,34 @@ fn synthetic_models_decode_as_they_prefill_on_the_gpu() {
 
 #[test]
 fn gpt_oss_on_the_gpu_matches_hf() {
+    // sinks, sliding windows crossed by the prompt, YaRN, biased experts with the clamp
+    repo_fixture_on_the_gpu_matches_hf("gpt-oss", 0x6770_7405_0019_0001);
+}
+
+#[test]
+fn glm4moe_on_the_gpu_matches_hf() {
+    // a dense lead, sigmoid routers with a selection bias, shared experts, q/k norms
+    repo_fixture_on_the_gpu_matches_hf("glm4moe", 0x676c_6d45_0019_0001);
+}
+
+/// The repository's own fixture `name` (`tests/fixtures/NAME/NAME-f32.gguf`)
+/// on the GPU under random placements, tiled and not, against transformers.
+fn repo_fixture_on_the_gpu_matches_hf(name: &str, seed: u64) {
     let Some(dev) = gpu(opts(1 << 30, true)) else {
         return;
     };
     let Some(dev_tiled) = gpu(opts(1 << 30, false)) else {
         return;
     };
-    // the repository's own fixture (tests/fixtures/gpt-oss): sinks, sliding
-    // windows crossed by the prompt, YaRN, biased experts with the clamp
-    let dir = ats_tests::repo_fixtures().join("gpt-oss");
+    let dir = ats_tests::repo_fixtures().join(name);
     let r = Reference::open_path(&dir.join("reference.safetensors"));
-    let spec = ModelSpec::open(dir.join("gpt-oss-f32.gguf")).unwrap();
+    let spec = ModelSpec::open(dir.join(format!("{name}-f32.gguf"))).unwrap();
     let graph = spec.graph().clone();
     let host: Arc<dyn HostMemory> = spec.gguf.backing().clone();
     let ids = r.ids("full_ids");
     let vocab = spec.hp.n_vocab;
     let cpu: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
-    let mut rng = XorShift(0x6770_7405_0019_0001);
+    let mut rng = XorShift(seed);
     let mut failures = Vec::new();
     for (kv, want_name, tol) in [
         (KvType::F32, "full_logits", 1e-3f32),
@@ -560,10 +571,10 @@ fn gpt_oss_on_the_gpu_matches_hf() {
             ];
             for (k, (gl, wl)) in checks.iter().enumerate() {
                 let d = max_abs_diff(gl, wl);
-                eprintln!("gpt-oss {kv:?} trial {trial} round {k}: max |gpu - hf| = {d:.2e}");
+                eprintln!("{name} {kv:?} trial {trial} round {k}: max |gpu - hf| = {d:.2e}");
                 if d.is_nan() || d >= tol {
                     failures.push(format!(
-                        "gpt-oss {kv:?} trial {trial} round {k}: {d} over {tol}"
+                        "{name} {kv:?} trial {trial} round {k}: {d} over {tol}"
                     ));
                 }
             }

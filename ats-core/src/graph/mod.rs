@@ -12,7 +12,10 @@ mod roles;
 
 pub use builder::GraphBuilder;
 pub use cost::NodeCost;
-pub use op::{AttnSpec, ExpertAct, GeluKind, Mask, Op, RopeKind, RopeSpec, Yarn, experts_chosen};
+pub use op::{
+    AttnSpec, ExpertAct, Gating, GeluKind, Mask, Op, RopeKind, RopeSpec, Routing, Yarn,
+    experts_chosen,
+};
 pub use roles::WeightRole;
 
 use serde::Serialize;

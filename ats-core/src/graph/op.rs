@@ -213,6 +213,40 @@ pub enum ExpertAct {
     },
 }
 
+/// How a router turns logits into scores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Gating {
+    /// A softmax over all logits (after the logit bias, if any); experts
+    /// are chosen by score.
+    Softmax,
+    /// A sigmoid per logit; experts are chosen by score plus a per-expert
+    /// selection bias that does not enter their weights (GLM-4.5,
+    /// DeepSeek-V3).
+    Sigmoid,
+}
+
+/// A router's scores, choice and weights: the chosen experts' scores,
+/// renormalised to sum to one when `norm_topk` (then, for softmax, a
+/// softmax over the chosen logits alone: gpt-oss's routing), times `scale`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Routing {
+    /// Scores from logits.
+    pub gating: Gating,
+    /// Renormalise the chosen weights.
+    pub norm_topk: bool,
+    /// Factor on the (renormalised) weights.
+    pub scale: f32,
+}
+
+impl Routing {
+    /// Softmax scores renormalised over the chosen experts (Qwen3 MoE, gpt-oss).
+    pub const SOFTMAX_NORM: Routing = Routing {
+        gating: Gating::Softmax,
+        norm_topk: true,
+        scale: 1.0,
+    };
+}
+
 /// One operation. Inputs, outputs and weights are listed on the [`super::Node`].
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub enum Op {
@@ -248,18 +282,18 @@ pub enum Op {
     Gelu(GeluKind),
     /// Squared ReLU of one input, `max(x, 0)^2` (Nemotron's FFN).
     ReluSqr,
-    /// MoE router: softmax over `n_expert` logits of `x W_gate^T (+ bias)`,
-    /// top-k, optional renormalisation. Renormalised, the weights equal a
-    /// softmax over the selected logits alone (gpt-oss's routing). Weights:
-    /// the router, optional bias. Output per token: `top_k` expert ids (as
-    /// f32) then their weights.
+    /// MoE router: scores of the `n_expert` logits `x W_gate^T`, top-k,
+    /// weights as `routing` says. Weights: the router, then for softmax
+    /// gating an optional logit bias, for sigmoid gating the selection bias
+    /// (required). Output per token: `top_k` expert ids (as f32) then their
+    /// weights.
     MoeRouter {
         /// Experts in the layer.
         n_expert: usize,
         /// Experts used per token.
         top_k: usize,
-        /// Renormalise the top-k weights to sum to one.
-        norm_topk: bool,
+        /// Scores, choice and weights.
+        routing: Routing,
     },
     /// Routed gated experts: `sum_k w_k * down_e(act(gate_e x, up_e x))`.
     /// Inputs: x, routing. Weights: stacked gate, up, down (`[n_expert, out,

@@ -2,7 +2,7 @@
 //! is one step of the reference forward pass, checking the tensors it reads.
 
 use crate::graph::{
-    AttnSpec, ExpertAct, Graph, GraphBuilder, GraphInput, KvCacheInfo, Mask, Op, RopeKind,
+    AttnSpec, ExpertAct, Gating, Graph, GraphBuilder, GraphInput, KvCacheInfo, Mask, Op, RopeKind,
     RopeSpec, Rows, SubLayer, ValueId, WeightId,
 };
 use crate::names::tensor::{self as t, blk};
@@ -151,6 +151,20 @@ impl<'a> Decoder<'a> {
         Ok((q, k))
     }
 
+    /// [`Self::head_norms`] when the file has them for layer `il`.
+    pub fn opt_head_norms(
+        &mut self,
+        q: ValueId,
+        k: ValueId,
+        il: usize,
+    ) -> Result<(ValueId, ValueId), SpecError> {
+        if self.spec.has_tensor(&blk(il, t::ATTN_Q_NORM)) {
+            self.head_norms(q, k, il)
+        } else {
+            Ok((q, k))
+        }
+    }
+
     /// RoPE on q and k, with optional frequency factors.
     pub fn rope(
         &mut self,
@@ -244,16 +258,44 @@ impl<'a> Decoder<'a> {
 
     /// SwiGLU FFN: `down(silu(gate h) * up h)`.
     pub fn ffn(&mut self, h: ValueId, il: usize) -> Result<ValueId, SpecError> {
-        let (d, f) = (self.hp.n_embd, self.hp.n_ff);
+        let names = [t::FFN_GATE, t::FFN_UP, t::FFN_DOWN];
+        self.swiglu_ffn(h, il, names, self.hp.n_ff, "ffn_swiglu")
+    }
+
+    /// The shared expert beside routed ones: a SwiGLU FFN `n_expert_shared`
+    /// expert FFNs wide (`None` when the model has none).
+    pub fn shared_expert(&mut self, h: ValueId, il: usize) -> Result<Option<ValueId>, SpecError> {
+        let hp = self.hp;
+        if hp.n_expert_shared == 0 {
+            return Ok(None);
+        }
+        let names = [t::FFN_GATE_SHEXP, t::FFN_UP_SHEXP, t::FFN_DOWN_SHEXP];
+        let f = hp.n_expert_shared * hp.n_ff_expert;
+        self.swiglu_ffn(h, il, names, f, "ffn_swiglu_shexp")
+            .map(Some)
+    }
+
+    /// `down(silu(gate h) * up h)` with the `[gate, up, down]` tensors
+    /// `names` of width `f`.
+    fn swiglu_ffn(
+        &mut self,
+        h: ValueId,
+        il: usize,
+        names: [&str; 3],
+        f: usize,
+        act: &str,
+    ) -> Result<ValueId, SpecError> {
+        let d = self.hp.n_embd;
+        let [gate, up, down] = names;
         self.b.at(Some(il), SubLayer::FfnUp);
-        let wg = self.weight(Some(il), t::FFN_GATE, &[d, f])?;
-        let wu = self.weight(Some(il), t::FFN_UP, &[d, f])?;
-        let g = self.b.matmul(&blk(il, t::FFN_GATE), h, wg, None);
-        let u = self.b.matmul(&blk(il, t::FFN_UP), h, wu, None);
-        let a = self.b.swiglu(&format!("blk.{il}.ffn_swiglu"), g, u);
+        let wg = self.weight(Some(il), gate, &[d, f])?;
+        let wu = self.weight(Some(il), up, &[d, f])?;
+        let g = self.b.matmul(&blk(il, gate), h, wg, None);
+        let u = self.b.matmul(&blk(il, up), h, wu, None);
+        let a = self.b.swiglu(&format!("blk.{il}.{act}"), g, u);
         self.b.at(Some(il), SubLayer::FfnDown);
-        let wd = self.weight(Some(il), t::FFN_DOWN, &[f, d])?;
-        Ok(self.b.matmul(&blk(il, t::FFN_DOWN), a, wd, None))
+        let wd = self.weight(Some(il), down, &[f, d])?;
+        Ok(self.b.matmul(&blk(il, down), a, wd, None))
     }
 
     /// SwiGLU FFN whose gate and up rows are one matrix (`ffn_up` of
@@ -291,13 +333,13 @@ impl<'a> Decoder<'a> {
         Ok(self.b.matmul(&blk(il, t::FFN_DOWN), a, wd, bd))
     }
 
-    /// Routed SwiGLU experts: softmax router, top-k, renormalised weights.
+    /// Routed SwiGLU experts, routed as the model's `routing` says.
     pub fn moe(&mut self, h: ValueId, il: usize) -> Result<ValueId, SpecError> {
         self.moe_with(h, il, ExpertAct::SwiGlu, false)
     }
 
     /// Routed experts combining gate and up by `act`, with biases on the
-    /// router and every expert product when `biases`.
+    /// (softmax) router and every expert product when `biases`.
     pub fn moe_with(
         &mut self,
         h: ValueId,
@@ -309,13 +351,17 @@ impl<'a> Decoder<'a> {
         let (d, e, k, f) = (hp.n_embd, hp.n_expert, hp.n_expert_used, hp.n_ff_expert);
         self.b.at(Some(il), SubLayer::MoeRouter);
         let mut wr = vec![self.weight(Some(il), t::FFN_GATE_INP, &[d, e])?];
-        if biases {
-            wr.push(self.weight(Some(il), t::FFN_GATE_INP_BIAS, &[e])?);
+        match hp.routing.gating {
+            Gating::Softmax if biases => {
+                wr.push(self.weight(Some(il), t::FFN_GATE_INP_BIAS, &[e])?)
+            }
+            Gating::Softmax => {}
+            Gating::Sigmoid => wr.push(self.weight(Some(il), t::FFN_EXP_PROBS_B, &[e])?),
         }
         let op = Op::MoeRouter {
             n_expert: e,
             top_k: k,
-            norm_topk: true,
+            routing: hp.routing,
         };
         let routing = self.b.node(
             format!("blk.{il}.moe_router"),

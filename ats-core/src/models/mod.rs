@@ -3,6 +3,7 @@
 
 mod decoder;
 mod glm4;
+mod glm4moe;
 mod gpt_oss;
 mod llama;
 mod nemotron;
@@ -24,6 +25,7 @@ pub fn build(spec: &ModelSpec) -> Result<Graph, SpecError> {
         Arch::Qwen2Vl => qwen2vl::build(spec),
         Arch::GptOss => gpt_oss::build(spec),
         Arch::Glm4 => glm4::build(spec),
+        Arch::Glm4Moe => glm4moe::build(spec),
         Arch::Nemotron => nemotron::build(spec),
     }
 }

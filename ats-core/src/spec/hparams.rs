@@ -4,7 +4,7 @@ use serde::Serialize;
 
 use super::{Arch, SpecError};
 use crate::gguf::GgufFile;
-use crate::graph::Yarn;
+use crate::graph::{Gating, Routing, Yarn};
 use crate::names::{hp, tensor};
 
 /// A text model's hyperparameters.
@@ -42,6 +42,13 @@ pub struct HParams {
     pub n_expert_used: usize,
     /// Expert FFN size.
     pub n_ff_expert: usize,
+    /// Shared experts beside the routed ones (one FFN of `n_expert_shared *
+    /// n_ff_expert`), 0 for none.
+    pub n_expert_shared: usize,
+    /// Leading blocks whose FFN is dense (`n_ff`) in an MoE model.
+    pub n_dense_lead: usize,
+    /// How the MoE layers' routers weigh experts.
+    pub routing: Routing,
     /// Keys a sliding-window layer sees (0: no sliding window).
     pub n_swa: usize,
     /// Per layer: whether it uses the sliding window.
@@ -205,12 +212,19 @@ impl HParams {
             });
         }
         let n_ff_expert = k.opt_usize(hp::EXPERT_FF_LENGTH)?.unwrap_or(0);
-        let n_ff = if arch.is_moe() {
+        let n_layer = main_layers(&k)?;
+        let n_dense_lead = k.opt_usize(hp::LEADING_DENSE_BLOCK_COUNT)?.unwrap_or(0);
+        if n_dense_lead > n_layer {
+            return Err(SpecError::BadKey {
+                key: k.key(hp::LEADING_DENSE_BLOCK_COUNT),
+                problem: format!("{n_dense_lead} dense blocks of {n_layer}"),
+            });
+        }
+        let n_ff = if arch.is_moe() && n_dense_lead == 0 {
             k.opt_usize(hp::FEED_FORWARD_LENGTH)?.unwrap_or(0)
         } else {
             k.positive(hp::FEED_FORWARD_LENGTH)?
         };
-        let n_layer = main_layers(&k)?;
         let (n_swa, swa_layers) = sliding_window(&k, arch, n_layer)?;
         let embd = f
             .tensor(tensor::TOKEN_EMBD)
@@ -241,6 +255,9 @@ impl HParams {
             n_expert,
             n_expert_used,
             n_ff_expert,
+            n_expert_shared: k.opt_usize(hp::EXPERT_SHARED_COUNT)?.unwrap_or(0),
+            n_dense_lead,
+            routing: routing(&k)?,
             n_swa,
             swa_layers,
             yarn,
@@ -266,6 +283,46 @@ fn main_layers(k: &Keys<'_>) -> Result<usize, SpecError> {
             problem: format!("{n} prediction blocks leave none of the {blocks} blocks to run"),
         }),
     }
+}
+
+/// How the routers weigh experts. Qwen3 MoE and gpt-oss route one way
+/// whatever their keys say (as llama.cpp does); GLM-4.5 by its keys, with
+/// llama.cpp's defaults (sigmoid, no renormalisation, scale 1).
+fn routing(k: &Keys<'_>) -> Result<Routing, SpecError> {
+    if k.arch != Arch::Glm4Moe {
+        return Ok(Routing::SOFTMAX_NORM);
+    }
+    let groups = k.opt_usize(hp::EXPERT_GROUP_COUNT)?.unwrap_or(1);
+    let used = k.opt_usize(hp::EXPERT_GROUP_USED_COUNT)?.unwrap_or(groups);
+    if groups > 1 && used < groups {
+        return Err(SpecError::Unsupported(format!(
+            "group-limited routing ({} = {used} of {groups} groups)",
+            k.key(hp::EXPERT_GROUP_USED_COUNT)
+        )));
+    }
+    let gating = match k.opt_usize(hp::EXPERT_GATING_FUNC)? {
+        None | Some(2) => Gating::Sigmoid,
+        Some(1) => Gating::Softmax,
+        Some(g) => {
+            return Err(SpecError::Unsupported(format!(
+                "{} = {g} (1 softmax and 2 sigmoid are supported)",
+                k.key(hp::EXPERT_GATING_FUNC)
+            )));
+        }
+    };
+    let key = k.key(hp::EXPERT_WEIGHTS_NORM);
+    let norm_topk = match k.f.metadata.get(&key) {
+        None => false,
+        Some(v) => v.as_bool().ok_or_else(|| SpecError::BadKey {
+            key,
+            problem: format!("expected a boolean, found {v}"),
+        })?,
+    };
+    Ok(Routing {
+        gating,
+        norm_topk,
+        scale: k.f32_or(hp::EXPERT_WEIGHTS_SCALE, 1.0)?,
+    })
 }
 
 /// The YaRN parameters of a file whose RoPE scaling type is `yarn`.

@@ -34,6 +34,10 @@ pub enum Arch {
     /// GLM-4-0414 (`glm4`): q/k/v biases, half-head RoPE, norms after
     /// attention and after the FFN as well as before, gate and up in one matrix.
     Glm4,
+    /// GLM-4.5 / 4.6 (`glm4moe`): q/k/v biases, optional q/k norms, NeoX
+    /// RoPE on half of each head; leading dense blocks, then MoE blocks with
+    /// a sigmoid router, a selection bias and a shared expert.
+    Glm4Moe,
     /// Nemotron-4 / Minitron (`nemotron`): LayerNorm with bias, NeoX RoPE on
     /// part of each head, a non-gated FFN with squared ReLU.
     Nemotron,
@@ -50,6 +54,7 @@ impl Arch {
             "qwen2vl" => Arch::Qwen2Vl,
             "gpt-oss" => Arch::GptOss,
             "glm4" => Arch::Glm4,
+            "glm4moe" => Arch::Glm4Moe,
             "nemotron" => Arch::Nemotron,
             other => return Err(SpecError::UnknownArch(other.to_string())),
         })
@@ -65,13 +70,15 @@ impl Arch {
             Arch::Qwen2Vl => "qwen2vl",
             Arch::GptOss => "gpt-oss",
             Arch::Glm4 => "glm4",
+            Arch::Glm4Moe => "glm4moe",
             Arch::Nemotron => "nemotron",
         }
     }
 
-    /// Whether every FFN is a mixture of experts.
+    /// Whether the FFNs are mixtures of experts (all of them, or all after
+    /// `leading_dense_block_count` dense ones).
     pub fn is_moe(self) -> bool {
-        matches!(self, Arch::Qwen3Moe | Arch::GptOss)
+        matches!(self, Arch::Qwen3Moe | Arch::GptOss | Arch::Glm4Moe)
     }
 
     /// For architectures with sliding-window layers: every n-th layer is

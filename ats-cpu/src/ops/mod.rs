@@ -19,7 +19,7 @@ use std::sync::RwLockReadGuard;
 
 use ats_core::device::{DeviceError, NodeArgs, WeightArg, WeightData};
 use ats_core::dtype::DType;
-use ats_core::graph::{GeluKind, Op};
+use ats_core::graph::{Gating, GeluKind, Op};
 
 use crate::matmul::{Isa, WeightMatrix, matmul};
 use crate::storage::cpu_storage;
@@ -234,7 +234,7 @@ pub(crate) fn run(args: &NodeArgs<'_>, isa: Isa, device: &str) -> Result<(), Dev
         Op::MoeRouter {
             n_expert,
             top_k,
-            norm_topk,
+            routing,
         } => {
             let (w, a) = wbytes(0)?;
             let m = WeightMatrix {
@@ -247,7 +247,7 @@ pub(crate) fn run(args: &NodeArgs<'_>, isa: Isa, device: &str) -> Result<(), Dev
             let n = x.len() / m.cols;
             let mut logits = vec![0.0; n * n_expert];
             matmul(&m, x, n, &mut logits, isa).map_err(|e| err(e.to_string()))?;
-            if args.weights.len() > 1 {
+            let bias = if args.weights.len() > 1 {
                 let b = wf32(1)?;
                 if b.len() < *n_expert {
                     return Err(err(format!(
@@ -255,13 +255,26 @@ pub(crate) fn run(args: &NodeArgs<'_>, isa: Isa, device: &str) -> Result<(), Dev
                         b.len()
                     )));
                 }
-                for row in logits.chunks_exact_mut(*n_expert) {
-                    for (o, &bb) in row.iter_mut().zip(b.iter()) {
-                        *o += bb;
+                Some(b)
+            } else {
+                None
+            };
+            let select = match (routing.gating, &bias) {
+                (Gating::Softmax, Some(b)) => {
+                    for row in logits.chunks_exact_mut(*n_expert) {
+                        for (o, &bb) in row.iter_mut().zip(b.iter()) {
+                            *o += bb;
+                        }
                     }
+                    None
                 }
-            }
-            moe::route(&logits, *n_expert, *top_k, *norm_topk, out);
+                (Gating::Softmax, None) => None,
+                (Gating::Sigmoid, Some(b)) => Some(&b[..]),
+                (Gating::Sigmoid, None) => {
+                    return Err(err("a sigmoid router without its selection bias".into()));
+                }
+            };
+            moe::route(&logits, (*n_expert, *top_k), *routing, select, out);
         }
         Op::MoeExperts {
             n_expert,

@@ -2,33 +2,67 @@
 
 use crate::matmul::{Isa, MatmulError, WeightMatrix, matmul};
 use ats_core::dtype::DType;
-use ats_core::graph::ExpertAct;
+use ats_core::graph::{ExpertAct, Gating, Routing};
 
 use super::elementwise::{swiglu, swiglu_oai};
 
-/// Softmax over each row of router logits, top-k (ties to the lower id),
-/// optional renormalisation. Writes `top_k` ids (as f32) then `top_k` weights per row.
-pub fn route(logits: &[f32], n_expert: usize, top_k: usize, norm: bool, out: &mut [f32]) {
+/// Chooses and weighs experts from router logits, per row: scores by
+/// `routing.gating` (a softmax over the row, or a sigmoid per logit), the
+/// top k by score (plus `select_bias` for sigmoid gating; ties to the lower
+/// id, a NaN last), their scores renormalised to sum to one if
+/// `routing.norm_topk`, times `routing.scale`. Writes `top_k` ids (as f32)
+/// then `top_k` weights per row.
+pub fn route(
+    logits: &[f32],
+    (n_expert, top_k): (usize, usize),
+    routing: Routing,
+    select_bias: Option<&[f32]>,
+    out: &mut [f32],
+) {
+    let mut scores = vec![0f32; n_expert];
+    let mut choice = vec![0f32; n_expert];
     for (row, o) in logits
         .chunks_exact(n_expert)
         .zip(out.chunks_exact_mut(2 * top_k))
     {
-        let mx = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-        let e: Vec<f32> = row.iter().map(|&x| (x - mx).exp()).collect();
-        let z: f32 = e.iter().sum();
+        match routing.gating {
+            Gating::Softmax => {
+                let mx = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+                for (s, &x) in scores.iter_mut().zip(row) {
+                    *s = (x - mx).exp();
+                }
+                let z: f32 = scores.iter().sum();
+                for s in &mut scores {
+                    *s /= z;
+                }
+                choice.copy_from_slice(&scores);
+            }
+            Gating::Sigmoid => {
+                for (j, (s, &x)) in scores.iter_mut().zip(row).enumerate() {
+                    *s = 1.0 / (1.0 + (-x).exp());
+                    choice[j] = *s + select_bias.map_or(0.0, |b| b[j]);
+                }
+            }
+        }
         let mut idx: Vec<usize> = (0..n_expert).collect();
-        // NaN-safe total order: a NaN probability sorts last
+        // NaN-safe total order: a NaN score sorts last
         idx.sort_by(|&a, &b| {
-            e[b].partial_cmp(&e[a])
+            choice[b]
+                .partial_cmp(&choice[a])
                 .unwrap_or(std::cmp::Ordering::Equal)
                 .then(a.cmp(&b))
         });
         let sel = &idx[..top_k];
-        let sum: f32 = sel.iter().map(|&i| e[i] / z).sum();
+        let sum: f32 = sel.iter().map(|&i| scores[i]).sum();
         for (k, &i) in sel.iter().enumerate() {
             o[k] = i as f32;
-            let p = e[i] / z;
-            o[top_k + k] = if norm && sum > 0.0 { p / sum } else { p };
+            let p = scores[i];
+            let w = if routing.norm_topk && sum > 0.0 {
+                p / sum
+            } else {
+                p
+            };
+            o[top_k + k] = w * routing.scale;
         }
     }
 }
@@ -171,11 +205,40 @@ mod tests {
     fn routing_picks_top_k_and_renormalises() {
         let logits = [0.0, 2.0, 1.0, 2.0];
         let mut out = [0.0; 4];
-        route(&logits, 4, 2, true, &mut out);
+        route(&logits, (4, 2), Routing::SOFTMAX_NORM, None, &mut out);
         assert_eq!(&out[..2], &[1.0, 3.0]); // tie broken toward the lower id
         assert!((out[2] - 0.5).abs() < 1e-6 && (out[3] - 0.5).abs() < 1e-6);
-        route(&logits, 4, 2, false, &mut out);
+        let plain = Routing {
+            norm_topk: false,
+            ..Routing::SOFTMAX_NORM
+        };
+        route(&logits, (4, 2), plain, None, &mut out);
         let z: f32 = logits.iter().map(|x| x.exp()).sum();
         assert!((out[2] - 2f32.exp() / z).abs() < 1e-6);
+    }
+
+    #[test]
+    fn sigmoid_routing_chooses_with_the_bias_and_weighs_without_it() {
+        let sig = |x: f32| 1.0 / (1.0 + (-x).exp());
+        let logits = [0.0, 2.0, 1.0, -1.0];
+        // the bias lifts expert 3 above 1 and 2 for the choice only
+        let bias = [0.0, 0.0, 0.3, 2.0];
+        let routing = Routing {
+            gating: Gating::Sigmoid,
+            norm_topk: true,
+            scale: 2.5,
+        };
+        let mut out = [0.0; 4];
+        route(&logits, (4, 2), routing, Some(&bias), &mut out);
+        assert_eq!(&out[..2], &[3.0, 2.0]);
+        let (a, b) = (sig(-1.0), sig(1.0));
+        assert!((out[2] - 2.5 * a / (a + b)).abs() < 1e-6, "{out:?}");
+        assert!((out[3] - 2.5 * b / (a + b)).abs() < 1e-6, "{out:?}");
+        let raw = Routing {
+            norm_topk: false,
+            ..routing
+        };
+        route(&logits, (4, 2), raw, Some(&bias), &mut out);
+        assert!((out[2] - 2.5 * a).abs() < 1e-6 && (out[3] - 2.5 * b).abs() < 1e-6);
     }
 }

@@ -1,7 +1,8 @@
 // Mixture of experts on the device, with no host readback of expert ids (the
 // copy pipeline must never wait on routing):
-// - moe_topk: softmax over router logits, top-k (ties to the lower id),
-//   optional renormalisation; writes k ids (as floats) then k weights per token.
+// - moe_topk: softmax or sigmoid scores of router logits, top-k (ties to the
+//   lower id; sigmoid chooses by score plus a selection bias), optional
+//   renormalisation and a scale; writes k ids (as floats) then k weights per token.
 // - moe_index: groups the routed (token, slot) pairs by expert and lays out
 //   the tiles the grouped matmul (matmul.cu, mm_moe_*) runs over.
 // - moe_combine: out[t] = sum over slots, in increasing expert id, of
@@ -9,24 +10,36 @@
 // - moe_bias: adds each routed slot's expert bias to its product row.
 
 // One warp per token; dynamic shared memory: (blockDim.x / 32) * n_expert floats.
+// gating 0: softmax scores, chosen by score; 1: sigmoid scores, chosen by
+// score + sel_bias (the weights are the scores alone). The chosen weights are
+// renormalised when norm, then multiplied by scale.
 extern "C" __global__ void moe_topk(const float* __restrict__ logits, float* __restrict__ out,
-                                    int n_tok, int n_expert, int top_k, int norm) {
+                                    const float* __restrict__ sel_bias, int n_tok, int n_expert,
+                                    int top_k, int norm, int gating, float scale) {
     DYN_SHARED(float, probs);
     const int lane = threadIdx.x % WARP, wid = threadIdx.x / WARP;
     const int t = blockIdx.x * (blockDim.x / WARP) + wid;
     if (t >= n_tok) return;
+    // the choice values: exp(logit - max) for softmax, score + bias for sigmoid
     float* e = probs + wid * n_expert;
     const float* row = logits + (u64)t * n_expert;
-    float mx = NEG_INF;
-    for (int j = lane; j < n_expert; j += WARP) mx = fmaxf(mx, row[j]);
-    mx = warp_max(mx);
-    for (int j = lane; j < n_expert; j += WARP) e[j] = expf(row[j] - mx);
-    __syncwarp();
-    // the sum in index order, like the reference
-    float z = 0.0f;
-    if (lane == 0)
-        for (int j = 0; j < n_expert; j++) z += e[j];
-    z = __shfl_sync(0xffffffffu, z, 0);
+    float z = 1.0f;
+    if (gating == 0) {
+        float mx = NEG_INF;
+        for (int j = lane; j < n_expert; j += WARP) mx = fmaxf(mx, row[j]);
+        mx = warp_max(mx);
+        for (int j = lane; j < n_expert; j += WARP) e[j] = expf(row[j] - mx);
+        __syncwarp();
+        // the sum in index order, like the reference
+        z = 0.0f;
+        if (lane == 0)
+            for (int j = 0; j < n_expert; j++) z += e[j];
+        z = __shfl_sync(0xffffffffu, z, 0);
+    } else {
+        for (int j = lane; j < n_expert; j += WARP)
+            e[j] = 1.0f / (1.0f + expf(-row[j])) + sel_bias[j];
+        __syncwarp();
+    }
     float* o = out + (u64)t * 2 * top_k;
     float sum = 0.0f;
     for (int k = 0; k < top_k; k++) {
@@ -50,15 +63,18 @@ extern "C" __global__ void moe_topk(const float* __restrict__ logits, float* __r
         if (lane == 0) {
             const int id = bi < n_expert ? bi : 0;
             o[k] = (float)id;
-            const float p = e[id] / z;
+            const float p = gating == 0 ? e[id] / z : 1.0f / (1.0f + expf(-row[id]));
             o[top_k + k] = p;
             sum += p;
             e[id] = NEG_INF;  // taken
         }
         __syncwarp();
     }
-    if (lane == 0 && norm && sum > 0.0f)
-        for (int k = 0; k < top_k; k++) o[top_k + k] = o[top_k + k] / sum;
+    if (lane == 0)
+        for (int k = 0; k < top_k; k++) {
+            const float p = o[top_k + k];
+            o[top_k + k] = (norm && sum > 0.0f ? p / sum : p) * scale;
+        }
 }
 
 // One block. meta: offsets[E+1], tiles[E+1], list[n_tok * top_k] (see matmul.cu).

@@ -285,8 +285,8 @@ pub(crate) fn run(
         Op::MoeRouter {
             n_expert,
             top_k,
-            norm_topk,
-        } => moe::router(&n, &mut scratch, *n_expert, *top_k, *norm_topk),
+            routing,
+        } => moe::router(&n, &mut scratch, *n_expert, *top_k, *routing),
         Op::MoeExperts {
             n_expert,
             top_k,

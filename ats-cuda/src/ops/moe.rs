@@ -1,4 +1,4 @@
-//! Mixture of experts: the router (logits with an optional bias, then top-k
+//! Mixture of experts: the router (logits, softmax or sigmoid scores, top-k
 //! on the device) and the routed gated experts (SwiGLU, or gpt-oss's clamped
 //! SwiGLU with per-expert biases). The experts never read expert ids on the host:
 //! `moe_index` groups the routed (token, slot) pairs by expert on the
@@ -7,7 +7,7 @@
 //! per-slot buffers fit the scratch area.
 
 use ats_core::device::DeviceError;
-use ats_core::graph::ExpertAct;
+use ats_core::graph::{ExpertAct, Gating, Routing};
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 use super::{Node, WeightRef, dtype_suffix, launch_n, matmul};
@@ -23,7 +23,7 @@ pub(crate) fn router(
     scratch: &mut Carver,
     n_expert: usize,
     top_k: usize,
-    norm: bool,
+    routing: Routing,
 ) -> Result<(), DeviceError> {
     let (x, nt, d) = n.input(0)?;
     let (o, ro, co) = n.output()?;
@@ -41,7 +41,7 @@ pub(crate) fn router(
             w.rows, w.cols
         )));
     }
-    let warps = 4usize;
+    let warps = geometry::ROUTER_WARPS;
     let shared = warps * n_expert * 4;
     if shared > geometry::SHARED_LIMIT {
         return Err(n.err(format!(
@@ -60,8 +60,16 @@ pub(crate) fn router(
     } else {
         0
     };
+    // softmax: the bias is on the logits; sigmoid: it only chooses
+    let (logit_bias, select_bias) = match routing.gating {
+        Gating::Softmax => (bias, 0),
+        Gating::Sigmoid if bias == 0 => {
+            return Err(n.err("a sigmoid router without its selection bias"));
+        }
+        Gating::Sigmoid => (0, bias),
+    };
     let logits = scratch.take(nt * n_expert * 4).map_err(|e| n.err(e))?;
-    matmul::product(n.dev, &w, x, nt, logits, bias, scratch).map_err(|e| n.cu(e))?;
+    matmul::product(n.dev, &w, x, nt, logits, logit_bias, scratch).map_err(|e| n.cu(e))?;
     let f = n
         .dev
         .kernels
@@ -72,11 +80,16 @@ pub(crate) fn router(
         block_dim: ((warps * 32) as u32, 1, 1),
         shared_mem_bytes: shared as u32,
     };
-    let (a, e, k, nm) = (nt as i32, n_expert as i32, top_k as i32, i32::from(norm));
+    let (a, e, k) = (nt as i32, n_expert as i32, top_k as i32);
+    let nm = i32::from(routing.norm_topk);
+    let gating = i32::from(routing.gating == Gating::Sigmoid);
+    let scale = routing.scale;
     let mut b = n.dev.streams.compute.launch_builder(&f);
-    b.arg(&logits).arg(&o).arg(&a).arg(&e).arg(&k).arg(&nm);
-    // SAFETY: logits hold nt x n_expert floats, o nt x 2 top_k; one warp per
-    // token with n_expert floats of shared memory each.
+    b.arg(&logits).arg(&o).arg(&select_bias);
+    b.arg(&a).arg(&e).arg(&k).arg(&nm).arg(&gating).arg(&scale);
+    // SAFETY: logits hold nt x n_expert floats, o nt x 2 top_k, a sigmoid
+    // router's select_bias n_expert floats (checked above; unread for
+    // softmax); one warp per token with n_expert floats of shared memory each.
     drv("moe_topk", unsafe { b.launch(cfg) }).map_err(|e| n.cu(e))?;
     Ok(())
 }

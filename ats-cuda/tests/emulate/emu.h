@@ -99,6 +99,7 @@ void launch(EmuDim grid, EmuDim block, F kernel) {
 #define DYN_SHARED(T, name) T* name = reinterpret_cast<T*>(emu::dyn_shared)
 
 inline void __syncthreads() { emu::block_barrier->arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { emu::warp_barriers[threadIdx.x / 32]->arrive_and_wait(); }
 template <class T>
 T __shfl_sync(unsigned, T v, int src) { return emu::shfl(v, src); }
 template <class T>

@@ -189,6 +189,8 @@ impl Target for Gguf {
             metadata_only(repo_fixtures().join("gpt-oss/gpt-oss-f32.gguf")),
             // partial RoPE, the glm4 pre-tokenizer, GLM-4's special tokens
             metadata_only(repo_fixtures().join("glm4/glm4-f32.gguf")),
+            // sigmoid routing keys, a dense lead, shared experts
+            metadata_only(repo_fixtures().join("glm4moe/glm4moe-f32.gguf")),
             // LayerNorm keys, a SentencePiece vocabulary with byte fallback
             metadata_only(repo_fixtures().join("nemotron/nemotron-f32.gguf")),
             micro_model_gguf(),
@@ -229,6 +231,13 @@ impl Target for Gguf {
             "glm4",
             "glm4.rope.dimension_count",
             "glm4.nextn_predict_layers",
+            "glm4moe",
+            "glm4moe.expert_gating_func",
+            "glm4moe.expert_weights_norm",
+            "glm4moe.expert_weights_scale",
+            "glm4moe.expert_group_used_count",
+            "glm4moe.leading_dense_block_count",
+            "glm4moe.expert_shared_count",
             "nemotron",
             "nemotron.attention.layer_norm_epsilon",
         ])
