@@ -7,6 +7,7 @@
 //! budget (MiniJinja charges it per instruction and per byte of data built)
 //! and an output cap, and every failure is a [`ChatError`].
 
+mod glm_tools;
 pub mod harmony;
 pub mod harmony_grammar;
 mod pyjson;

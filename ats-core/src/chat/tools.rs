@@ -2,13 +2,16 @@
 //! template speaks, the grammar that makes an answer a call, and the
 //! calls read back out of an answer.
 //!
-//! Four formats, as llama.cpp distinguishes them:
+//! Five formats, as llama.cpp distinguishes them:
 //! - [`ToolFormat::Harmony`] (gpt-oss): the template lists the tools as a
 //!   TypeScript namespace and the model writes a message to the function,
 //!   `<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{..}`,
 //!   after reasoning in its `analysis` channel if it likes;
 //! - [`ToolFormat::Hermes`] (Qwen2.5, Hermes): the template lists the tools
 //!   itself and the model writes `<tool_call>{"name": .., "arguments": ..}</tool_call>`;
+//! - [`ToolFormat::Glm`] (GLM-4.5): the template lists the tools and the
+//!   model writes `<tool_call>NAME` with `<arg_key>`/`<arg_value>` pairs
+//!   (see [`super::glm_tools`]);
 //! - [`ToolFormat::Llama3`] (Llama 3.1+): the template lists the tools and
 //!   the model answers with `{"name": .., "parameters": ..}`;
 //! - [`ToolFormat::Generic`] for templates with no tool support: the tools
@@ -19,7 +22,7 @@
 use serde_json::{Value, json};
 
 use super::ChatTemplate;
-use super::{harmony, harmony_grammar};
+use super::{glm_tools, harmony, harmony_grammar};
 use crate::grammar::GrammarSpec;
 use crate::tokenizer::{TokenType, Tokenizer};
 
@@ -30,6 +33,9 @@ pub enum ToolFormat {
     Harmony,
     /// `<tool_call>{"name": .., "arguments": ..}</tool_call>`.
     Hermes,
+    /// `<tool_call>NAME\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n</tool_call>`
+    /// (GLM-4.5).
+    Glm,
     /// A bare `{"name": .., "parameters": ..}` object.
     Llama3,
     /// The tools in a system message, the answer a JSON object (the
@@ -93,6 +99,8 @@ impl ToolFormat {
         }
         if src.contains("<|call|>") && src.contains("to=") && src.contains("<|channel|>") {
             ToolFormat::Harmony
+        } else if glm_tools::speaks(src) {
+            ToolFormat::Glm
         } else if src.contains(HERMES_OPEN) {
             ToolFormat::Hermes
         } else if src.contains("\"parameters\"") || src.contains("<|python_tag|>") {
@@ -107,6 +115,7 @@ impl ToolFormat {
         match self {
             ToolFormat::Harmony => "harmony (a message to functions.NAME)",
             ToolFormat::Hermes => "hermes (<tool_call> JSON)",
+            ToolFormat::Glm => "glm (<tool_call> NAME with <arg_key>/<arg_value> pairs)",
             ToolFormat::Llama3 => "llama3 (JSON name/parameters)",
             ToolFormat::Generic => "generic (JSON object, tools in a system message)",
         }
@@ -117,6 +126,7 @@ impl ToolFormat {
     pub fn call_marker(self) -> Option<&'static str> {
         match self {
             ToolFormat::Hermes => Some(HERMES_OPEN),
+            ToolFormat::Glm => Some(glm_tools::OPEN),
             ToolFormat::Harmony => Some("to="),
             ToolFormat::Llama3 | ToolFormat::Generic => None,
         }
@@ -155,10 +165,12 @@ impl ToolFormat {
             }
         };
         match (self, choice) {
-            (ToolFormat::Hermes | ToolFormat::Llama3 | ToolFormat::Harmony, ToolChoice::Auto) => {
-                None
-            }
+            (
+                ToolFormat::Hermes | ToolFormat::Glm | ToolFormat::Llama3 | ToolFormat::Harmony,
+                ToolChoice::Auto,
+            ) => None,
             (ToolFormat::Harmony, _) => Some(harmony_grammar::call(&chosen, tok)),
+            (ToolFormat::Glm, _) => Some(glm_tools::grammar(&chosen, tok)),
             (ToolFormat::Hermes, _) => Some(GrammarSpec::Lark(format!(
                 "start: {} \"\\n\" call \"\\n\" {}\ncall: %json {}\n",
                 literal(HERMES_OPEN, tok),
@@ -196,6 +208,7 @@ impl ToolFormat {
             // that it extends what a stream already showed
             ToolFormat::Harmony => return parse_harmony(text, tools),
             ToolFormat::Hermes => parse_hermes(text),
+            ToolFormat::Glm => glm_tools::parse(text, tools),
             ToolFormat::Llama3 => parse_object(text, "parameters"),
             ToolFormat::Generic => parse_generic(text),
         };
