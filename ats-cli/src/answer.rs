@@ -1,18 +1,19 @@
-//! Generated text on standard output as it comes; a harmony answer's
-//! reasoning (gpt-oss's `analysis` channel) on standard error, apart.
+//! Generated text on standard output as it comes; an answer's reasoning
+//! (gpt-oss's `analysis` channel, a `<think>` block) on standard error, apart.
 
 use std::io::{self, StdoutLock, Write};
 
 use anyhow::{Context, Result};
-use ats_core::chat::harmony::{HarmonySplitter, Part};
+use ats_core::chat::harmony::Part;
+use ats_core::chat::reasoning::Splitter;
 
 /// Writes an answer's pieces to standard output, flushing each, and stops
 /// generation when the reader goes away.
 pub struct Answer {
     out: StdoutLock<'static>,
     err: Option<io::Error>,
-    /// Splits harmony answers: reasoning to standard error.
-    harmony: Option<HarmonySplitter>,
+    /// Splits answers with reasoning: reasoning to standard error.
+    splitter: Option<Splitter>,
     /// The part written last (a newline on standard error ends reasoning).
     last: Option<Part>,
 }
@@ -23,21 +24,22 @@ impl Answer {
         Answer {
             out: io::stdout().lock(),
             err: None,
-            harmony: None,
+            splitter: None,
             last: None,
         }
     }
 
-    /// The answer is in harmony's channels: its reasoning goes to standard
-    /// error, its content to standard output.
-    pub fn reasoning_apart(mut self) -> Answer {
-        self.harmony = Some(HarmonySplitter::default());
+    /// The answer has its reasoning apart (as `splitter` finds it, if
+    /// any): its reasoning goes to standard error, its content to standard
+    /// output.
+    pub fn reasoning_apart(mut self, splitter: Option<Splitter>) -> Answer {
+        self.splitter = splitter;
         self
     }
 
     /// Writes a piece; `false` (stop generating) when the write failed.
     pub fn write(&mut self, text: &str) -> bool {
-        let Some(h) = self.harmony.as_mut() else {
+        let Some(h) = self.splitter.as_mut() else {
             return self.write_out(text);
         };
         let parts = h.push(text);
@@ -78,7 +80,7 @@ impl Answer {
     /// Ends the answer with a newline; a failed write is an error unless the
     /// reader closed the pipe (`ats-cli run ... | head`).
     pub fn finish(mut self) -> Result<()> {
-        if let Some(mut h) = self.harmony.take() {
+        if let Some(mut h) = self.splitter.take() {
             for (p, t) in h.finish() {
                 self.write_part(p, &t);
             }

@@ -11,7 +11,9 @@ mod glm_tools;
 pub mod harmony;
 pub mod harmony_grammar;
 mod pyjson;
+pub mod reasoning;
 mod strftime;
+pub mod think;
 pub mod tools;
 
 use std::io;

@@ -11,7 +11,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result};
-use ats_core::chat::{ChatMessage, ChatTemplate, ContentPart, TemplateVars, harmony};
+use ats_core::chat::reasoning::{Reading, ReasoningFormat};
+use ats_core::chat::{ChatMessage, ChatTemplate, ContentPart, TemplateVars};
 use ats_core::tokenizer::{Tokenizer, TokenizerError};
 use ats_sched::scheduler::{Event, Request, Scheduler, SchedulerConfig};
 use ats_sched::session::{GenParams, Generation, Session, StopReason};
@@ -162,15 +163,16 @@ pub fn run(a: ChatArgs) -> Result<()> {
             Input::Message(t) => t.to_string(),
         };
         convo.say(text);
-        let request = match convo.request(session, vision.as_ref(), &tpl, &tok, &params(&a)) {
-            Ok(r) => r,
-            Err(e) => {
-                eprintln!("({e})");
-                convo.unsay();
-                continue;
-            }
-        };
-        match answer(&mut sched, session, request) {
+        let (request, reading) =
+            match convo.request(session, vision.as_ref(), &tpl, &tok, &params(&a)) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("({e})");
+                    convo.unsay();
+                    continue;
+                }
+            };
+        match answer(&mut sched, session, request, reading) {
             Ok((text, g)) => {
                 if g.stop == StopReason::Cancelled {
                     eprintln!("(stopped)");
@@ -227,23 +229,20 @@ fn open_vision(image: &ImageArgs, session: &Session, n_ctx: usize) -> Result<Opt
 /// Image embeddings a chat keeps (the conversation's images are encoded once).
 const IMAGE_CACHE_BYTES: usize = 256 << 20;
 
-/// Runs `request` to its end, printing its text as it comes (a harmony
-/// answer's reasoning on standard error); Ctrl-C stops it. Returns the
-/// text the conversation keeps (a harmony answer's content) and the
-/// generation.
+/// Runs `request` to its end, printing its text as it comes (its
+/// reasoning on standard error, as `reading` finds it); Ctrl-C stops it.
+/// Returns the text the conversation keeps (the content, without the
+/// reasoning) and the generation.
 fn answer(
     sched: &mut Scheduler,
     session: &mut Session,
     request: Request,
+    reading: Reading,
 ) -> Result<(String, Generation)> {
     STOP.store(false, Ordering::SeqCst);
     GENERATING.store(true, Ordering::SeqCst);
-    let harmony = session.tokenizer().is_ok_and(harmony::uses_harmony);
     let id = sched.submit(request);
-    let mut shown = crate::answer::Answer::new();
-    if harmony {
-        shown = shown.reasoning_apart();
-    }
+    let mut shown = crate::answer::Answer::new().reasoning_apart(reading.splitter());
     let mut text = String::new();
     let mut outcome = None;
     while outcome.is_none() {
@@ -271,12 +270,9 @@ fn answer(
         Some(Ok(g)) if g.stop != StopReason::Cancelled => g.text.clone(),
         _ => text,
     };
-    // a harmony answer's earlier turns keep only their final channel
-    let said = if harmony {
-        harmony::split(&said).content
-    } else {
-        said
-    };
+    // earlier turns keep only their content (harmony's final channel, the
+    // text after a <think> block), as the templates render them
+    let said = reading.split(&said).1;
     match outcome {
         Some(Ok(g)) => Ok((said, g)),
         Some(Err(e)) => anyhow::bail!(e),
@@ -377,8 +373,9 @@ impl Conversation {
         tpl: &ChatTemplate,
         tok: &Tokenizer,
         params: &GenParams,
-    ) -> Result<Request> {
+    ) -> Result<(Request, Reading)> {
         let n_ctx = session.n_ctx();
+        let format = ReasoningFormat::of(tok, Some(tpl));
         let too_long = |n: usize| {
             anyhow::anyhow!(
                 "the conversation has at least {n} tokens and no longer fits the context of {n_ctx} (-c): /reset starts over"
@@ -390,11 +387,12 @@ impl Conversation {
                 r => r?,
             };
             let input = v.input(session.machine(), prompt)?;
-            return Ok(Request {
+            let request = Request {
                 prompt: input.ids,
                 embeds: Some(input.embeds),
                 params: params.clone(),
-            });
+            };
+            return Ok((request, Reading::of(format, "")));
         }
         // messages stay plain text: only the template's markup is control tokens
         let prompt = tpl.render_guarded_with(&self.messages, &self.vars, true, tok)?;
@@ -403,7 +401,8 @@ impl Conversation {
             r => r?,
         };
         tracing::debug!(n_tokens = ids.len(), ?ids, "prompt");
-        Ok(Request::text(ids, params.clone()))
+        let reading = Reading::of(format, &prompt.text);
+        Ok((Request::text(ids, params.clone()), reading))
     }
 }
 

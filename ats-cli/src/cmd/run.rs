@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
+use ats_core::chat::reasoning::{Reading, ReasoningFormat};
 use ats_core::chat::{ChatMessage, TemplateVars};
 use ats_core::tokenizer::TokenizerError;
 use ats_sched::session::{GenEvent, GenParams};
@@ -92,6 +93,8 @@ pub fn run(a: RunArgs) -> Result<()> {
     if tok.min_tokens(text.len()) > room {
         return Err(too_long(tok.min_tokens(text.len())));
     }
+    // how a chat answer keeps its reasoning (a plain completion: none)
+    let mut reading = Reading::of(ReasoningFormat::None, "");
     let encoded = if a.chat {
         let tpl = session.chat_template()?;
         if tpl.is_fallback() {
@@ -108,6 +111,7 @@ pub fn run(a: RunArgs) -> Result<()> {
             kwargs: a.template.kwargs(),
         };
         let g = tpl.render_guarded_with(&msgs, &vars, true, &tok)?;
+        reading = Reading::of(ReasoningFormat::of(&tok, Some(tpl)), &g.text);
         tok.encode_guarded(&g.text, g.guards, true, room)
     } else {
         // a plain prompt is the user's own text: control tokens in it are meant
@@ -128,10 +132,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         ignore_eos: a.ignore_eos,
         ..Default::default()
     };
-    let mut answer = crate::answer::Answer::new();
-    if a.chat && ats_core::chat::harmony::uses_harmony(&tok) {
-        answer = answer.reasoning_apart();
-    }
+    let mut answer = crate::answer::Answer::new().reasoning_apart(reading.splitter());
     let out_gen = session.generate(&ids, &params, &mut |ev| match ev {
         GenEvent::Text(t) => answer.write(t),
         GenEvent::Logprobs(_) => true,

@@ -4,11 +4,14 @@
 //! `tool_calls` deltas, log-probabilities with the text they belong to). A
 //! harmony answer (gpt-oss) has its `analysis` channel as
 //! `reasoning_content`, its `final` channel as `content` and its messages
-//! to `functions.NAME` as `tool_calls`.
+//! to `functions.NAME` as `tool_calls`; an answer that opens with a
+//! `<think>` block (Qwen3, GLM-4.5, DeepSeek-R1) has the block as
+//! `reasoning_content`.
 
 use std::sync::{Arc, Mutex};
 
-use ats_core::chat::harmony::{HarmonySplitter, Part};
+use ats_core::chat::harmony::Part;
+use ats_core::chat::reasoning::{Reading, Splitter};
 use ats_core::chat::tools::{ToolFormat, ToolSpec};
 use ats_core::sampling::TokenLogprob;
 use ats_sched::session::StopReason;
@@ -24,7 +27,7 @@ use super::prompt::{PreparedChat, Prompter};
 use super::queue::Finished;
 use super::request::check_chat;
 use super::routes::{App, Stage, finish_reason, include_usage, prepared, read_body, unix_now};
-use super::tools::{ToolStream, call_deltas, read_answer, splits_harmony, wire_calls};
+use super::tools::{ToolStream, call_deltas, read_answer, splitter, wire_calls};
 use super::wire::{
     AssistantMessage, ChatChoice, ChatChunk, ChatCompletion, ChatLogprobs, ChunkChoice, Delta,
     TimingsOut,
@@ -38,6 +41,7 @@ pub async fn chat(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Respo
         params,
         sampling,
         tools,
+        reading,
     } = prepared(&app, body, |body, d, p| {
         p.prepare_chat(check_chat(body, d)?)
     })
@@ -51,6 +55,7 @@ pub async fn chat(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Respo
         model: app.model.clone(),
         prompter: app.prompter.clone(),
         want_logprobs,
+        reading,
     };
     if !sampling.stream.unwrap_or(false) {
         let fs = finish_all(c.rxs).await?;
@@ -105,6 +110,8 @@ struct Reply {
     model: String,
     prompter: Arc<Prompter>,
     want_logprobs: bool,
+    /// How the answers set their reasoning apart.
+    reading: Reading,
 }
 
 impl Reply {
@@ -120,7 +127,7 @@ impl Reply {
         f: &Finished,
         tools: Option<&(ToolFormat, Vec<ToolSpec>)>,
     ) -> ChatChoice {
-        let a = read_answer(&f.text, tools, self.prompter.harmony());
+        let a = read_answer(&f.text, tools, self.reading);
         let calls = wire_calls(&a);
         let reasoning = (!a.reasoning.is_empty()).then_some(a.reasoning);
         let content = a.content;
@@ -165,13 +172,14 @@ impl Reply {
 }
 
 /// One streamed choice: answers that may call tools show text only where
-/// no call can be; harmony answers, their reasoning and content apart (and
-/// their calls, which the splitter never shows, at the end).
+/// no call can be; answers with reasoning, their reasoning and content
+/// apart (harmony's calls, which its splitter never shows, at the end; the
+/// content after a `<think>` block through the tool stream).
 struct ChoiceStream {
     reply: Arc<Reply>,
     index: usize,
     calls: Option<(ToolStream, Vec<ToolSpec>)>,
-    harmony: Option<HarmonySplitter>,
+    splitter: Option<Splitter>,
     held_lps: Vec<TokenLogprob>,
     ended: Ended,
 }
@@ -183,12 +191,11 @@ impl ChoiceStream {
         tools: Option<(ToolFormat, Vec<ToolSpec>)>,
         ended: Ended,
     ) -> ChoiceStream {
-        let harmony =
-            splits_harmony(tools.as_ref(), reply.prompter.harmony()).then(HarmonySplitter::default);
+        let splitter = splitter(tools.as_ref(), reply.reading);
         ChoiceStream {
             reply,
             index,
-            harmony,
+            splitter,
             calls: tools.map(|(format, specs)| (ToolStream::new(format), specs)),
             held_lps: Vec::new(),
             ended,
@@ -202,9 +209,14 @@ impl ChoiceStream {
                 content: Some(String::new()),
                 ..Delta::default()
             })],
-            Stage::Text(t, l) if self.harmony.is_some() => {
+            Stage::Text(t, l) if self.splitter.is_some() => {
                 self.held_lps.extend_from_slice(l);
-                let parts = self.harmony.as_mut().map(|h| h.push(t)).unwrap_or_default();
+                let parts = self
+                    .splitter
+                    .as_mut()
+                    .map(|h| h.push(t))
+                    .unwrap_or_default();
+                let parts = self.through_calls(parts);
                 self.parts(parts)
             }
             Stage::Text(t, l) => {
@@ -227,8 +239,28 @@ impl ChoiceStream {
         self.reply.chunk(self.index, delta, None, None, None)
     }
 
-    /// Harmony pieces as reasoning and content deltas; the log-probabilities
-    /// held so far go with the first.
+    /// After a `<think>` block, content goes through the tool stream (which
+    /// holds what may be a call); harmony's splitter never shows its calls.
+    fn through_calls(&mut self, parts: Vec<(Part, String)>) -> Vec<(Part, String)> {
+        let Some((s, _)) = self
+            .calls
+            .as_mut()
+            .filter(|_| matches!(self.splitter, Some(Splitter::Think(_))))
+        else {
+            return parts;
+        };
+        parts
+            .into_iter()
+            .map(|(p, t)| match p {
+                Part::Content => (p, s.push(&t)),
+                Part::Reasoning => (p, t),
+            })
+            .filter(|(_, t)| !t.is_empty())
+            .collect()
+    }
+
+    /// Reasoning and content pieces as deltas; the log-probabilities held
+    /// so far go with the first.
     fn parts(&mut self, parts: Vec<(Part, String)>) -> Vec<serde_json::Value> {
         parts
             .into_iter()
@@ -260,16 +292,22 @@ impl ChoiceStream {
     }
 
     fn end(&mut self, f: &Finished) -> Vec<serde_json::Value> {
-        let mut out = match self.harmony.as_mut() {
+        let mut out = match self.splitter.as_mut() {
             Some(h) => {
                 let rest = h.finish();
+                let rest = self.through_calls(rest);
                 self.parts(rest)
             }
             None => Vec::new(),
         };
         let mut made_calls = false;
         if let Some((s, specs)) = self.calls.take() {
-            let (rest, answer) = s.finish(&f.text, &specs);
+            // the tool stream saw the content after any <think> block
+            let whole = match self.splitter {
+                Some(Splitter::Think(_)) => self.reply.reading.split(&f.text).1,
+                _ => f.text.clone(),
+            };
+            let (rest, answer) = s.finish(&whole, &specs);
             if !rest.is_empty() {
                 out.push(self.text(rest));
             }
@@ -305,6 +343,7 @@ fn chat_finish_reason(stop: &StopReason, made_calls: bool) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ats_core::chat::reasoning::ReasoningFormat;
 
     const ANSWER: &str = "<|channel|>analysis<|message|>They ask for 2+2.<|end|>\
         <|start|>assistant<|channel|>final<|message|>4.";
@@ -316,11 +355,12 @@ mod tests {
         let tokenizer = ats_core::Tokenizer::from_gguf(&gguf.metadata).expect("its tokenizer");
         let template = ats_core::ChatTemplate::from_gguf(&gguf.metadata).map_err(|e| e.to_string());
         let prompter = Arc::new(Prompter::new(tokenizer, template, 256, None));
-        assert!(prompter.harmony());
+        assert_eq!(prompter.reasoning(), ReasoningFormat::Harmony);
         Arc::new(Reply {
             id: "chatcmpl-test".into(),
             created: 0,
             model: "gpt-oss".into(),
+            reading: Reading::of(prompter.reasoning(), ""),
             prompter,
             want_logprobs: false,
         })
@@ -344,7 +384,17 @@ mod tests {
         tools: Option<(ToolFormat, Vec<ToolSpec>)>,
         size: usize,
     ) -> Vec<serde_json::Value> {
-        let mut s = ChoiceStream::new(reply(), 0, tools, Arc::default());
+        streamed_to(reply(), answer, tools, size)
+    }
+
+    /// [`streamed`] for `reply`.
+    fn streamed_to(
+        reply: Arc<Reply>,
+        answer: &str,
+        tools: Option<(ToolFormat, Vec<ToolSpec>)>,
+        size: usize,
+    ) -> Vec<serde_json::Value> {
+        let mut s = ChoiceStream::new(reply, 0, tools, Arc::default());
         let mut frames = s.frames(Stage::Start);
         for piece in answer.as_bytes().chunks(size) {
             let t = std::str::from_utf8(piece).unwrap();
@@ -371,8 +421,10 @@ mod tests {
             Some("They ask for 2+2.")
         );
         // a vocabulary without harmony's tokens keeps the text as it is
+        let prompter = Arc::new(super::super::fuzz::prompter());
         let plain = Reply {
-            prompter: Arc::new(super::super::fuzz::prompter()),
+            reading: Reading::of(prompter.reasoning(), ""),
+            prompter,
             ..Arc::try_unwrap(reply()).ok().unwrap()
         };
         let c = plain.choice(0, &finished(ANSWER), None);
@@ -456,5 +508,72 @@ mod tests {
             frames.last().unwrap()["choices"][0]["finish_reason"],
             "stop"
         );
+    }
+
+    /// A reply whose answers open with a `<think>` block, or begin inside
+    /// one the prompt opened (`open`).
+    fn thinking(open: bool) -> Arc<Reply> {
+        let reading = Reading {
+            format: ReasoningFormat::Think,
+            open,
+        };
+        Arc::new(Reply {
+            reading,
+            ..Arc::try_unwrap(reply()).ok().unwrap()
+        })
+    }
+
+    #[test]
+    fn a_think_block_is_reasoning_content_whole_or_streamed() {
+        for (open, answer) in [
+            (false, "<think>\nThey ask for 2+2.\n</think>\n\n4."),
+            (true, "\nThey ask for 2+2.\n</think>\n\n4."),
+        ] {
+            let c = thinking(open).choice(0, &finished(answer), None);
+            assert_eq!(c.message.content.as_deref(), Some("4."));
+            assert_eq!(
+                c.message.reasoning_content.as_deref(),
+                Some("\nThey ask for 2+2.\n")
+            );
+            for size in [1, 3, 64] {
+                let frames = streamed_to(thinking(open), answer, None, size);
+                assert_eq!(
+                    delta_text(&frames, "reasoning_content"),
+                    "\nThey ask for 2+2.\n"
+                );
+                assert_eq!(delta_text(&frames, "content"), "4.");
+            }
+        }
+        // an answer without the block is all content
+        let c = thinking(false).choice(0, &finished("4."), None);
+        assert_eq!(c.message.content.as_deref(), Some("4."));
+        assert!(c.message.reasoning_content.is_none());
+    }
+
+    #[test]
+    fn a_glm_call_after_a_think_block_is_reasoning_then_tool_calls() {
+        const GLM_CALL: &str = "<think>Weather, then.</think>\nChecking.\n<tool_call>weather\n\
+            <arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n</tool_call>";
+        let (_, specs) = weather();
+        let tools = (ToolFormat::Glm, specs);
+        let c = thinking(false).choice(0, &finished(GLM_CALL), Some(&tools));
+        assert_eq!(c.finish_reason, "tool_calls");
+        assert_eq!(
+            c.message.reasoning_content.as_deref(),
+            Some("Weather, then.")
+        );
+        assert_eq!(c.message.content.as_deref(), Some("Checking."));
+        let calls = c.message.tool_calls.unwrap();
+        assert_eq!(calls[0].function.arguments, "{\"city\":\"Oslo\"}");
+        for size in [1, 4, 200] {
+            let frames = streamed_to(thinking(false), GLM_CALL, Some(tools.clone()), size);
+            assert_eq!(delta_text(&frames, "reasoning_content"), "Weather, then.");
+            // the call never shows as text
+            assert_eq!(delta_text(&frames, "content"), "Checking.\n");
+            let last = frames.len() - 1;
+            let call = &frames[last - 1]["choices"][0]["delta"]["tool_calls"][0];
+            assert_eq!(call["function"]["arguments"], "{\"city\":\"Oslo\"}");
+            assert_eq!(frames[last]["choices"][0]["finish_reason"], "tool_calls");
+        }
     }
 }

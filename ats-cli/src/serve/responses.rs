@@ -9,7 +9,8 @@
 
 use std::sync::Arc;
 
-use ats_core::chat::harmony::{HarmonySplitter, Part};
+use ats_core::chat::harmony::Part;
+use ats_core::chat::reasoning::{Reading, Splitter};
 use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
@@ -27,7 +28,7 @@ use super::request::check_chat;
 use super::routes::{
     App, Stage, finish, prepared, read_body, respond, sse_events, submit, unix_now,
 };
-use super::tools::{ToolStream, read_answer, splits_harmony, wire_calls};
+use super::tools::{ToolStream, read_answer, splitter, wire_calls};
 use super::wire::WireToolCall;
 
 /// The fields of a Responses request read here; the sampling fields
@@ -70,6 +71,7 @@ async fn answer(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Respons
         prompt,
         params,
         tools,
+        reading,
         ..
     } = prepared_chat;
     let (id, prompt_tokens, rx) = submit(&app, "resp", prompt, params)?;
@@ -81,10 +83,9 @@ async fn answer(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Respons
         prompt_tokens,
         prompter: app.prompter.clone(),
     };
-    let harmony = app.prompter.harmony();
     if !head.echo.stream {
         let f = finish(rx).await?;
-        let a = read_answer(&f.text, tools.as_ref(), harmony);
+        let a = read_answer(&f.text, tools.as_ref(), reading);
         let calls = wire_calls(&a);
         let mut output = Vec::new();
         if !a.reasoning.is_empty() {
@@ -101,13 +102,14 @@ async fn answer(app: Arc<App>, headers: HeaderMap, body: Body) -> Result<Respons
         let reasoning_tokens = head.tokens_of(&a.reasoning);
         return Ok(Json(head.response(Some((&f, reasoning_tokens)), output)).into_response());
     }
-    let splitter = splits_harmony(tools.as_ref(), harmony).then(HarmonySplitter::default);
+    let splitter = splitter(tools.as_ref(), reading);
     let mut stream = EventStream {
         head,
         seq: 0,
         items: Vec::new(),
         calls: tools.map(|(format, specs)| (ToolStream::new(format), specs)),
-        harmony: splitter,
+        splitter,
+        reading,
     };
     let frames = move |stage: Stage<'_>| stream.frames(stage);
     Ok(sse_events(rx, frames, None).into_response())
@@ -232,8 +234,10 @@ struct EventStream {
     items: Vec<OpenItem>,
     /// The tool-call stream, when tools are in play.
     calls: Option<(ToolStream, Vec<ats_core::chat::tools::ToolSpec>)>,
-    /// Splits a harmony answer into reasoning and message text.
-    harmony: Option<HarmonySplitter>,
+    /// Splits an answer into reasoning and message text.
+    splitter: Option<Splitter>,
+    /// How the answer sets its reasoning apart.
+    reading: Reading,
 }
 
 /// An item of text being streamed: the reasoning or the message.
@@ -263,7 +267,7 @@ impl EventStream {
                     self.event("response.in_progress", json!({"response": r})),
                 ]
             }
-            Stage::Text(t, _) => match self.harmony.as_mut() {
+            Stage::Text(t, _) => match self.splitter.as_mut() {
                 Some(h) => {
                     let parts = h.push(t);
                     self.parts(parts)
@@ -280,9 +284,17 @@ impl EventStream {
         }
     }
 
+    /// Reasoning and message pieces as deltas; after a `<think>` block the
+    /// message goes through the tool stream (harmony's splitter never shows
+    /// its calls).
     fn parts(&mut self, parts: Vec<(Part, String)>) -> Vec<Value> {
+        let think = matches!(self.splitter, Some(Splitter::Think(_)));
         let mut out = Vec::new();
         for (part, t) in parts {
+            let t = match (&mut self.calls, part) {
+                (Some((s, _)), Part::Content) if think => s.push(&t),
+                _ => t,
+            };
             out.extend(self.delta(part, &t));
         }
         out
@@ -371,7 +383,7 @@ impl EventStream {
     }
 
     fn end(&mut self, f: &Finished) -> Vec<Value> {
-        let mut out = match self.harmony.as_mut() {
+        let mut out = match self.splitter.as_mut() {
             Some(h) => {
                 let rest = h.finish();
                 self.parts(rest)
@@ -380,7 +392,12 @@ impl EventStream {
         };
         let mut calls: Vec<WireToolCall> = Vec::new();
         if let Some((s, specs)) = self.calls.take() {
-            let (rest, answer) = s.finish(&f.text, &specs);
+            // the tool stream saw the content after any <think> block
+            let whole = match self.splitter {
+                Some(Splitter::Think(_)) => self.reading.split(&f.text).1,
+                _ => f.text.clone(),
+            };
+            let (rest, answer) = s.finish(&whole, &specs);
             out.extend(self.delta(Part::Content, &rest));
             calls = wire_calls(&answer);
         }
@@ -898,7 +915,11 @@ mod tests {
             seq: 0,
             items: Vec::new(),
             calls: None,
-            harmony: Some(HarmonySplitter::default()),
+            splitter: Some(Splitter::Harmony(Default::default())),
+            reading: Reading {
+                format: ats_core::chat::reasoning::ReasoningFormat::Harmony,
+                open: false,
+            },
         };
         let mut events = s.events(Stage::Start);
         for piece in ANSWER.as_bytes().chunks(6) {

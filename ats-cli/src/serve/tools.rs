@@ -4,6 +4,7 @@
 //! (whole, or as the stream goes) into `tool_calls`.
 
 use ats_core::chat::harmony;
+use ats_core::chat::reasoning::{Reading, ReasoningFormat, Splitter};
 use ats_core::chat::tools::{ParsedCall, ToolAnswer, ToolChoice, ToolFormat, ToolSpec};
 use ats_core::chat::tools::{generic_call_text, generic_system_prompt};
 use ats_core::chat::{ChatMessage, ContentPart};
@@ -183,35 +184,46 @@ fn generic_message(mut m: ChatMessage) -> ChatMessage {
     m
 }
 
-/// An answer's content, reasoning and calls: read for calls in the tools'
-/// format when tools are in play, else split into harmony's channels when
-/// the model speaks harmony, else all content.
+/// An answer's content, reasoning and calls: its reasoning set apart as
+/// the model writes it (harmony's channels, a `<think>` block), then the
+/// rest read for calls in the tools' format when tools are in play.
 pub fn read_answer(
     text: &str,
     tools: Option<&(ToolFormat, Vec<ToolSpec>)>,
-    harmony: bool,
+    reading: Reading,
 ) -> ToolAnswer {
     match tools {
-        Some((format, specs)) => format.parse(text, specs),
-        None if harmony => {
-            let a = harmony::split(text);
+        // harmony's calls are messages of their own, read with its channels
+        Some((format, specs)) if reading.format != ReasoningFormat::Think => {
+            format.parse(text, specs)
+        }
+        Some((format, specs)) => {
+            let (reasoning, content) = reading.split(text);
             ToolAnswer {
-                content: a.content,
-                reasoning: a.reasoning,
+                reasoning,
+                ..format.parse(&content, specs)
+            }
+        }
+        None => {
+            let (reasoning, content) = reading.split(text);
+            ToolAnswer {
+                content,
+                reasoning,
                 calls: Vec::new(),
             }
         }
-        None => ToolAnswer {
-            content: text.to_string(),
-            ..ToolAnswer::default()
-        },
     }
 }
 
-/// Whether a stream of this answer goes through a harmony splitter: the
-/// model speaks harmony and its calls, if any, are harmony messages.
-pub fn splits_harmony(tools: Option<&(ToolFormat, Vec<ToolSpec>)>, harmony: bool) -> bool {
-    harmony && tools.is_none_or(|(f, _)| *f == ToolFormat::Harmony)
+/// The splitter a stream of this answer goes through, if any: the model's
+/// reasoning format, unless tools are in play in another format than
+/// harmony's for a harmony model (then the tool stream reads it all).
+pub fn splitter(tools: Option<&(ToolFormat, Vec<ToolSpec>)>, reading: Reading) -> Option<Splitter> {
+    let harmony_calls = tools.is_none_or(|(f, _)| *f == ToolFormat::Harmony);
+    match reading.format {
+        ReasoningFormat::Harmony if !harmony_calls => None,
+        _ => reading.splitter(),
+    }
 }
 
 /// An answer's calls on the wire, with fresh ids.
