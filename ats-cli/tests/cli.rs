@@ -659,3 +659,40 @@ fn chat_template_kwargs_reach_run_chat() {
     ]);
     assert!(python > plain + 20, "{python} vs {plain}");
 }
+
+/// `run --chat` on a model that reasons in `<think>` blocks: with the
+/// block opened by the template (`enable_thinking`), the answer is reasoning
+/// (the random weights never close it here) and goes to standard error,
+/// leaving standard output empty; with the block closed by the template,
+/// the answer is on standard output.
+#[test]
+fn run_chat_prints_a_think_block_on_standard_error() {
+    let model = ats_tests::repo_fixtures().join("glm4moe/glm4moe-f32.gguf");
+    let model = model.to_str().unwrap();
+    let answer = |thinking: bool| {
+        let kwargs = format!("{{\"enable_thinking\": {thinking}}}");
+        let out = run(&[
+            "run",
+            "-m",
+            model,
+            "--chat",
+            "-p",
+            "2+2?",
+            "-n",
+            "6",
+            "--temp",
+            "0",
+            "-t",
+            "1",
+            "--chat-template-kwargs",
+            &kwargs,
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        (stdout(&out), stderr(&out))
+    };
+    let (out, err) = answer(true);
+    assert_eq!(out.trim(), "", "the reasoning stays off standard output");
+    assert!(!err.trim().is_empty(), "the reasoning is on standard error");
+    let (plain, _) = answer(false);
+    assert!(!plain.trim().is_empty(), "the answer is on standard output");
+}

@@ -293,3 +293,116 @@ fn a_json_schema_on_gpt_oss_is_its_final_message() {
     assert_eq!(first, "<|channel|>", "{v}");
     assert_eq!(streamed(&server, body), text);
 }
+
+/// The glm4moe fixture: GLM-4.5's tool and reasoning markers as control
+/// tokens, a template that writes `<arg_key>` calls and opens a `<think>`
+/// block when `enable_thinking` is true.
+fn glm4moe() -> std::path::PathBuf {
+    ats_tests::repo_fixtures().join("glm4moe/glm4moe-f32.gguf")
+}
+
+/// A required call on GLM-4.5 is its own `<tool_call>` block, read back as
+/// `tool_calls`, whole or streamed (the markup never shows as content).
+#[test]
+fn a_required_call_on_glm4moe_is_its_own_tool_call_block() {
+    let gguf = ats_core::gguf::GgufFile::open(glm4moe()).unwrap();
+    let tok = ats_core::Tokenizer::from_gguf(&gguf.metadata).unwrap();
+    // the grammar lets the model think first, which the random weights
+    // would do until the token limit
+    let think = tok.token_id("<think>").unwrap().to_string();
+    let server = Server::start(&glm4moe(), &[]);
+    let body = json!({
+        "messages": [{"role": "user", "content": "weather?"}],
+        "max_tokens": 40, "temperature": 0, "logit_bias": {think: -100},
+        "tools": [{"type": "function", "function": {"name": "weather",
+            "parameters": {"type": "object", "properties": {"city": {"enum": ["Oslo", "Bergen"]}},
+                "required": ["city"]}}}],
+        "tool_choice": "required"
+    });
+    let (status, v) = chat(&server, body.clone());
+    assert_eq!(status, 200, "{v}");
+    let c = &v["choices"][0];
+    assert_eq!(c["finish_reason"], "tool_calls", "{v}");
+    let call = &c["message"]["tool_calls"][0];
+    assert_eq!(call["function"]["name"], "weather", "{v}");
+    let args: Value =
+        serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert!(
+        args == json!({"city": "Oslo"}) || args == json!({"city": "Bergen"}),
+        "{args}"
+    );
+    assert!(
+        server.log().contains("glm (<tool_call>"),
+        "{}",
+        server.log()
+    );
+    let mut body = body;
+    body["stream"] = json!(true);
+    let events: Vec<Value> =
+        EventStream::open(&server.url("/v1/chat/completions"), &body.to_string())
+            .all()
+            .iter()
+            .filter(|e| *e != "[DONE]")
+            .map(|e| serde_json::from_str(e).unwrap())
+            .collect();
+    let content: String = events
+        .iter()
+        .filter_map(|v| v["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert!(!content.contains("<tool_call>"), "{content:?}");
+    let streamed_call = events
+        .iter()
+        .find_map(|v| {
+            v["choices"][0]["delta"]["tool_calls"][0]["function"]
+                .as_object()
+                .cloned()
+        })
+        .expect("a tool_calls delta");
+    assert_eq!(streamed_call["arguments"], call["function"]["arguments"]);
+}
+
+/// A prompt that opens a `<think>` block (`enable_thinking`) makes the
+/// answer reasoning until it closes the block (the random weights never
+/// do here): all of it is `reasoning_content`, whole or streamed; without
+/// it the same model's answer is content.
+#[test]
+fn a_think_block_the_prompt_opens_is_reasoning_content_on_glm4moe() {
+    let server = Server::start(&glm4moe(), &[]);
+    let ask = |thinking: bool| {
+        json!({
+            "messages": [{"role": "user", "content": "2+2?"}],
+            "max_tokens": 12, "temperature": 0,
+            "chat_template_kwargs": {"enable_thinking": thinking}
+        })
+    };
+    let (status, v) = chat(&server, ask(true));
+    assert_eq!(status, 200, "{v}");
+    let m = &v["choices"][0]["message"];
+    let reasoning = m["reasoning_content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(!reasoning.is_empty(), "{v}");
+    assert!(m["content"].as_str().unwrap_or_default().is_empty(), "{v}");
+    let mut body = ask(true);
+    body["stream"] = json!(true);
+    let streamed: String =
+        EventStream::open(&server.url("/v1/chat/completions"), &body.to_string())
+            .all()
+            .iter()
+            .filter(|e| *e != "[DONE]")
+            .map(|e| serde_json::from_str::<Value>(e).unwrap())
+            .filter_map(|v| {
+                v["choices"][0]["delta"]["reasoning_content"]
+                    .as_str()
+                    .map(String::from)
+            })
+            .collect();
+    assert_eq!(streamed, reasoning);
+    // the block closed empty by the template: the answer is content
+    let (status, v) = chat(&server, ask(false));
+    assert_eq!(status, 200, "{v}");
+    let m = &v["choices"][0]["message"];
+    assert!(m["reasoning_content"].is_null(), "{v}");
+    assert!(!m["content"].as_str().unwrap_or_default().is_empty(), "{v}");
+}

@@ -166,4 +166,43 @@ fn chat_prompt_and_its_tokens_agree_with_transformers() {
         let id = manifest["special_ids"][t].as_u64().unwrap() as u32;
         assert!(tok.is_eog(id), "{t} ends generation");
     }
+
+    // tools, an earlier call with its reasoning, the tool's answer, and a
+    // prompt that opens a <think> block, as transformers renders them
+    let case = &manifest["chat_tools"];
+    let mut said = Vec::new();
+    for m in case["messages"].as_array().unwrap() {
+        let mut msg =
+            ChatMessage::text(m["role"].as_str().unwrap(), m["content"].as_str().unwrap());
+        msg.reasoning = m["reasoning_content"].as_str().map(String::from);
+        for c in m["tool_calls"].as_array().into_iter().flatten() {
+            msg.tool_calls.push(ats_core::chat::ToolCall {
+                id: "call_1".into(),
+                name: c["function"]["name"].as_str().unwrap().into(),
+                arguments: c["function"]["arguments"].clone(),
+            });
+        }
+        said.push(msg);
+    }
+    let mut vars = ats_core::chat::TemplateVars {
+        tools: case["tools"].as_array().unwrap().clone(),
+        ..Default::default()
+    };
+    vars.kwargs.insert("enable_thinking".into(), true.into());
+    let text = tmpl.render_with(&said, &vars, true).unwrap();
+    assert_eq!(text, case["text"].as_str().unwrap());
+    let ids: Vec<u32> = case["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(tok.encode(&text, true, true).unwrap(), ids);
+    // GLM-4.5's own formats are what the server reads
+    assert_eq!(
+        ats_core::chat::tools::ToolFormat::detect(&tmpl),
+        ats_core::chat::tools::ToolFormat::Glm
+    );
+    let format = ats_core::chat::reasoning::ReasoningFormat::of(&tok, Some(&tmpl));
+    assert_eq!(format, ats_core::chat::reasoning::ReasoningFormat::Think);
 }
