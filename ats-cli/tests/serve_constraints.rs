@@ -241,7 +241,13 @@ fn a_required_call_in_harmony_comes_back_as_tool_calls() {
     );
     assert!(server.log().contains("harmony"), "{}", server.log());
     // streamed: no harmony markup as content, the same call at the end
-    let mut body = body;
+    let (content, streamed_call) = streamed_call(&server, body);
+    assert!(!content.contains("<|"), "{content:?}");
+    assert_eq!(streamed_call["arguments"], call["function"]["arguments"]);
+}
+
+/// A streamed chat request's content and its first call's function.
+fn streamed_call(server: &Server, mut body: Value) -> (String, Value) {
     body["stream"] = json!(true);
     let events: Vec<Value> =
         EventStream::open(&server.url("/v1/chat/completions"), &body.to_string())
@@ -254,16 +260,14 @@ fn a_required_call_in_harmony_comes_back_as_tool_calls() {
         .iter()
         .filter_map(|v| v["choices"][0]["delta"]["content"].as_str())
         .collect();
-    assert!(!content.contains("<|"), "{content:?}");
-    let streamed_call = events
+    let call = events
         .iter()
         .find_map(|v| {
-            v["choices"][0]["delta"]["tool_calls"][0]["function"]
-                .as_object()
-                .cloned()
+            let f = &v["choices"][0]["delta"]["tool_calls"][0]["function"];
+            f.is_object().then(|| f.clone())
         })
         .expect("a tool_calls delta");
-    assert_eq!(streamed_call["arguments"], call["function"]["arguments"]);
+    (content, call)
 }
 
 /// A JSON schema on gpt-oss: the answer is a harmony `final` message (after
@@ -336,28 +340,8 @@ fn a_required_call_on_glm4moe_is_its_own_tool_call_block() {
         "{}",
         server.log()
     );
-    let mut body = body;
-    body["stream"] = json!(true);
-    let events: Vec<Value> =
-        EventStream::open(&server.url("/v1/chat/completions"), &body.to_string())
-            .all()
-            .iter()
-            .filter(|e| *e != "[DONE]")
-            .map(|e| serde_json::from_str(e).unwrap())
-            .collect();
-    let content: String = events
-        .iter()
-        .filter_map(|v| v["choices"][0]["delta"]["content"].as_str())
-        .collect();
+    let (content, streamed_call) = streamed_call(&server, body);
     assert!(!content.contains("<tool_call>"), "{content:?}");
-    let streamed_call = events
-        .iter()
-        .find_map(|v| {
-            v["choices"][0]["delta"]["tool_calls"][0]["function"]
-                .as_object()
-                .cloned()
-        })
-        .expect("a tool_calls delta");
     assert_eq!(streamed_call["arguments"], call["function"]["arguments"]);
 }
 

@@ -16,6 +16,12 @@ fn fixture() -> HfFixture {
     HfFixture::new("glm4moe", "glm4moe-f32.gguf")
 }
 
+/// Token ids from a manifest's JSON array.
+fn ids_of(v: &serde_json::Value) -> Vec<u32> {
+    let ids = v.as_array().unwrap().iter();
+    ids.map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
 /// The fixture with metadata changed by `edit` and tensors dropped.
 fn edited(edit: &[(&str, Option<Value>)], drop: &[&str]) -> Result<ModelSpec, String> {
     ats_tests::edited::edited_spec(&fixture().gguf, edit, drop)
@@ -154,14 +160,8 @@ fn chat_prompt_and_its_tokens_agree_with_transformers() {
         .collect();
     let want = chat["text"].as_str().unwrap();
     assert_eq!(tmpl.render(&messages, true).unwrap(), want);
-    let ids: Vec<u32> = chat["ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect();
     // "[gMASK]<sop>" comes from the template: the tokenizer adds no BOS
-    assert_eq!(tok.encode(want, true, true).unwrap(), ids);
+    assert_eq!(tok.encode(want, true, true).unwrap(), ids_of(&chat["ids"]));
     for t in ["<|endoftext|>", "<|user|>", "<|observation|>"] {
         let id = manifest["special_ids"][t].as_u64().unwrap() as u32;
         assert!(tok.is_eog(id), "{t} ends generation");
@@ -191,13 +191,7 @@ fn chat_prompt_and_its_tokens_agree_with_transformers() {
     vars.kwargs.insert("enable_thinking".into(), true.into());
     let text = tmpl.render_with(&said, &vars, true).unwrap();
     assert_eq!(text, case["text"].as_str().unwrap());
-    let ids: Vec<u32> = case["ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect();
-    assert_eq!(tok.encode(&text, true, true).unwrap(), ids);
+    assert_eq!(tok.encode(&text, true, true).unwrap(), ids_of(&case["ids"]));
     // GLM-4.5's own formats are what the server reads
     assert_eq!(
         ats_core::chat::tools::ToolFormat::detect(&tmpl),

@@ -473,14 +473,19 @@ mod tests {
     #[test]
     fn a_harmony_call_comes_back_as_tool_calls_with_its_reasoning() {
         let tools = weather();
-        let c = reply().choice(0, &finished(CALL), Some(&tools));
+        assert_oslo_call(&reply().choice(0, &finished(CALL), Some(&tools)));
+    }
+
+    /// The choice calls the weather for Oslo after reasoning "Weather,
+    /// then." and saying "Checking.".
+    fn assert_oslo_call(c: &ChatChoice) {
         assert_eq!(c.finish_reason, "tool_calls");
         assert_eq!(
             c.message.reasoning_content.as_deref(),
             Some("Weather, then.")
         );
         assert_eq!(c.message.content.as_deref(), Some("Checking."));
-        let calls = c.message.tool_calls.unwrap();
+        let calls = c.message.tool_calls.as_ref().unwrap();
         assert_eq!(calls[0].function.name, "weather");
         assert_eq!(calls[0].function.arguments, "{\"city\":\"Oslo\"}");
     }
@@ -556,15 +561,7 @@ mod tests {
             <arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n</tool_call>";
         let (_, specs) = weather();
         let tools = (ToolFormat::Glm, specs);
-        let c = thinking(false).choice(0, &finished(GLM_CALL), Some(&tools));
-        assert_eq!(c.finish_reason, "tool_calls");
-        assert_eq!(
-            c.message.reasoning_content.as_deref(),
-            Some("Weather, then.")
-        );
-        assert_eq!(c.message.content.as_deref(), Some("Checking."));
-        let calls = c.message.tool_calls.unwrap();
-        assert_eq!(calls[0].function.arguments, "{\"city\":\"Oslo\"}");
+        assert_oslo_call(&thinking(false).choice(0, &finished(GLM_CALL), Some(&tools)));
         for size in [1, 4, 200] {
             let frames = streamed_to(thinking(false), GLM_CALL, Some(tools.clone()), size);
             assert_eq!(delta_text(&frames, "reasoning_content"), "Weather, then.");

@@ -6,11 +6,11 @@
 
 use serde_json::{Map, Value};
 
-use super::tools::{ParsedCall, ToolAnswer, ToolSpec, compact, literal};
+use super::tools::{ParsedCall, ToolAnswer, ToolSpec, call_blocks, compact, literal};
 use crate::grammar::GrammarSpec;
 use crate::tokenizer::{TokenType, Tokenizer};
 
-/// The call block's markers.
+/// The call block's markers (the opening one is Hermes's too).
 pub(super) const OPEN: &str = "<tool_call>";
 const CLOSE: &str = "</tool_call>";
 const KEY_OPEN: &str = "<arg_key>";
@@ -26,23 +26,7 @@ pub(super) fn speaks(template_source: &str) -> bool {
 /// The calls in `text` (the last block may be cut off) and the text around
 /// them; a block that names no declared tool or is malformed stays text.
 pub(super) fn parse(text: &str, tools: &[ToolSpec]) -> ToolAnswer {
-    let mut out = ToolAnswer::default();
-    let mut rest = text;
-    while let Some(at) = rest.find(OPEN) {
-        out.content.push_str(&rest[..at]);
-        let body = &rest[at + OPEN.len()..];
-        let (inner, after) = match body.find(CLOSE) {
-            Some(end) => (&body[..end], &body[end + CLOSE.len()..]),
-            None => (body, ""),
-        };
-        match call(inner, tools) {
-            Some(c) => out.calls.push(c),
-            None => out.content.push_str(&rest[at..rest.len() - after.len()]),
-        }
-        rest = after;
-    }
-    out.content.push_str(rest);
-    out
+    call_blocks(text, CLOSE, |inner| call(inner, tools))
 }
 
 /// One block's call: the name up to the first line end or argument, then

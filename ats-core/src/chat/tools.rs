@@ -299,18 +299,31 @@ fn parse_harmony(text: &str, tools: &[ToolSpec]) -> ToolAnswer {
     out
 }
 
-/// `<tool_call>` blocks (the last may be cut off) and the text around them.
+/// `<tool_call>` blocks of JSON and the text around them.
 fn parse_hermes(text: &str) -> ToolAnswer {
+    call_blocks(text, HERMES_CLOSE, |inner| {
+        call_of(inner.trim(), "arguments")
+    })
+}
+
+/// The `<tool_call>` blocks ending in `close` (the last may be cut off)
+/// that `call` reads as calls, and the text around them (blocks it cannot
+/// read stay text).
+pub(super) fn call_blocks(
+    text: &str,
+    close: &str,
+    call: impl Fn(&str) -> Option<ParsedCall>,
+) -> ToolAnswer {
     let mut out = ToolAnswer::default();
     let mut rest = text;
     while let Some(at) = rest.find(HERMES_OPEN) {
         out.content.push_str(&rest[..at]);
         let body = &rest[at + HERMES_OPEN.len()..];
-        let (inner, after) = match body.find(HERMES_CLOSE) {
-            Some(end) => (&body[..end], &body[end + HERMES_CLOSE.len()..]),
+        let (inner, after) = match body.find(close) {
+            Some(end) => (&body[..end], &body[end + close.len()..]),
             None => (body, ""),
         };
-        match call_of(inner.trim(), "arguments") {
+        match call(inner) {
             Some(c) => out.calls.push(c),
             None => out.content.push_str(&rest[at..rest.len() - after.len()]),
         }
