@@ -964,4 +964,64 @@ mod tests {
         let rt = done["response"]["usage"]["output_tokens_details"]["reasoning_tokens"].as_u64();
         assert!((1..20).contains(&rt.unwrap()), "{rt:?}");
     }
+
+    /// A GLM-style answer that thinks in a block the prompt opened, then
+    /// calls a tool: a reasoning item, the message before the call, and the
+    /// call as a `function_call` item (its markup never streamed as text).
+    #[test]
+    fn a_streamed_think_block_and_glm_call_are_reasoning_message_and_call_items() {
+        use ats_core::chat::reasoning::ReasoningFormat;
+        use ats_core::chat::tools::{ToolFormat, ToolSpec};
+        const ANSWER: &str = "Weather, then.</think>\nChecking.\n<tool_call>weather\n\
+            <arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n</tool_call>";
+        let reading = Reading {
+            format: ReasoningFormat::Think,
+            open: true,
+        };
+        let spec = ToolSpec {
+            name: "weather".into(),
+            description: String::new(),
+            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+        };
+        let mut s = EventStream {
+            head: harmony_head(),
+            seq: 0,
+            items: Vec::new(),
+            calls: Some((ToolStream::new(ToolFormat::Glm), vec![spec])),
+            splitter: reading.splitter(),
+            reading,
+        };
+        let mut events = s.events(Stage::Start);
+        for piece in ANSWER.as_bytes().chunks(5) {
+            events.extend(s.events(Stage::Text(std::str::from_utf8(piece).unwrap(), &[])));
+        }
+        let f = Finished {
+            text: ANSWER.into(),
+            stop: ats_sched::session::StopReason::Eog,
+            completion_tokens: 20,
+            held_back_bytes: 0,
+            logprobs: Vec::new(),
+            timings: Default::default(),
+            vision: None,
+        };
+        events.extend(s.events(Stage::End(&f)));
+        let deltas = |kind: &str| -> String {
+            events
+                .iter()
+                .filter(|e| e["type"] == kind)
+                .filter_map(|e| e["delta"].as_str())
+                .collect()
+        };
+        assert_eq!(deltas("response.reasoning_text.delta"), "Weather, then.");
+        assert_eq!(deltas("response.output_text.delta"), "Checking.\n");
+        let out = &events.last().unwrap()["response"]["output"];
+        let kinds: Vec<&str> = out
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, ["reasoning", "message", "function_call"]);
+        assert_eq!(out[2]["arguments"], "{\"city\":\"Oslo\"}");
+    }
 }

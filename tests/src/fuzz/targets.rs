@@ -676,12 +676,42 @@ impl SchemaAndTools {
     }
 }
 
-const FORMATS: [ToolFormat; 4] = [
+const FORMATS: [ToolFormat; 5] = [
     ToolFormat::Harmony,
     ToolFormat::Hermes,
+    ToolFormat::Glm,
     ToolFormat::Llama3,
     ToolFormat::Generic,
 ];
+
+/// A `<think>` split of `text`, whole and streamed in pieces of 3 bytes
+/// (at char boundaries), which must agree.
+fn think_split_agrees(text: &str, open: bool) -> (String, String) {
+    use ats_core::chat::harmony::Part;
+    use ats_core::chat::think::{ThinkSplitter, split};
+    let whole = split(text, open);
+    let mut s = ThinkSplitter::new(open);
+    let mut pieces = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let mut cut = rest.len().min(3);
+        while !rest.is_char_boundary(cut) {
+            cut += 1;
+        }
+        pieces.extend(s.push(&rest[..cut]));
+        rest = &rest[cut..];
+    }
+    pieces.extend(s.finish());
+    let mut streamed = (String::new(), String::new());
+    for (p, t) in pieces {
+        match p {
+            Part::Reasoning => streamed.0.push_str(&t),
+            Part::Content => streamed.1.push_str(&t),
+        }
+    }
+    assert_eq!(streamed, whole, "{text:?} (open: {open})");
+    whole
+}
 
 impl Target for SchemaAndTools {
     const NAME: &'static str = "schema_and_tools";
@@ -707,6 +737,7 @@ impl Target for SchemaAndTools {
             with(3, br#"{"name": "weather", "parameters": {"city": "Oslo"}}"#),
             with(3, br#"{"tool_call": {"name": "weather", "arguments": {}}}"#),
             with(3, b"<|channel|>analysis<|message|>Look it up.<|end|><|start|>assistant<|channel|>commentary to=functions.weather <|constrain|>json<|message|>{\"city\": \"Oslo\"}"),
+            with(3, b"<think>Oslo.</think>\n<tool_call>weather\n<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n</tool_call>"),
         ]
     }
 
@@ -745,6 +776,12 @@ impl Target for SchemaAndTools {
             "<|end|>",
             "<|start|>",
             " to=functions.weather",
+            "<think>",
+            "</think>",
+            "<arg_key>",
+            "</arg_key>",
+            "<arg_value>",
+            "</arg_value>",
             "{",
             "}",
             "[",
@@ -790,7 +827,14 @@ impl Target for SchemaAndTools {
                     assert!(a.calls.iter().all(|c| c.arguments.is_object()), "{a:?}");
                     calls += a.calls.len();
                 }
-                Ok(format!("{} calls", calls.min(4)))
+                let (reasoning, _) = think_split_agrees(&text, false);
+                think_split_agrees(&text, true);
+                let think = if reasoning.is_empty() {
+                    ""
+                } else {
+                    ", reasoning"
+                };
+                Ok(format!("{} calls{think}", calls.min(4)))
             }
         }
     }
