@@ -23,7 +23,7 @@ use crate::names::{self, hp, tensor as t};
 /// The shape of a synthetic model.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SynthSpec {
-    /// Architecture name (`llama`, `qwen3`, `qwen3moe`).
+    /// Architecture name (`llama`, `qwen3`, `qwen3moe`, `glm4moe`).
     pub arch: String,
     /// Hidden size.
     pub n_embd: usize,
@@ -45,6 +45,10 @@ pub struct SynthSpec {
     pub n_expert_used: usize,
     /// Expert FFN size.
     pub n_ff_expert: usize,
+    /// Shared experts beside the routed ones (`glm4moe`).
+    pub n_expert_shared: usize,
+    /// Leading blocks with a dense FFN in an MoE model (`glm4moe`).
+    pub n_dense_lead: usize,
     /// Whether the output projection is the embedding table.
     pub tied: bool,
     /// Type of most matrices.
@@ -55,7 +59,9 @@ pub struct SynthSpec {
 
 impl SynthSpec {
     /// Named presets: `llama-1b` (Llama 3.2 1B shapes), `llama-8b` (Llama 3 8B),
-    /// `qwen3-8b`, `qwen3-30b-a3b` (the MoE), `tiny` (tests), all Q4_K_M-like.
+    /// `qwen3-8b`, `qwen3-30b-a3b` (the MoE), `glm4.5-air` (106B-A12B: a
+    /// dense lead, 128 experts and a shared one), `tiny` and `tiny-glm4moe`
+    /// (tests), all Q4_K_M-like.
     pub fn preset(name: &str) -> Option<SynthSpec> {
         let base = SynthSpec {
             arch: "llama".into(),
@@ -69,6 +75,8 @@ impl SynthSpec {
             n_expert: 0,
             n_expert_used: 0,
             n_ff_expert: 0,
+            n_expert_shared: 0,
+            n_dense_lead: 0,
             tied: true,
             main_type: DType::Q4K,
             more_bits_type: DType::Q6K,
@@ -108,6 +116,23 @@ impl SynthSpec {
                 tied: false,
                 ..base
             },
+            "glm4.5-air" => SynthSpec {
+                arch: "glm4moe".into(),
+                n_embd: 4096,
+                n_layer: 46,
+                n_head: 96,
+                n_head_kv: 8,
+                head_dim: 128,
+                n_ff: 10944,
+                n_vocab: 151552,
+                n_expert: 128,
+                n_expert_used: 8,
+                n_ff_expert: 1408,
+                n_expert_shared: 1,
+                n_dense_lead: 1,
+                tied: false,
+                ..base
+            },
             "tiny" => SynthSpec {
                 n_embd: 256,
                 n_layer: 4,
@@ -118,13 +143,30 @@ impl SynthSpec {
                 n_vocab: 1024,
                 ..base
             },
+            "tiny-glm4moe" => SynthSpec {
+                arch: "glm4moe".into(),
+                n_expert: 8,
+                n_expert_used: 2,
+                n_ff_expert: 256,
+                n_expert_shared: 1,
+                n_dense_lead: 1,
+                tied: false,
+                ..SynthSpec::preset("tiny")?
+            },
             _ => return None,
         })
     }
 
     /// The preset names.
-    pub const PRESETS: [&'static str; 5] =
-        ["tiny", "llama-1b", "llama-8b", "qwen3-8b", "qwen3-30b-a3b"];
+    pub const PRESETS: [&'static str; 7] = [
+        "tiny",
+        "tiny-glm4moe",
+        "llama-1b",
+        "llama-8b",
+        "qwen3-8b",
+        "qwen3-30b-a3b",
+        "glm4.5-air",
+    ];
 
     /// The tensors of the file, in order.
     pub fn tensors(&self) -> Vec<TensorSpec> {
@@ -134,27 +176,45 @@ impl SynthSpec {
             (self.n_head_kv * self.head_dim) as u64,
         );
         let mut out = Vec::new();
-        let mut add =
-            |name: String, ne: Vec<u64>, dtype: DType| out.push(TensorSpec { name, ne, dtype });
+        let mut add = |name: String, ne: Vec<u64>, dtype: DType| {
+            let dtype = row_fallback(dtype, ne[0]);
+            out.push(TensorSpec { name, ne, dtype })
+        };
         add(t::TOKEN_EMBD.into(), vec![d, v], self.main_type);
+        let glm = self.arch == "glm4moe";
         for il in 0..self.n_layer {
             let b = |n: &str| t::blk(il, n);
             add(b(t::ATTN_NORM), vec![d], DType::F32);
             add(b(t::ATTN_Q), vec![d, dq], self.main_type);
             add(b(t::ATTN_K), vec![d, dkv], self.main_type);
             add(b(t::ATTN_V), vec![d, dkv], self.more_bits_type);
-            if self.arch != "llama" {
+            if glm {
+                add(b(t::ATTN_Q_BIAS), vec![dq], DType::F32);
+                add(b(t::ATTN_K_BIAS), vec![dkv], DType::F32);
+                add(b(t::ATTN_V_BIAS), vec![dkv], DType::F32);
+            } else if self.arch != "llama" {
                 add(b(t::ATTN_Q_NORM), vec![self.head_dim as u64], DType::F32);
                 add(b(t::ATTN_K_NORM), vec![self.head_dim as u64], DType::F32);
             }
             add(b(t::ATTN_OUT), vec![dq, d], self.main_type);
-            add(b(t::FFN_NORM), vec![d], DType::F32);
-            if self.n_expert > 0 {
+            // GLM-4.5 names its FFN input norm the post-attention norm
+            let ffn_norm = if glm { t::ATTN_POST_NORM } else { t::FFN_NORM };
+            add(b(ffn_norm), vec![d], DType::F32);
+            if self.n_expert > 0 && il >= self.n_dense_lead {
                 let (e, f) = (self.n_expert as u64, self.n_ff_expert as u64);
                 add(b(t::FFN_GATE_INP), vec![d, e], DType::F32);
+                if glm {
+                    add(b(t::FFN_EXP_PROBS_B), vec![e], DType::F32);
+                }
                 add(b(t::FFN_GATE_EXPS), vec![d, f, e], self.main_type);
                 add(b(t::FFN_UP_EXPS), vec![d, f, e], self.main_type);
                 add(b(t::FFN_DOWN_EXPS), vec![f, d, e], self.more_bits_type);
+                if self.n_expert_shared > 0 {
+                    let fs = f * self.n_expert_shared as u64;
+                    add(b(t::FFN_GATE_SHEXP), vec![d, fs], self.main_type);
+                    add(b(t::FFN_UP_SHEXP), vec![d, fs], self.main_type);
+                    add(b(t::FFN_DOWN_SHEXP), vec![fs, d], self.more_bits_type);
+                }
             } else {
                 let f = self.n_ff as u64;
                 add(b(t::FFN_GATE), vec![d, f], self.main_type);
@@ -237,6 +297,16 @@ impl SynthSpec {
             );
             w.kv(k(hp::EXPERT_FF_LENGTH), Value::U32(self.n_ff_expert as u32));
         }
+        if self.arch == "glm4moe" {
+            // GLM-4.5's routing and layout keys, as llama.cpp's converter writes them
+            let u = |n: usize| Value::U32(n as u32);
+            w.kv(k(hp::EXPERT_SHARED_COUNT), u(self.n_expert_shared));
+            w.kv(k(hp::LEADING_DENSE_BLOCK_COUNT), u(self.n_dense_lead));
+            w.kv(k(hp::EXPERT_GATING_FUNC), u(2));
+            w.kv(k(hp::EXPERT_WEIGHTS_NORM), Value::Bool(true));
+            w.kv(k(hp::EXPERT_WEIGHTS_SCALE), Value::F32(1.0));
+            w.kv(k(hp::ROPE_DIM), u(self.head_dim / 2));
+        }
         for (k, v) in vocab.map_or(&[][..], DonorVocab::entries) {
             w.kv(k.clone(), v.clone());
         }
@@ -287,6 +357,22 @@ impl SynthSpec {
             Ok(())
         })?;
         out.f.set_len(out.len)
+    }
+}
+
+/// The type a quantiser stores rows of `cols` values in when they are not
+/// whole blocks of `dtype` (GLM-4.5-Air's FFNs of 10944 and 1408): a
+/// 32-value type of about the same bits, as llama.cpp's quantiser falls back.
+fn row_fallback(dtype: DType, cols: u64) -> DType {
+    if cols.is_multiple_of(dtype.block_size() as u64) {
+        return dtype;
+    }
+    match dtype {
+        DType::Q4K => DType::Q5_0,
+        DType::Q5K => DType::Q5_1,
+        DType::Q6K => DType::Q8_0,
+        DType::Q2K | DType::Q3K | DType::IQ4XS => DType::Q4_0,
+        other => other,
     }
 }
 
@@ -534,5 +620,30 @@ mod tests {
         );
         std::fs::remove_dir_all(&dir).unwrap();
         assert!((1.2..1.3).contains(&(one.n_params() as f64 / 1e9)));
+    }
+
+    #[test]
+    fn glm4moe_presets_read_as_glm_4_5() {
+        // GLM-4.5-Air: 106B parameters, 12B of them active per token
+        let air = SynthSpec::preset("glm4.5-air").unwrap();
+        let n = air.n_params() as f64 / 1e9;
+        assert!((106.0..111.0).contains(&n), "{n}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("air.gguf");
+        air.write_zeros(&path, None).unwrap();
+        let m = ModelSpec::open(&path).unwrap();
+        assert_eq!(
+            (m.hp.n_layer, m.hp.n_dense_lead, m.hp.n_expert_shared),
+            (46, 1, 1)
+        );
+        assert_eq!(m.graph().weight_bytes(), air.weight_bytes().unwrap());
+        // the tiny one runs: every tensor consumed, the routing GLM's
+        let tiny = SynthSpec::preset("tiny-glm4moe").unwrap();
+        let path = dir.path().join("tiny.gguf");
+        tiny.write(&path, 5).unwrap();
+        let m = ModelSpec::open(&path).unwrap();
+        assert_eq!(m.graph().weights.len(), m.gguf.tensors().len());
+        assert_eq!(m.hp.routing.gating, crate::graph::Gating::Sigmoid);
+        assert!(m.hp.routing.norm_topk);
     }
 }

@@ -12,7 +12,7 @@ use clap::Args;
 /// Write a random-weight model of a preset's shapes.
 #[derive(Args, Debug)]
 pub struct SynthArgs {
-    /// tiny, llama-1b, llama-8b, qwen3-8b or qwen3-30b-a3b.
+    /// tiny, tiny-glm4moe, llama-1b, llama-8b, qwen3-8b, qwen3-30b-a3b or glm4.5-air.
     #[arg(long = "preset")]
     preset: String,
     /// Output file.

@@ -33,6 +33,8 @@ pub fn write_model(dir: &Path) -> Arc<ModelSpec> {
         n_expert: 0,
         n_expert_used: 0,
         n_ff_expert: 0,
+        n_expert_shared: 0,
+        n_dense_lead: 0,
         tied: false,
         main_type: DType::Q4K,
         more_bits_type: DType::Q6K,
