@@ -906,6 +906,25 @@ mod tests {
         }
     }
 
+    /// Every event of `answer` streamed through `s` in pieces of `size` bytes.
+    fn all_events(s: &mut EventStream, answer: &str, size: usize) -> Vec<Value> {
+        let mut events = s.events(Stage::Start);
+        for piece in answer.as_bytes().chunks(size) {
+            events.extend(s.events(Stage::Text(std::str::from_utf8(piece).unwrap(), &[])));
+        }
+        let f = Finished {
+            text: answer.into(),
+            stop: ats_sched::session::StopReason::Eog,
+            completion_tokens: 20,
+            held_back_bytes: 0,
+            logprobs: Vec::new(),
+            timings: Default::default(),
+            vision: None,
+        };
+        events.extend(s.events(Stage::End(&f)));
+        events
+    }
+
     #[test]
     fn a_streamed_harmony_answer_has_a_reasoning_item_then_its_message() {
         const ANSWER: &str = "<|channel|>analysis<|message|>They ask for 2+2.<|end|>\
@@ -921,20 +940,7 @@ mod tests {
                 open: false,
             },
         };
-        let mut events = s.events(Stage::Start);
-        for piece in ANSWER.as_bytes().chunks(6) {
-            events.extend(s.events(Stage::Text(std::str::from_utf8(piece).unwrap(), &[])));
-        }
-        let f = Finished {
-            text: ANSWER.into(),
-            stop: ats_sched::session::StopReason::Eog,
-            completion_tokens: 20,
-            held_back_bytes: 0,
-            logprobs: Vec::new(),
-            timings: Default::default(),
-            vision: None,
-        };
-        events.extend(s.events(Stage::End(&f)));
+        let events = all_events(&mut s, ANSWER, 6);
         let deltas = |kind: &str, index: u64| -> String {
             events
                 .iter()
@@ -991,20 +997,7 @@ mod tests {
             splitter: reading.splitter(),
             reading,
         };
-        let mut events = s.events(Stage::Start);
-        for piece in ANSWER.as_bytes().chunks(5) {
-            events.extend(s.events(Stage::Text(std::str::from_utf8(piece).unwrap(), &[])));
-        }
-        let f = Finished {
-            text: ANSWER.into(),
-            stop: ats_sched::session::StopReason::Eog,
-            completion_tokens: 20,
-            held_back_bytes: 0,
-            logprobs: Vec::new(),
-            timings: Default::default(),
-            vision: None,
-        };
-        events.extend(s.events(Stage::End(&f)));
+        let events = all_events(&mut s, ANSWER, 5);
         let deltas = |kind: &str| -> String {
             events
                 .iter()
