@@ -227,14 +227,7 @@ fn a_required_call_in_harmony_comes_back_as_tool_calls() {
                 "required": ["unit"], "additionalProperties": false}}}],
         "tool_choice": "required"
     });
-    let (status, v) = chat(&server, body.clone());
-    assert_eq!(status, 200, "{v}");
-    let c = &v["choices"][0];
-    assert_eq!(c["finish_reason"], "tool_calls", "{v}");
-    let call = &c["message"]["tool_calls"][0];
-    assert_eq!(call["function"]["name"], "weather", "{v}");
-    let args: Value =
-        serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    let (call, args) = weather_call(&server, body.clone());
     assert!(
         args == json!({"unit": "c"}) || args == json!({"unit": "f"}),
         "{args}"
@@ -244,6 +237,20 @@ fn a_required_call_in_harmony_comes_back_as_tool_calls() {
     let (content, streamed_call) = streamed_call(&server, body);
     assert!(!content.contains("<|"), "{content:?}");
     assert_eq!(streamed_call["arguments"], call["function"]["arguments"]);
+}
+
+/// A request that must call `weather`: its answer's first call and that
+/// call's arguments.
+fn weather_call(server: &Server, body: Value) -> (Value, Value) {
+    let (status, v) = chat(server, body);
+    assert_eq!(status, 200, "{v}");
+    let c = &v["choices"][0];
+    assert_eq!(c["finish_reason"], "tool_calls", "{v}");
+    let call = c["message"]["tool_calls"][0].clone();
+    assert_eq!(call["function"]["name"], "weather", "{v}");
+    let args = call["function"]["arguments"].as_str().unwrap();
+    let args = serde_json::from_str(args).unwrap();
+    (call, args)
 }
 
 /// A streamed chat request's content and its first call's function.
@@ -323,14 +330,7 @@ fn a_required_call_on_glm4moe_is_its_own_tool_call_block() {
                 "required": ["city"]}}}],
         "tool_choice": "required"
     });
-    let (status, v) = chat(&server, body.clone());
-    assert_eq!(status, 200, "{v}");
-    let c = &v["choices"][0];
-    assert_eq!(c["finish_reason"], "tool_calls", "{v}");
-    let call = &c["message"]["tool_calls"][0];
-    assert_eq!(call["function"]["name"], "weather", "{v}");
-    let args: Value =
-        serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    let (call, args) = weather_call(&server, body.clone());
     assert!(
         args == json!({"city": "Oslo"}) || args == json!({"city": "Bergen"}),
         "{args}"

@@ -266,3 +266,33 @@ macro_rules! hf_fixture_tests {
         }
     };
 }
+
+/// The messages of one of a manifest's conversations (`chat`,
+/// `chat_tools`): role and content, with `reasoning_content` and
+/// `tool_calls` where a message has them.
+pub fn chat_messages(case: &serde_json::Value) -> Vec<ats_core::ChatMessage> {
+    let messages = case["messages"].as_array().unwrap().iter();
+    messages
+        .map(|m| {
+            let text = m["content"].as_str().unwrap();
+            let mut msg = ats_core::ChatMessage::text(m["role"].as_str().unwrap(), text);
+            msg.reasoning = m["reasoning_content"].as_str().map(String::from);
+            let calls = m["tool_calls"].as_array().into_iter().flatten();
+            msg.tool_calls = calls
+                .enumerate()
+                .map(|(i, c)| ats_core::chat::ToolCall {
+                    id: format!("call_{i}"),
+                    name: c["function"]["name"].as_str().unwrap().into(),
+                    arguments: c["function"]["arguments"].clone(),
+                })
+                .collect();
+            msg
+        })
+        .collect()
+}
+
+/// A manifest's array of token ids.
+pub fn ids_of(v: &serde_json::Value) -> Vec<u32> {
+    let ids = v.as_array().unwrap().iter();
+    ids.map(|x| x.as_u64().unwrap() as u32).collect()
+}

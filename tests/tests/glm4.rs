@@ -11,22 +11,14 @@ use std::sync::Arc;
 use ats_core::device::{Device, KvType};
 use ats_core::graph::{Op, RopeKind};
 use ats_core::spec::{Arch, ModelSpec};
-use ats_core::{ChatMessage, ChatTemplate, Tokenizer};
+use ats_core::{ChatTemplate, Tokenizer};
 use ats_cpu::CpuDevice;
 use ats_sched::config::Policy;
-use ats_tests::hf_fixture::{ATOL, HfFixture};
+use ats_tests::hf_fixture::{ATOL, HfFixture, chat_messages, ids_of};
 use ats_tests::{engine_on, host_only, max_abs_diff};
 
 fn fixture() -> HfFixture {
     HfFixture::new("glm4", "glm4-f32.gguf")
-}
-
-fn ids_of(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
 }
 
 #[test]
@@ -101,12 +93,7 @@ fn chat_format_and_tokenizer_agree_with_transformers() {
         );
     }
     let chat = &m["chat"];
-    let messages: Vec<ChatMessage> = chat["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| ChatMessage::text(v["role"].as_str().unwrap(), v["content"].as_str().unwrap()))
-        .collect();
+    let messages = chat_messages(chat);
     let want = chat["text"].as_str().unwrap();
     assert_eq!(tmpl.render(&messages, true).unwrap(), want);
     // "[gMASK]<sop>" comes from the template: the tokenizer adds no BOS

@@ -10,16 +10,10 @@
 use ats_core::gguf::Value;
 use ats_core::graph::{Gating, Op, RopeKind, Routing};
 use ats_core::spec::{Arch, ModelSpec};
-use ats_tests::hf_fixture::HfFixture;
+use ats_tests::hf_fixture::{HfFixture, chat_messages, ids_of};
 
 fn fixture() -> HfFixture {
     HfFixture::new("glm4moe", "glm4moe-f32.gguf")
-}
-
-/// Token ids from a manifest's JSON array.
-fn ids_of(v: &serde_json::Value) -> Vec<u32> {
-    let ids = v.as_array().unwrap().iter();
-    ids.map(|x| x.as_u64().unwrap() as u32).collect()
 }
 
 /// The fixture with metadata changed by `edit` and tensors dropped.
@@ -118,6 +112,11 @@ fn routing_keys_are_read_and_bad_ones_named() {
         &[],
     );
     assert!(e.contains("glm4moe.leading_dense_block_count"), "{e}");
+    let e = err(
+        &[("glm4moe.expert_shared_count", Some(Value::U64(u64::MAX)))],
+        &[],
+    );
+    assert!(e.contains("glm4moe.expert_shared_count"), "{e}");
     // a sigmoid router needs its selection bias; a shared expert its tensors
     let e = err(&[], &["blk.2.exp_probs_b.bias"]);
     assert!(e.contains("blk.2.exp_probs_b.bias"), "{e}");
@@ -145,21 +144,15 @@ fn routing_keys_are_read_and_bad_ones_named() {
 
 #[test]
 fn chat_prompt_and_its_tokens_agree_with_transformers() {
-    use ats_core::{ChatMessage, ChatTemplate, Tokenizer};
+    use ats_core::{ChatTemplate, Tokenizer};
     let spec = fixture().spec();
     let md = &spec.gguf.metadata;
     let tok = Tokenizer::from_gguf(md).unwrap();
     let tmpl = ChatTemplate::from_gguf(md).unwrap();
     let manifest = fixture().manifest();
     let chat = &manifest["chat"];
-    let messages: Vec<ChatMessage> = chat["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| ChatMessage::text(v["role"].as_str().unwrap(), v["content"].as_str().unwrap()))
-        .collect();
     let want = chat["text"].as_str().unwrap();
-    assert_eq!(tmpl.render(&messages, true).unwrap(), want);
+    assert_eq!(tmpl.render(&chat_messages(chat), true).unwrap(), want);
     // "[gMASK]<sop>" comes from the template: the tokenizer adds no BOS
     assert_eq!(tok.encode(want, true, true).unwrap(), ids_of(&chat["ids"]));
     for t in ["<|endoftext|>", "<|user|>", "<|observation|>"] {
@@ -170,20 +163,7 @@ fn chat_prompt_and_its_tokens_agree_with_transformers() {
     // tools, an earlier call with its reasoning, the tool's answer, and a
     // prompt that opens a <think> block, as transformers renders them
     let case = &manifest["chat_tools"];
-    let mut said = Vec::new();
-    for m in case["messages"].as_array().unwrap() {
-        let mut msg =
-            ChatMessage::text(m["role"].as_str().unwrap(), m["content"].as_str().unwrap());
-        msg.reasoning = m["reasoning_content"].as_str().map(String::from);
-        for c in m["tool_calls"].as_array().into_iter().flatten() {
-            msg.tool_calls.push(ats_core::chat::ToolCall {
-                id: "call_1".into(),
-                name: c["function"]["name"].as_str().unwrap().into(),
-                arguments: c["function"]["arguments"].clone(),
-            });
-        }
-        said.push(msg);
-    }
+    let said = chat_messages(case);
     let mut vars = ats_core::chat::TemplateVars {
         tools: case["tools"].as_array().unwrap().clone(),
         ..Default::default()

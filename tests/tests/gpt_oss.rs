@@ -14,11 +14,11 @@ use ats_core::device::{Device, HostMemory, KvType};
 use ats_core::graph::{ExpertAct, Op};
 use ats_core::round::Round;
 use ats_core::spec::{Arch, ModelSpec};
-use ats_core::{ChatMessage, ChatTemplate, Tokenizer};
+use ats_core::{ChatTemplate, Tokenizer};
 use ats_cpu::CpuDevice;
 use ats_sched::exec::{ExecConfig, ExecPlan, Executor};
 use ats_sched::sim::{SimGpu, SimGpuConfig};
-use ats_tests::hf_fixture::HfFixture;
+use ats_tests::hf_fixture::{HfFixture, chat_messages, ids_of};
 use ats_tests::{gpu_if, host_only, with_gpu};
 
 fn fixture() -> HfFixture {
@@ -179,12 +179,7 @@ fn harmony_template_and_tokenizer_agree_with_transformers() {
     let m = fixture().manifest();
     for case in m["tokenizer_cases"].as_array().unwrap() {
         let text = case["text"].as_str().unwrap();
-        let want: Vec<u32> = case["ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap() as u32)
-            .collect();
+        let want = ids_of(&case["ids"]);
         assert_eq!(tok.encode(text, false, true).unwrap(), want, "{text:?}");
         assert_eq!(
             tok.decode(&want).unwrap(),
@@ -195,12 +190,7 @@ fn harmony_template_and_tokenizer_agree_with_transformers() {
     // earlier assistant turn is dropped by the template, so plain messages
     // render the same text
     let chat = &m["chat"];
-    let messages: Vec<ChatMessage> = chat["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| ChatMessage::text(v["role"].as_str().unwrap(), v["content"].as_str().unwrap()))
-        .collect();
+    let messages = chat_messages(chat);
     let got = tmpl.render(&messages, true).unwrap();
     let want = chat["text"].as_str().unwrap();
     let mask = |s: &str| -> String {
@@ -210,13 +200,7 @@ fn harmony_template_and_tokenizer_agree_with_transformers() {
     };
     assert_eq!(mask(&got), mask(want));
     assert!(got.ends_with("<|start|>assistant"), "{got:?}");
-    let ids: Vec<u32> = chat["ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap() as u32)
-        .collect();
-    assert_eq!(tok.encode(want, false, true).unwrap(), ids);
+    assert_eq!(tok.encode(want, false, true).unwrap(), ids_of(&chat["ids"]));
     // harmony: a reply ends at <|return|> or <|call|>; <|end|> closes the
     // analysis message and must not stop generation
     let id = |t: &str| tok.encode(t, false, true).unwrap()[0];

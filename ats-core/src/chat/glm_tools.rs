@@ -48,10 +48,9 @@ fn call(inner: &str, tools: &[ToolSpec]) -> Option<ParsedCall> {
         }
         let (key, after) = between(rest, KEY_OPEN, KEY_CLOSE)?;
         let (value, after) = between(after.trim_start(), VALUE_OPEN, VALUE_CLOSE)?;
-        let v = typed(
-            value,
-            tool.parameters.pointer(&format!("/properties/{key}")),
-        );
+        // by name, not a JSON pointer: a key may hold '/' or '~'
+        let schema = tool.parameters.get("properties").and_then(|p| p.get(key));
+        let v = typed(value, schema);
         args.insert(key.to_string(), v);
         rest = after;
     }
@@ -222,6 +221,15 @@ mod tests {
             let a = ToolFormat::Glm.parse(bad, &[weather()]);
             assert_eq!((a.calls.len(), a.content.as_str()), (0, bad));
         }
+        // a key with a '/' is read by its own schema (a string stays one)
+        let slashed = ToolSpec {
+            parameters: json!({"type": "object", "properties": {"a/b": {"type": "string"}}}),
+            ..weather()
+        };
+        let text =
+            "<tool_call>weather\n<arg_key>a/b</arg_key>\n<arg_value>7</arg_value>\n</tool_call>";
+        let a = ToolFormat::Glm.parse(text, &[slashed]);
+        assert_eq!(a.calls[0].arguments, json!({"a/b": "7"}));
         // a call cut off at the end still counts; no arguments is an empty object
         let a = ToolFormat::Glm.parse("<tool_call>weather\n", &[weather()]);
         assert_eq!(a.calls[0].arguments, json!({}));

@@ -270,7 +270,17 @@ impl<'a> Decoder<'a> {
             return Ok(None);
         }
         let names = [t::FFN_GATE_SHEXP, t::FFN_UP_SHEXP, t::FFN_DOWN_SHEXP];
-        let f = hp.n_expert_shared * hp.n_ff_expert;
+        let f = hp
+            .n_expert_shared
+            .checked_mul(hp.n_ff_expert)
+            .ok_or_else(|| SpecError::BadKey {
+                key: format!(
+                    "{}.{}",
+                    self.spec.arch.name(),
+                    crate::names::hp::EXPERT_SHARED_COUNT
+                ),
+                problem: format!("{} shared experts overflow", hp.n_expert_shared),
+            })?;
         self.swiglu_ffn(h, il, names, f, "ffn_swiglu_shexp")
             .map(Some)
     }
