@@ -25,18 +25,19 @@ fn chat(server: &Server, body: Value) -> (u16, Value) {
 }
 
 /// The streamed content of a chat request.
-fn streamed(server: &Server, mut body: Value) -> String {
+fn streamed(server: &Server, body: Value) -> String {
+    streamed_field(server, body, "content")
+}
+
+/// A streamed chat request's deltas of `field` (`content`, `reasoning_content`), joined.
+fn streamed_field(server: &Server, mut body: Value, field: &str) -> String {
     body["stream"] = json!(true);
     EventStream::open(&server.url("/v1/chat/completions"), &body.to_string())
         .all()
         .iter()
         .filter(|e| *e != "[DONE]")
         .map(|e| serde_json::from_str::<Value>(e).unwrap())
-        .filter_map(|v| {
-            v["choices"][0]["delta"]["content"]
-                .as_str()
-                .map(String::from)
-        })
+        .filter_map(|v| v["choices"][0]["delta"][field].as_str().map(String::from))
         .collect()
 }
 
@@ -368,20 +369,7 @@ fn a_think_block_the_prompt_opens_is_reasoning_content_on_glm4moe() {
         .to_string();
     assert!(!reasoning.is_empty(), "{v}");
     assert!(m["content"].as_str().unwrap_or_default().is_empty(), "{v}");
-    let mut body = ask(true);
-    body["stream"] = json!(true);
-    let streamed: String =
-        EventStream::open(&server.url("/v1/chat/completions"), &body.to_string())
-            .all()
-            .iter()
-            .filter(|e| *e != "[DONE]")
-            .map(|e| serde_json::from_str::<Value>(e).unwrap())
-            .filter_map(|v| {
-                v["choices"][0]["delta"]["reasoning_content"]
-                    .as_str()
-                    .map(String::from)
-            })
-            .collect();
+    let streamed = streamed_field(&server, ask(true), "reasoning_content");
     assert_eq!(streamed, reasoning);
     // the block closed empty by the template: the answer is content
     let (status, v) = chat(&server, ask(false));
