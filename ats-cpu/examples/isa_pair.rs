@@ -1,7 +1,8 @@
-//! Paired timing of the 8-token block product on each available instruction
-//! set, alternating run by run so that load on the machine hits all alike;
+//! Paired timing of block products on each available instruction set,
+//! alternating run by run so that load on the machine hits all alike;
 //! prints each set's minimum and median microseconds. One thread, weights
-//! in cache (SmolLM2's MLP in Q4_1 and a slice of its output in Q8_0).
+//! in cache (SmolLM2's MLP in Q4_1 and a slice of its output in Q8_0 for 8
+//! tokens; a 1B model's 2048-wide rows in Q4_K, Q5_K and Q6_K for 1 to 16).
 //!
 //!     cargo run --release -p ats-cpu --example isa_pair [ROUNDS]
 
@@ -21,13 +22,17 @@ fn weights(dtype: DType, rows: usize, cols: usize) -> Vec<u8> {
             s as u8
         })
         .collect();
-    // small f16 scales at the start of every block (the values do not matter)
+    // small f16 scales in every block (the values do not matter)
     let block = dtype.type_size();
+    let scale = half::f16::from_f32(0.01).to_le_bytes();
+    let scales: &[usize] = match dtype {
+        DType::Q4_1 | DType::Q4K | DType::Q5K => &[0, 2],
+        DType::Q6K => &[208],
+        _ => &[0],
+    };
     for b in data.chunks_exact_mut(block) {
-        let scale = half::f16::from_f32(0.01).to_le_bytes();
-        b[..2].copy_from_slice(&scale);
-        if dtype == DType::Q4_1 {
-            b[2..4].copy_from_slice(&scale);
+        for &at in scales {
+            b[at..at + 2].copy_from_slice(&scale);
         }
     }
     data
@@ -46,23 +51,30 @@ fn main() {
         .num_threads(1)
         .build()
         .unwrap();
-    for (name, dtype, rows, cols) in [
-        ("mlp 1536x576 q4_1", DType::Q4_1, 1536, 576),
-        ("output 4096x576 q8_0", DType::Q8_0, 4096, 576),
+    for (name, dtype, rows, cols, n) in [
+        ("mlp 1536x576 q4_1", DType::Q4_1, 1536, 576, 8),
+        ("output 4096x576 q8_0", DType::Q8_0, 4096, 576, 8),
+        ("1024x2048 q4_k", DType::Q4K, 1024, 2048, 1),
+        ("1024x2048 q4_k", DType::Q4K, 1024, 2048, 4),
+        ("1024x2048 q4_k", DType::Q4K, 1024, 2048, 8),
+        ("1024x2048 q4_k", DType::Q4K, 1024, 2048, 16),
+        ("1024x2048 q6_k", DType::Q6K, 1024, 2048, 1),
+        ("1024x2048 q6_k", DType::Q6K, 1024, 2048, 8),
+        ("1024x2048 q5_k", DType::Q5K, 1024, 2048, 8),
     ] {
         let data = weights(dtype, rows, cols);
         let w = WeightMatrix::new(dtype, rows, cols, &data).unwrap();
-        let x: Vec<f32> = (0..8 * cols)
+        let x: Vec<f32> = (0..n * cols)
             .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
             .collect();
-        let mut y = vec![0f32; 8 * rows];
+        let mut y = vec![0f32; n * rows];
         let mut scratch = MatmulScratch::new();
         let mut times = vec![Vec::with_capacity(rounds); isas.len()];
         pool.install(|| {
             for _ in 0..rounds {
                 for (k, &isa) in isas.iter().enumerate() {
                     let t = Instant::now();
-                    matmul_with(&w, &x, 8, &mut y, isa, &mut scratch).unwrap();
+                    matmul_with(&w, &x, n, &mut y, isa, &mut scratch).unwrap();
                     times[k].push(t.elapsed().as_secs_f64() * 1e6);
                 }
             }
@@ -70,7 +82,7 @@ fn main() {
         for (isa, t) in isas.iter().zip(&mut times) {
             t.sort_by(f64::total_cmp);
             println!(
-                "{name}, 8 tokens, {isa}: min {:.1} us, median {:.1} us",
+                "{name}, {n} tokens, {isa}: min {:.1} us, median {:.1} us",
                 t[0],
                 t[t.len() / 2]
             );

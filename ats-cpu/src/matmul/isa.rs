@@ -13,9 +13,10 @@ pub enum Isa {
     Scalar,
     /// x86-64 AVX2 + FMA + F16C (Haswell, Zen and later).
     Avx2,
-    /// x86-64 AVX-512 F/BW/VL (no kernels yet).
+    /// The AVX2 kernels, with AVX-512 F/BW's 512-bit registers in the
+    /// K-quant row kernels (Q4_K, Q5_K, Q6_K rounds of up to 128 tokens).
     Avx512,
-    /// The AVX2 kernels, with AVX-512 VNNI's int8 dot products (on 256-bit
+    /// [`Isa::Avx512`], with AVX-512 VNNI's int8 dot products (on 256-bit
     /// registers, AVX512VL) in the 8-token tiles of the 32-element block
     /// formats: one instruction where AVX2 takes two plus a widening step.
     Avx512Vnni,
@@ -48,16 +49,22 @@ impl Isa {
         match self {
             Isa::Scalar => true,
             Isa::Avx2 => cpu_has_avx2(),
-            Isa::Avx512Vnni => cpu_has_avx2() && cpu_has_vnni(),
-            // No kernels for these yet: they are never chosen.
-            Isa::Avx512 | Isa::Neon => false,
+            Isa::Avx512 => cpu_has_avx2() && cpu_has_avx512(),
+            Isa::Avx512Vnni => cpu_has_avx2() && cpu_has_avx512() && cpu_has_vnni(),
+            // No kernels yet: never chosen.
+            Isa::Neon => false,
         }
     }
 
     /// Whether the AVX2/FMA/F16C kernels run for `self` (every x86 set
     /// with kernels builds on them).
     pub fn has_avx2(self) -> bool {
-        matches!(self, Isa::Avx2 | Isa::Avx512Vnni)
+        matches!(self, Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vnni)
+    }
+
+    /// Whether the 512-bit K-quant row kernels run for `self`.
+    pub fn has_avx512(self) -> bool {
+        matches!(self, Isa::Avx512 | Isa::Avx512Vnni)
     }
 
     /// A short lowercase name (`avx2`), for logs and profiles.
@@ -87,6 +94,16 @@ fn cpu_has_avx2() -> bool {
 
 #[cfg(not(target_arch = "x86_64"))]
 fn cpu_has_avx2() -> bool {
+    false
+}
+
+#[cfg(target_arch = "x86_64")]
+fn cpu_has_avx512() -> bool {
+    is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn cpu_has_avx512() -> bool {
     false
 }
 

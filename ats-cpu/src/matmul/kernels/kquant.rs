@@ -95,6 +95,8 @@ pub(super) trait SuperBlock {
     /// Whether the canonical values are signed bytes (IQ4_XS) rather than
     /// unsigned: the kernels then move the signs onto the activations.
     const SIGNED: bool = false;
+    /// The format's 512-bit row kernel, if any ([`dots_avx512`]).
+    const WIDE: Wide = Wide::None;
 
     /// Unpacks one super-block into `c`.
     fn unpack(block: &[u8], c: &mut Canon);
@@ -131,6 +133,45 @@ pub(super) trait SuperBlock {
         unsafe { avx2::tile::<Self, 1, N>([row], acts, t0, prefetch, &mut o) };
         o.map(|o| o[0])
     }
+}
+
+/// [`SuperBlock::dots_avx2`] on 512-bit registers for the formats that have
+/// such a kernel ([`super::kquant512`]); the others run their AVX2 kernel.
+/// The results are the same bits either way.
+///
+/// # Safety
+/// As [`SuperBlock::dots_avx2`], and the CPU must support AVX-512 F/BW.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+pub(super) unsafe fn dots_avx512<K: SuperBlock, const N: usize>(
+    row: *const u8,
+    acts: &QuantActs,
+    t0: usize,
+    prefetch: usize,
+) -> [f32; N] {
+    use super::kquant512::{k4_dots, q6k_dots};
+    // SAFETY: as the caller guarantees.
+    unsafe {
+        match K::WIDE {
+            Wide::Q4K => k4_dots::<N, false>(row, acts, t0, prefetch),
+            Wide::Q5K => k4_dots::<N, true>(row, acts, t0, prefetch),
+            Wide::Q6K => q6k_dots::<N>(row, acts, t0, prefetch),
+            Wide::None => K::dots_avx2::<N>(row, acts, t0, prefetch),
+        }
+    }
+}
+
+/// Which 512-bit row kernel a K-quant format has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Wide {
+    /// None: the AVX2 kernel runs.
+    None,
+    /// [`super::kquant512::k4_dots`].
+    Q4K,
+    /// [`super::kquant512::k4_dots`] with the fifth bits.
+    Q5K,
+    /// [`super::kquant512::q6k_dots`].
+    Q6K,
 }
 
 /// Portable dot product of one weight row with token `t`.

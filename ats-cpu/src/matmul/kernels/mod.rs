@@ -13,6 +13,8 @@ mod float;
 mod iq4_nl;
 mod iq4_xs;
 mod kquant;
+#[cfg(target_arch = "x86_64")]
+mod kquant512;
 mod legacy;
 mod mxfp4;
 mod q2_k;
@@ -255,6 +257,7 @@ unsafe fn kquant_dots<K: SuperBlock>(
     acts: &QuantActs,
     t0: usize,
     width: usize,
+    avx512: bool,
 ) -> [f32; 8] {
     fn pad<const N: usize>(d: [f32; N]) -> [f32; 8] {
         std::array::from_fn(|i| if i < N { d[i] } else { 0.0 })
@@ -262,14 +265,38 @@ unsafe fn kquant_dots<K: SuperBlock>(
     // SAFETY: as the caller guarantees.
     unsafe {
         match width {
-            1 => pad(K::dots_avx2::<1>(p, acts, t0, PREFETCH)),
-            2 => pad(K::dots_avx2::<2>(p, acts, t0, PREFETCH)),
-            3 => pad(K::dots_avx2::<3>(p, acts, t0, PREFETCH)),
-            4 => pad(K::dots_avx2::<4>(p, acts, t0, PREFETCH)),
-            5 => pad(K::dots_avx2::<5>(p, acts, t0, PREFETCH)),
-            6 => pad(K::dots_avx2::<6>(p, acts, t0, PREFETCH)),
-            7 => pad(K::dots_avx2::<7>(p, acts, t0, PREFETCH)),
-            _ => K::dots_avx2::<8>(p, acts, t0, PREFETCH),
+            1 => pad(kquant_row::<K, 1>(p, acts, t0, avx512)),
+            2 => pad(kquant_row::<K, 2>(p, acts, t0, avx512)),
+            3 => pad(kquant_row::<K, 3>(p, acts, t0, avx512)),
+            4 => pad(kquant_row::<K, 4>(p, acts, t0, avx512)),
+            5 => pad(kquant_row::<K, 5>(p, acts, t0, avx512)),
+            6 => pad(kquant_row::<K, 6>(p, acts, t0, avx512)),
+            7 => pad(kquant_row::<K, 7>(p, acts, t0, avx512)),
+            _ => kquant_row::<K, 8>(p, acts, t0, avx512),
+        }
+    }
+}
+
+/// One K-quant row's dot products with tokens `t0..t0 + N`, on 512-bit
+/// registers when `avx512`.
+///
+/// # Safety
+/// As [`kquant_dots`]; with `avx512`, the CPU must support AVX-512 F/BW.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn kquant_row<K: SuperBlock, const N: usize>(
+    p: *const u8,
+    acts: &QuantActs,
+    t0: usize,
+    avx512: bool,
+) -> [f32; N] {
+    // SAFETY: as the caller guarantees.
+    unsafe {
+        if avx512 {
+            kquant::dots_avx512::<K, N>(p, acts, t0, PREFETCH)
+        } else {
+            K::dots_avx2::<N>(p, acts, t0, PREFETCH)
         }
     }
 }
@@ -298,13 +325,15 @@ fn run_kquant<K: SuperBlock>(
     let row = |r: usize| &data[r * rb..(r + 1) * rb];
     #[cfg(target_arch = "x86_64")]
     if isa.has_avx2() {
-        let n = acts.n_tokens;
+        let (n, wide) = (acts.n_tokens, isa.has_avx512());
         // Row by row, each row read and decoded once for the tile's tokens.
         let rows_direct = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]]| {
             for (i, &r) in r.iter().enumerate() {
-                // SAFETY: `isa` is available; the row holds `acts.blocks`
-                // whole super-blocks; the tile's tokens are below t_pad.
-                let dots = unsafe { kquant_dots::<K>(row(r).as_ptr(), acts, t0, (n - t0).min(8)) };
+                let width = (n - t0).min(8);
+                // SAFETY: `isa` is available (AVX-512 when `wide`); the row
+                // holds `acts.blocks` whole super-blocks; the tile's tokens
+                // are below t_pad.
+                let dots = unsafe { kquant_dots::<K>(row(r).as_ptr(), acts, t0, width, wide) };
                 for (o, &v) in o.iter_mut().zip(&dots) {
                     o[i] = v;
                 }
@@ -325,7 +354,7 @@ fn run_kquant<K: SuperBlock>(
         // One row at a time: a linear stream through the weights.
         let single = |r: &[usize; 1], t: usize, o: &mut [[f32; 1]; 1]| {
             // SAFETY: as above, with t < n_tokens.
-            o[0] = unsafe { K::dots_avx2::<1>(row(r[0]).as_ptr(), acts, t, PREFETCH) };
+            o[0] = unsafe { kquant_row::<K, 1>(row(r[0]).as_ptr(), acts, t, wide) };
         };
         // The last tile of 2-4 tokens.
         let narrow =

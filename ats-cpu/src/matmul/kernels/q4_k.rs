@@ -2,7 +2,7 @@
 //! each with a 6-bit scale and a 6-bit min, and f16 factors `d` and `dmin`
 //! (144 bytes: d 0, dmin 2, packed scales 4..16, values 16..144).
 
-use super::kquant::{Canon, SuperBlock, set_k4_scales};
+use super::kquant::{Canon, SuperBlock, Wide, set_k4_scales};
 #[cfg(target_arch = "x86_64")]
 use super::kquant::{
     TokenAccsAvx2, k4_scale_words, min_sums_avx2, prefetch_block_avx2, set_k4_scales_avx2,
@@ -16,6 +16,7 @@ pub(super) struct Q4K;
 impl SuperBlock for Q4K {
     const BYTES: usize = 144;
     const I16_SUMS: usize = 4;
+    const WIDE: Wide = Wide::Q4K;
 
     fn unpack(b: &[u8], c: &mut Canon) {
         set_k4_scales(b, c);

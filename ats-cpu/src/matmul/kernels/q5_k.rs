@@ -5,7 +5,7 @@
 
 #[cfg(target_arch = "x86_64")]
 use super::kquant::set_k4_scales_avx2;
-use super::kquant::{Canon, SuperBlock, set_k4_scales};
+use super::kquant::{Canon, SuperBlock, Wide, set_k4_scales};
 #[cfg(target_arch = "x86_64")]
 use crate::matmul::acts::QuantActs;
 
@@ -15,6 +15,7 @@ pub(super) struct Q5K;
 impl SuperBlock for Q5K {
     const BYTES: usize = 176;
     const I16_SUMS: usize = 4;
+    const WIDE: Wide = Wide::Q5K;
 
     fn unpack(b: &[u8], c: &mut Canon) {
         set_k4_scales(b, c);

@@ -3,7 +3,7 @@
 //! `w = d * sc * (q - 32)` (210 bytes: nibbles 0..128, high bits 128..192,
 //! scales 192..208, d 208).
 
-use super::kquant::{Canon, SuperBlock, f16_at};
+use super::kquant::{Canon, SuperBlock, Wide, f16_at};
 #[cfg(target_arch = "x86_64")]
 use super::kquant::{TokenAccsAvx2, min_sums_avx2, prefetch_block_avx2, set_scales_avx2};
 #[cfg(target_arch = "x86_64")]
@@ -60,6 +60,7 @@ unsafe fn half_runs(p: *const u8, n: usize) -> [std::arch::x86_64::__m256i; 4] {
 impl SuperBlock for Q6K {
     const BYTES: usize = 210;
     const I16_SUMS: usize = 2;
+    const WIDE: Wide = Wide::Q6K;
 
     fn unpack(b: &[u8], c: &mut Canon) {
         scales(b, c);

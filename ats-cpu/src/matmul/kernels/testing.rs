@@ -58,7 +58,7 @@ fn legacy<B: LegacyBlock>(row: &[u8], isa: Isa) -> Vec<f32> {
     for b in row.chunks_exact(B::BYTES) {
         let ((d, c), q): ((f32, f32), [i32; 32]) = match isa {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 | Isa::Avx512Vnni => {
+            Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vnni => {
                 let mut bytes = [0u8; 32];
                 // SAFETY: tests pass an available isa; `b` is a whole block; 32 bytes out.
                 let sc = unsafe {
@@ -87,7 +87,9 @@ fn kquant<K: SuperBlock>(row: &[u8], isa: Isa, sym_offset: Option<i32>) -> Vec<f
         match isa {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: tests pass an available isa; `b` is a whole super-block.
-            Isa::Avx2 | Isa::Avx512Vnni => unsafe { K::unpack_avx2(b.as_ptr(), &mut c) },
+            Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vnni => unsafe {
+                K::unpack_avx2(b.as_ptr(), &mut c)
+            },
             _ => K::unpack(b, &mut c),
         }
         if let Some(off) = sym_offset {
