@@ -111,6 +111,9 @@ impl QuantActs {
 
         self.qs.clear();
         self.qs.resize(t_pad * qblocks, Q8Block::default());
+        // the interleaved copies are built on demand, for these values only
+        self.qs8.clear();
+        self.bsums8.clear();
         self.tok_d.clear();
         self.tok_d.resize(n_tokens * blocks, 0.0);
         self.tok_s.clear();
@@ -182,6 +185,11 @@ impl QuantActs {
                 }
             }
         }
+        self.interleave_bsums8();
+    }
+
+    /// Builds [`QuantActs::bsums8`] alone (Q8_K; nothing otherwise).
+    pub(crate) fn interleave_bsums8(&mut self) {
         let nb = self.blocks;
         self.bsums8.clear();
         if self.format == Some(ActFormat::Q8K) {

@@ -340,7 +340,8 @@ mod avx2 {
     /// their `N` integer sums together.
     pub(in crate::matmul::kernels) struct TokenAccs<const N: usize> {
         one: f32,
-        lanes: [__m128; 2],
+        /// token `n`'s accumulator in lane `n`
+        lanes: __m256,
     }
 
     impl<const N: usize> TokenAccs<N> {
@@ -351,7 +352,7 @@ mod avx2 {
             debug_assert!((1..=8).contains(&N));
             TokenAccs {
                 one: 0.0,
-                lanes: [_mm_setzero_ps(); 2],
+                lanes: _mm256_setzero_ps(),
             }
         }
 
@@ -380,21 +381,17 @@ mod avx2 {
                 return;
             }
             let at = |n: usize| if n < N { dx[n] } else { 0.0 };
-            let dx = [
-                _mm_setr_ps(at(0), at(1), at(2), at(3)),
-                _mm_setr_ps(at(4), at(5), at(6), at(7)),
-            ];
-            self.fma(isum, d, &dx);
+            let dx = _mm256_setr_ps(at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7));
+            self.add_lanes(Self::token_sums(isum), d, dx);
             if let Some((msum, dmin)) = mins {
-                self.fma(msum, -dmin, &dx);
+                self.add_lanes(Self::token_sums(msum), -dmin, dx);
             }
         }
 
-        /// Adds to token `n`'s lane the sum of the eight int32 lanes of
-        /// `sums[n]` times `f * dx[n]`.
+        /// Token `n`'s sum of the eight int32 lanes of `sums[n]`, in lane `n`.
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
-        fn fma(&mut self, sums: &[__m256i; N], f: f32, dx: &[__m128; 2]) {
+        fn token_sums(sums: &[__m256i; N]) -> __m256i {
             let at = |n: usize| {
                 if n < N {
                     sums[n]
@@ -402,22 +399,28 @@ mod avx2 {
                     _mm256_setzero_si256()
                 }
             };
-            let groups = self
-                .lanes
-                .iter_mut()
-                .zip(dx)
-                .enumerate()
-                .take(N.div_ceil(4));
-            for (g, (acc, dx)) in groups {
+            let quad = |g: usize| {
                 // per 128-bit half: [sum of 4 lanes of token 4g, of 4g + 1, ...]
                 let h = _mm256_hadd_epi32(
                     _mm256_hadd_epi32(at(4 * g), at(4 * g + 1)),
                     _mm256_hadd_epi32(at(4 * g + 2), at(4 * g + 3)),
                 );
-                let s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-                let fx = _mm_mul_ps(_mm_set1_ps(f), *dx);
-                *acc = _mm_fmadd_ps(_mm_cvtepi32_ps(s), fx, *acc);
+                _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1))
+            };
+            if N > 4 {
+                _mm256_set_m128i(quad(1), quad(0))
+            } else {
+                _mm256_zextsi128_si256(quad(0))
             }
+        }
+
+        /// Adds to token `n`'s accumulator the integer in lane `n` of `s`
+        /// times `f * dx[n]` (the lanes past `N` are not read back).
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(in crate::matmul::kernels) fn add_lanes(&mut self, s: __m256i, f: f32, dx: __m256) {
+            let fx = _mm256_mul_ps(_mm256_set1_ps(f), dx);
+            self.lanes = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), fx, self.lanes);
         }
 
         /// The accumulated dot products.
@@ -428,11 +431,8 @@ mod avx2 {
                 return [self.one; N];
             }
             let mut all = [0f32; 8];
-            // SAFETY: 8 floats, two stores of 4.
-            unsafe {
-                _mm_storeu_ps(all.as_mut_ptr(), self.lanes[0]);
-                _mm_storeu_ps(all.as_mut_ptr().add(4), self.lanes[1]);
-            }
+            // SAFETY: 8 floats.
+            unsafe { _mm256_storeu_ps(all.as_mut_ptr(), self.lanes) };
             std::array::from_fn(|n| all[n])
         }
     }

@@ -9,8 +9,10 @@
 //! sums are exact and meet the same f32 sequence ([`TokenAccsAvx2`]), so
 //! the results are bit-identical to every other path's. On the Xeon these
 //! were written on (`examples/isa_pair.rs`, one thread, weights in L2) they
-//! take 10-13% less time than AVX2 for Q4_K rounds of 4-16 tokens (2% more
-//! for one), and 16% (one token) to 29% (eight) less for Q6_K.
+//! take 12% less time than AVX2 for Q4_K rounds of 4 tokens and 19% for
+//! 8-16 (3% more for one), 17% (one token) to 39% (eight) less for Q6_K.
+//! A whole tile of 8 tokens keeps them in lanes: its mins come from the
+//! token-interleaved block sums and its 8 integer sums reduce together.
 
 use std::arch::x86_64::*;
 
@@ -33,6 +35,71 @@ fn halves_epi16(a: i16, b: i16) -> __m512i {
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
 fn fold(v: __m512i) -> __m256i {
     _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v))
+}
+
+/// Token `n`'s sum of the 16 int32 lanes of `v[n]`, in lane `n`: pairs,
+/// then quads, then 128-bit lanes are added (exact).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+fn token_sums8(v: &[__m512i; 8]) -> __m256i {
+    // per 128-bit lane: [a0 + a2, b0 + b2, a1 + a3, b1 + b3]
+    let pair = |a, b| _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+    // per 128-bit lane: the four tokens' partial sums in order
+    let quad = |p, q| _mm512_add_epi32(_mm512_unpacklo_epi64(p, q), _mm512_unpackhi_epi64(p, q));
+    let c0 = quad(pair(v[0], v[1]), pair(v[2], v[3]));
+    let c4 = quad(pair(v[4], v[5]), pair(v[6], v[7]));
+    // [c0 lanes 0 + 1, c0 2 + 3, c4 0 + 1, c4 2 + 3], then the halves of each
+    let z = _mm512_add_epi32(
+        _mm512_shuffle_i64x2::<0x88>(c0, c4),
+        _mm512_shuffle_i64x2::<0xdd>(c0, c4),
+    );
+    let w = _mm512_add_epi32(z, _mm512_shuffle_i64x2::<0xb1>(z, z));
+    _mm512_castsi512_si256(_mm512_shuffle_i64x2::<0x08>(w, w))
+}
+
+/// The min sums of 8 tokens `t0..t0 + 8` (a multiple of 8) for super-block
+/// `b`, token `n` in lane `n`, from the token-interleaved block sums:
+/// `pair_mins(p)` holds, as 16-bit lanes, the mins of groups `2p, 2p + 1`
+/// repeated in its low half and of `2p + 2, 2p + 3` in its high half.
+///
+/// # Safety
+/// `acts.bsums8` must be built.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+unsafe fn min_sums8(
+    pair_mins: impl Fn(usize) -> __m512i,
+    acts: &QuantActs,
+    b: usize,
+    t0: usize,
+) -> __m256i {
+    let at = ((t0 / 8) * acts.blocks + b) * 8;
+    debug_assert!(at + 8 <= acts.bsums8.len());
+    let mut sum = _mm512_setzero_si512();
+    for p in (0..8).step_by(2) {
+        // SAFETY: vectors p, p + 1 (64 bytes) of the block's 8 (caller).
+        let s = unsafe { _mm512_loadu_si512(acts.bsums8.as_ptr().add(at + p) as *const __m512i) };
+        sum = _mm512_add_epi32(sum, _mm512_madd_epi16(s, pair_mins(p)));
+    }
+    fold(sum)
+}
+
+/// Whether a row kernel for `N` tokens from `t0` can keep tokens in lanes:
+/// a whole tile of 8 with the interleaved block sums built.
+#[inline]
+fn lanes8(acts: &QuantActs, n: usize, t0: usize) -> bool {
+    let built = !acts.bsums8.is_empty() && acts.bsums8.len() == acts.bsums.len();
+    n == 8 && t0.is_multiple_of(8) && built
+}
+
+/// Token `t0 + n`'s activation scale of super-block `b` in lane `n`.
+///
+/// # Safety
+/// `t0 + 8 <= acts.t_pad`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+unsafe fn scales8(acts: &QuantActs, b: usize, t0: usize) -> __m256 {
+    // SAFETY: 8 floats of block b's scales (caller).
+    unsafe { _mm256_loadu_ps(acts.d.as_ptr().add(b * acts.t_pad + t0)) }
 }
 
 /// `isum[n] += sum of (w * x) * s` over the 64 values of `w`, for every
@@ -80,6 +147,7 @@ pub(super) unsafe fn k4_dots<const N: usize, const FIFTH: bool>(
     let nibbles = if FIFTH { 48 } else { 16 };
     let (m4, one) = (_mm512_set1_epi8(0x0f), _mm512_set1_epi8(1));
     let dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    let lanes = lanes8(acts, N, t0);
     let mut accs = TokenAccsAvx2::<N>::new();
     for b in 0..nb {
         // SAFETY: super-block b is inside the row (caller).
@@ -139,10 +207,19 @@ pub(super) unsafe fn k4_dots<const N: usize, const FIFTH: bool>(
                 unsafe { accumulate(&mut isum, w, s, &x.map(|x| x.add(32 * k))) };
             }
         }
-        let mn = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(
-            _mm_set_epi32(0, 0, mn_hi as i32, mn_lo as i32),
-            dup,
-        ));
+        let mn = _mm_set_epi32(0, 0, mn_hi as i32, mn_lo as i32);
+        if let (true, Ok(all)) = (lanes, <&[__m512i; 8]>::try_from(&isum[..])) {
+            // sub-block p's min for both its groups
+            let mn = _mm512_castsi128_si512(_mm_cvtepu8_epi16(mn));
+            let pair =
+                |p: usize| _mm512_permutexvar_epi16(halves_epi16(p as i16, p as i16 + 1), mn);
+            // SAFETY: `lanes`: a whole tile of 8 tokens, `bsums8` built.
+            let (dx, msum) = unsafe { (scales8(acts, b, t0), min_sums8(pair, acts, b, t0)) };
+            accs.add_lanes(token_sums8(all), d, dx);
+            accs.add_lanes(msum, -dmin, dx);
+            continue;
+        }
+        let mn = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(mn, dup));
         let msum = min_sums_avx2::<N>(mn, acts, b, t0);
         accs.add_block(&isum.map(|v| fold(v)), Some((&msum, dmin)), d, acts, b, t0);
     }
@@ -179,6 +256,19 @@ pub(super) unsafe fn q6k_dots<const N: usize>(
         0,
         0,
     );
+    // the groups of a pair of block-sum vectors: 2p, 2p + 1 alternating in
+    // the low half, 2p + 2, 2p + 3 in the high half (less 2p)
+    let pair_groups = _mm512_set_epi64(
+        0x0003_0002_0003_0002,
+        0x0003_0002_0003_0002,
+        0x0003_0002_0003_0002,
+        0x0003_0002_0003_0002,
+        0x0001_0000_0001_0000,
+        0x0001_0000_0001_0000,
+        0x0001_0000_0001_0000,
+        0x0001_0000_0001_0000,
+    );
+    let lanes = lanes8(acts, N, t0);
     let mut accs = TokenAccsAvx2::<N>::new();
     for b in 0..nb {
         // SAFETY: super-block b is inside the row (caller).
@@ -225,6 +315,18 @@ pub(super) unsafe fn q6k_dots<const N: usize>(
         }
         // the offset 32 is a min of 32 sc with factor d
         let mn = _mm256_slli_epi16(_mm512_castsi512_si256(sc), 5);
+        if let (true, Ok(all)) = (lanes, <&[__m512i; 8]>::try_from(&isum[..])) {
+            let mn = _mm512_castsi256_si512(mn);
+            let pair = |p: usize| {
+                let idx = _mm512_add_epi16(pair_groups, _mm512_set1_epi16(2 * p as i16));
+                _mm512_permutexvar_epi16(idx, mn)
+            };
+            // SAFETY: `lanes`: a whole tile of 8 tokens, `bsums8` built.
+            let (dx, msum) = unsafe { (scales8(acts, b, t0), min_sums8(pair, acts, b, t0)) };
+            accs.add_lanes(token_sums8(all), d, dx);
+            accs.add_lanes(msum, -d, dx);
+            continue;
+        }
         let msum = min_sums_avx2::<N>(mn, acts, b, t0);
         accs.add_block(&isum.map(|v| fold(v)), Some((&msum, d)), d, acts, b, t0);
     }

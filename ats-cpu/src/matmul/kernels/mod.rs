@@ -314,6 +314,9 @@ fn run_kquant<K: SuperBlock>(
     // to `KQ_DIRECT_MAX` tokens run row by row.
     if isa.has_avx2() && n_tokens > KQ_DIRECT_MAX {
         acts.interleave8();
+    } else if isa.has_avx512() && n_tokens >= 8 {
+        // the 512-bit row kernels sum whole tiles' mins with tokens in lanes
+        acts.interleave_bsums8();
     }
     let acts = &*acts;
     let (rb, data) = (row_bytes(w), w.data);
