@@ -312,7 +312,8 @@ fn run_kquant<K: SuperBlock>(
     acts.quantize(x, n_tokens, w.cols, ActFormat::Q8K, isa);
     // Only the 8-token tile reads the interleaved activations; rounds of up
     // to `KQ_DIRECT_MAX` tokens run row by row.
-    if isa.has_avx2() && n_tokens > KQ_DIRECT_MAX {
+    let direct_max = if isa.has_avx512() { usize::MAX } else { KQ_DIRECT_MAX };
+    if isa.has_avx2() && n_tokens > direct_max {
         acts.interleave8();
     } else if isa.has_avx512() && n_tokens >= 8 {
         // the 512-bit row kernels sum whole tiles' mins with tokens in lanes
@@ -343,7 +344,7 @@ fn run_kquant<K: SuperBlock>(
             }
         };
         let tile = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]; 8]| {
-            if n <= KQ_DIRECT_MAX {
+            if n <= direct_max {
                 return rows_direct(r, t0, o);
             }
             // No prefetch: past `KQ_DIRECT_MAX` tokens the tiles re-read
