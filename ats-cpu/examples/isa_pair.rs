@@ -1,7 +1,7 @@
 //! Paired timing of block products on each available instruction set,
 //! alternating run by run so that load on the machine hits all alike;
 //! prints each set's minimum and median microseconds. One thread, weights
-//! in cache (SmolLM2's MLP in Q4_1 and a slice of its output in Q8_0 for 8
+//! in cache (SmolLM2's MLP in Q4_1 and a slice of its output in Q8_0 for 1 and 8
 //! tokens; a 1B model's 2048-wide rows in Q4_K, Q5_K and Q6_K for 1 to 16).
 //!
 //!     cargo run --release -p ats-cpu --example isa_pair [ROUNDS]
@@ -52,6 +52,8 @@ fn main() {
         .build()
         .unwrap();
     for (name, dtype, rows, cols, n) in [
+        ("mlp 1536x576 q4_1", DType::Q4_1, 1536, 576, 1),
+        ("output 4096x576 q8_0", DType::Q8_0, 4096, 576, 1),
         ("mlp 1536x576 q4_1", DType::Q4_1, 1536, 576, 8),
         ("output 4096x576 q8_0", DType::Q8_0, 4096, 576, 8),
         ("1024x2048 q4_k", DType::Q4K, 1024, 2048, 1),
