@@ -67,6 +67,9 @@ pub(crate) struct QuantActs {
     /// The values interleaved by groups of 8 tokens (see [`QuantActs::interleave8`]),
     /// `[t_pad / 8][qblocks][8]`; empty unless built.
     pub qs8: Vec<Q8Block>,
+    /// Q8_K values regrouped for the 512-bit K-quant kernels (see
+    /// [`QuantActs::regroup_subblocks`]), laid out like `qs`; empty unless built.
+    pub qsp: Vec<Q8Block>,
     /// Scales, `[blocks][t_pad]`.
     pub d: Vec<f32>,
     /// Block sums times the scale (Q8_0 / Q8_1), `[blocks][t_pad]`.
@@ -114,6 +117,7 @@ impl QuantActs {
         // the interleaved copies are built on demand, for these values only
         self.qs8.clear();
         self.bsums8.clear();
+        self.qsp.clear();
         self.tok_d.clear();
         self.tok_d.resize(n_tokens * blocks, 0.0);
         self.tok_s.clear();
@@ -186,6 +190,26 @@ impl QuantActs {
             }
         }
         self.interleave_bsums8();
+    }
+
+    /// Builds [`QuantActs::qsp`] (Q8_K; nothing otherwise): the 256 values of
+    /// each block of each token as four 64-byte registers, register `j`
+    /// holding values `8j..8j + 8` of each of the 8 sub-blocks in turn, so
+    /// that every 16-bit lane of a product stays in one sub-block.
+    pub(crate) fn regroup_subblocks(&mut self) {
+        self.qsp.clear();
+        if self.format != Some(ActFormat::Q8K) {
+            return;
+        }
+        self.qsp.resize(self.qs.len(), Q8Block::default());
+        for (src, dst) in self.qs.chunks_exact(8).zip(self.qsp.chunks_exact_mut(8)) {
+            for j in 0..4 {
+                for (s, sub) in src.iter().enumerate() {
+                    let at = 64 * j + 8 * s;
+                    dst[at / 32].0[at % 32..at % 32 + 8].copy_from_slice(&sub.0[8 * j..8 * j + 8]);
+                }
+            }
+        }
     }
 
     /// Builds [`QuantActs::bsums8`] alone (Q8_K; nothing otherwise).

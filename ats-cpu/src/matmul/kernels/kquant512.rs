@@ -1,18 +1,22 @@
 //! The K-quant row kernels on 512-bit registers (AVX-512 F/BW): Q4_K, Q5_K
-//! and Q6_K rows meet up to 8 tokens two 32-value sub-blocks at a time.
+//! and Q6_K rows meet up to 8 tokens a super-block at a time.
 //!
-//! They are the AVX2 row kernels ([`super::q4_k::k4_dots_avx2`], Q6_K's
-//! `dots_avx2`) with each register holding two sub-blocks: a token's
-//! activations cost half the loads, products and sums. A block's values are
-//! arranged once so that a register's two sub-blocks are consecutive in
-//! the activations (one load per token, no shuffle per token). The integer
-//! sums are exact and meet the same f32 sequence ([`TokenAccsAvx2`]), so
-//! the results are bit-identical to every other path's. On the Xeon these
-//! were written on (`examples/isa_pair.rs`, one thread, weights in L2) they
-//! take 12% less time than AVX2 for Q4_K rounds of 4 tokens and 19% for
-//! 8-16 (3% more for one), 17% (one token) to 39% (eight) less for Q6_K.
-//! A whole tile of 8 tokens keeps them in lanes: its mins come from the
-//! token-interleaved block sums and its 8 integer sums reduce together.
+//! They compute the AVX2 row kernels' integers ([`super::q4_k::k4_dots_avx2`],
+//! Q6_K's `dots_avx2`) in fewer instructions. A block's values are decoded
+//! once for all tokens and regrouped into four registers whose 8-byte chunk
+//! `s` is sub-block `s`, like the activations ([`QuantActs::qsp`], built once
+//! per product): every 16-bit lane of a `maddubs` then stays in one
+//! sub-block, so four (Q6_K: two) products are summed in 16 bits and scaled
+//! by one `madd`, as llama.cpp's repacked tiles do, without repacking the
+//! weights. The integer sums are exact and meet the same f32 sequence
+//! ([`TokenAccsAvx2`]), so the results are bit-identical to every other
+//! path's. A whole tile of 8 tokens keeps them in lanes: its mins come from
+//! the token-interleaved block sums and its 8 integer sums reduce together.
+//!
+//! On the Xeon these were written on (`examples/isa_pair.rs`, one thread,
+//! weights in L2) they take 20% less time than AVX2 for Q4_K rounds of 4
+//! tokens and 31% for 8-16 (3% more for one), 12% (one token) to 44%
+//! (eight) less for Q6_K, 43% for Q5_K at 8.
 
 use std::arch::x86_64::*;
 
@@ -102,38 +106,70 @@ unsafe fn scales8(acts: &QuantActs, b: usize, t0: usize) -> __m256 {
     unsafe { _mm256_loadu_ps(acts.d.as_ptr().add(b * acts.t_pad + t0)) }
 }
 
-/// `isum[n] += sum of (w * x) * s` over the 64 values of `w`, for every
-/// token `n`, `x[n]` pointing at the activations of the same two
-/// sub-blocks.
-///
-/// # Safety
-/// Each `x[n]` must point to 64 readable bytes.
+/// Four registers of a super-block's values in the regrouped order of
+/// [`QuantActs::qsp`] (register `j`, 8-byte chunk `s`: sub-block `s`'s
+/// values `8j..8j + 8`), from the four registers `a`, `b` (sub-blocks 0..4)
+/// and `c`, `e` (4..8) whose chunks `q` hold sub-block `map(q)`'s values
+/// `8 (q % 4)..`: `lo` / `hi` pick the chunks of `j = 0, 1` and `2, 3` in
+/// sub-block order from each pair.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
-unsafe fn accumulate<const N: usize>(
-    isum: &mut [__m512i; N],
-    w: __m512i,
-    s: __m512i,
-    x: &[*const u8; N],
-) {
-    for (isum, &x) in isum.iter_mut().zip(x) {
-        // SAFETY: 64 bytes at x (caller).
-        let xv = unsafe { _mm512_loadu_si512(x as *const __m512i) };
-        let p = _mm512_madd_epi16(_mm512_maddubs_epi16(w, xv), s);
-        *isum = _mm512_add_epi32(*isum, p);
-    }
+fn regroup(halves: [[__m512i; 2]; 2], lo: __m512i, hi: __m512i) -> [__m512i; 4] {
+    let [[a, b], [c, e]] = halves;
+    let (a01, a23) = (
+        _mm512_permutex2var_epi64(a, lo, b),
+        _mm512_permutex2var_epi64(a, hi, b),
+    );
+    let (c01, c23) = (
+        _mm512_permutex2var_epi64(c, lo, e),
+        _mm512_permutex2var_epi64(c, hi, e),
+    );
+    [
+        _mm512_shuffle_i64x2::<0x44>(a01, c01),
+        _mm512_shuffle_i64x2::<0xee>(a01, c01),
+        _mm512_shuffle_i64x2::<0x44>(a23, c23),
+        _mm512_shuffle_i64x2::<0xee>(a23, c23),
+    ]
+}
+
+/// Token `n`'s regrouped activations of super-block `b` (256 bytes).
+///
+/// # Safety
+/// `acts.qsp` must be built and `t0 + N <= acts.t_pad`.
+#[inline]
+unsafe fn regrouped<const N: usize>(acts: &QuantActs, b: usize, t0: usize) -> [*const u8; N] {
+    debug_assert!(acts.qsp.len() == acts.qs.len());
+    let nb = acts.blocks;
+    // SAFETY: the 8 value blocks of super-block b of tokens t0..t0 + N are
+    // in `qsp` (caller).
+    std::array::from_fn(|n| unsafe { acts.qsp.as_ptr().add(((t0 + n) * nb + b) * 8) as *const u8 })
+}
+
+/// The 64 bytes of register `j` at `x`.
+///
+/// # Safety
+/// `x` points to a regrouped super-block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+unsafe fn load(x: *const u8, j: usize) -> __m512i {
+    // SAFETY: 64 bytes of the 256 (caller, j < 4).
+    unsafe { _mm512_loadu_si512(x.add(64 * j) as *const __m512i) }
 }
 
 /// [`super::q4_k::k4_dots_avx2`] on 512-bit registers: one row of Q4_K (or
 /// with `FIFTH`, Q5_K) against tokens `t0..t0 + N`.
 ///
-/// A register of 64 nibble bytes holds, in its low nibbles, sub-blocks `k`
-/// and `k + 2`, in its high ones `k + 1` and `k + 3`; two lane shuffles per
-/// block make them `(k, k + 1)` and `(k + 2, k + 3)`.
+/// The block's 128 nibble bytes hold sub-blocks `(0, 2)` and `(4, 6)` in
+/// their low nibbles, `(1, 3)` and `(5, 7)` in their high ones; regrouped
+/// like the activations, every 16-bit lane of the four products stays in
+/// one sub-block, so they are summed in 16 bits (at most 4 x 2 x 31 x 127)
+/// and scaled by one `madd`: 5 multiplications per 256 values and token
+/// where two sub-blocks a register take 8.
 ///
 /// # Safety
 /// The CPU must support AVX2/FMA/F16C and AVX-512 F/BW; `row` must point to
-/// `acts.blocks` whole super-blocks; `t0 + N <= acts.t_pad`.
+/// `acts.blocks` whole super-blocks; `t0 + N <= acts.t_pad`; `acts.qsp` is
+/// built.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
 pub(super) unsafe fn k4_dots<const N: usize, const FIFTH: bool>(
     row: *const u8,
@@ -141,15 +177,32 @@ pub(super) unsafe fn k4_dots<const N: usize, const FIFTH: bool>(
     t0: usize,
     prefetch: usize,
 ) -> [f32; N] {
-    let (nb, tp) = (acts.blocks, acts.t_pad);
-    debug_assert!(t0 + N <= tp);
+    debug_assert!(t0 + N <= acts.t_pad);
     let bytes = if FIFTH { 176 } else { 144 };
     let nibbles = if FIFTH { 48 } else { 16 };
     let (m4, one) = (_mm512_set1_epi8(0x0f), _mm512_set1_epi8(1));
     let dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    // chunks of j = 0, 1 (then 2, 3) of sub-blocks 0..4 from (low, high)
+    // nibbles of the first 64 bytes: sub-block 0 in low chunks 0..4, 1 in
+    // high 0..4, 2 in low 4..8, 3 in high 4..8
+    let (lo, hi) = (
+        _mm512_set_epi64(13, 5, 9, 1, 12, 4, 8, 0),
+        _mm512_set_epi64(15, 7, 11, 3, 14, 6, 10, 2),
+    );
+    // sub-block s's scale in 16-bit lanes 4s..4s + 4
+    let quads = _mm512_set_epi64(
+        0x0007_0007_0007_0007,
+        0x0006_0006_0006_0006,
+        0x0005_0005_0005_0005,
+        0x0004_0004_0004_0004,
+        0x0003_0003_0003_0003,
+        0x0002_0002_0002_0002,
+        0x0001_0001_0001_0001,
+        0,
+    );
     let lanes = lanes8(acts, N, t0);
     let mut accs = TokenAccsAvx2::<N>::new();
-    for b in 0..nb {
+    for b in 0..acts.blocks {
         // SAFETY: super-block b is inside the row (caller).
         let blk = unsafe { row.add(b * bytes) };
         prefetch_block_avx2(blk, bytes, prefetch);
@@ -162,27 +215,16 @@ pub(super) unsafe fn k4_dots<const N: usize, const FIFTH: bool>(
             _mm_extract_epi32(head, 2) as u32,
             _mm_extract_epi32(head, 3) as u32,
         );
-        // the 8 sub-block scales as 16-bit lanes 0..8
-        let sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_set_epi32(
-            0,
-            0,
-            sc_hi as i32,
-            sc_lo as i32,
-        )));
-        // SAFETY: the 8 value blocks of super-block b of tokens t0..t0 + N
-        // are in `qs` (t0 + N <= t_pad).
-        let x: [*const u8; N] = std::array::from_fn(|n| unsafe {
-            acts.qs.as_ptr().add(((t0 + n) * nb + b) * 8) as *const u8
-        });
+        let sc = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, sc_hi as i32, sc_lo as i32));
+        let sc = _mm512_permutexvar_epi16(quads, _mm512_castsi128_si512(sc));
         // SAFETY: the fifth bits, bytes 16..48 of a Q5_K block.
         let qh = FIFTH.then(|| unsafe {
             _mm512_broadcast_i64x4(_mm256_loadu_si256(blk.add(16) as *const __m256i))
         });
-        let mut isum = [_mm512_setzero_si512(); N];
-        for h in 0..2 {
+        let halves: [[__m512i; 2]; 2] = std::array::from_fn(|h| {
             // SAFETY: 64 nibble bytes of the block.
             let v = unsafe { _mm512_loadu_si512(blk.add(nibbles + 64 * h) as *const __m512i) };
-            let (mut lo, mut hi) = (
+            let (mut l, mut u) = (
                 _mm512_and_si512(v, m4),
                 _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4),
             );
@@ -193,20 +235,20 @@ pub(super) unsafe fn k4_dots<const N: usize, const FIFTH: bool>(
                     _mm512_slli_epi16::<4>(_mm512_and_si512(s, one))
                 };
                 let k = 4 * h as i16;
-                lo = _mm512_or_si512(lo, bit(k));
-                hi = _mm512_or_si512(hi, bit(k + 1));
+                l = _mm512_or_si512(l, bit(k));
+                u = _mm512_or_si512(u, bit(k + 1));
             }
-            let pairs = [
-                _mm512_shuffle_i64x2::<0x44>(lo, hi),
-                _mm512_shuffle_i64x2::<0xee>(lo, hi),
-            ];
-            for (p, w) in pairs.into_iter().enumerate() {
-                let k = 4 * h + 2 * p;
-                let s = _mm512_permutexvar_epi16(halves_epi16(k as i16, k as i16 + 1), sc);
-                // SAFETY: sub-blocks k, k + 1 (32 bytes each) of every token.
-                unsafe { accumulate(&mut isum, w, s, &x.map(|x| x.add(32 * k))) };
-            }
-        }
+            [l, u]
+        });
+        let w = regroup(halves, lo, hi);
+        // SAFETY: `qsp` is built (caller).
+        let x = unsafe { regrouped::<N>(acts, b, t0) };
+        let isum: [__m512i; N] = std::array::from_fn(|n| {
+            // SAFETY: x[n] is a regrouped super-block.
+            let p = |j: usize| _mm512_maddubs_epi16(w[j], unsafe { load(x[n], j) });
+            let s16 = _mm512_add_epi16(_mm512_add_epi16(p(0), p(1)), _mm512_add_epi16(p(2), p(3)));
+            _mm512_madd_epi16(s16, sc)
+        });
         let mn = _mm_set_epi32(0, 0, mn_hi as i32, mn_lo as i32);
         if let (true, Ok(all)) = (lanes, <&[__m512i; 8]>::try_from(&isum[..])) {
             // sub-block p's min for both its groups
@@ -227,8 +269,12 @@ pub(super) unsafe fn k4_dots<const N: usize, const FIFTH: bool>(
 }
 
 /// Q6_K's row kernel on 512-bit registers: each half-block's 64 nibble
-/// bytes give runs `(0, 1)` in their low nibbles and `(2, 3)` in their high
-/// ones, already in the activations' order.
+/// bytes give sub-blocks `(0, 1)` in their low nibbles and `(2, 3)` in
+/// their high ones; regrouped like the activations, registers 0 and 1 hold
+/// every sub-block's first group of 16, 2 and 3 its second, so each pair's
+/// products are summed in 16 bits (at most 2 x 2 x 63 x 127) and scaled by
+/// one `madd`: 6 multiplications per 256 values and token where two
+/// sub-blocks a register take 8.
 ///
 /// # Safety
 /// As [`k4_dots`], for Q6_K rows.
@@ -240,22 +286,26 @@ pub(super) unsafe fn q6k_dots<const N: usize>(
     prefetch: usize,
 ) -> [f32; N] {
     const BYTES: usize = 210;
-    let (nb, tp) = (acts.blocks, acts.t_pad);
-    debug_assert!(t0 + N <= tp);
+    debug_assert!(t0 + N <= acts.t_pad);
     let (m4, three) = (_mm512_set1_epi8(0x0f), _mm512_set1_epi8(3));
-    // the group (of 16 values) of each 16-bit lane of a two-sub-block
-    // product, within its first sub-block's pair of groups: lanes 0..8 -> 0,
-    // 8..16 -> 1, 16..24 -> 2, 24..32 -> 3
-    let lane_groups = _mm512_set_epi64(
-        0x0003_0003_0003_0003,
-        0x0003_0003_0003_0003,
+    // as in `k4_dots`, with sub-block 1 in the low chunks 4..8 and 2 in the
+    // high chunks 0..4
+    let (lo, hi) = (
+        _mm512_set_epi64(13, 9, 5, 1, 12, 8, 4, 0),
+        _mm512_set_epi64(15, 11, 7, 3, 14, 10, 6, 2),
+    );
+    // group 2s (`even`) or 2s + 1 (`odd`) in 16-bit lanes 4s..4s + 4
+    let even = _mm512_set_epi64(
+        0x000e_000e_000e_000e,
+        0x000c_000c_000c_000c,
+        0x000a_000a_000a_000a,
+        0x0008_0008_0008_0008,
+        0x0006_0006_0006_0006,
+        0x0004_0004_0004_0004,
         0x0002_0002_0002_0002,
-        0x0002_0002_0002_0002,
-        0x0001_0001_0001_0001,
-        0x0001_0001_0001_0001,
-        0,
         0,
     );
+    let odd = _mm512_add_epi16(even, _mm512_set1_epi16(1));
     // the groups of a pair of block-sum vectors: 2p, 2p + 1 alternating in
     // the low half, 2p + 2, 2p + 3 in the high half (less 2p)
     let pair_groups = _mm512_set_epi64(
@@ -270,7 +320,7 @@ pub(super) unsafe fn q6k_dots<const N: usize>(
     );
     let lanes = lanes8(acts, N, t0);
     let mut accs = TokenAccsAvx2::<N>::new();
-    for b in 0..nb {
+    for b in 0..acts.blocks {
         // SAFETY: super-block b is inside the row (caller).
         let p = unsafe { row.add(b * BYTES) };
         prefetch_block_avx2(p, BYTES, prefetch);
@@ -280,13 +330,12 @@ pub(super) unsafe fn q6k_dots<const N: usize>(
             let d = std::ptr::read_unaligned(p.add(208) as *const u16);
             (sc, super::kquant::f16_bits_to_f32(u16::from_le(d)))
         };
-        let sc = _mm512_castsi256_si512(sc);
-        // SAFETY: as for the Q4_K kernel's activations.
-        let x: [*const u8; N] = std::array::from_fn(|n| unsafe {
-            acts.qs.as_ptr().add(((t0 + n) * nb + b) * 8) as *const u8
-        });
-        let mut isum = [_mm512_setzero_si512(); N];
-        for h in 0..2 {
+        let sc512 = _mm512_castsi256_si512(sc);
+        let (sc_even, sc_odd) = (
+            _mm512_permutexvar_epi16(even, sc512),
+            _mm512_permutexvar_epi16(odd, sc512),
+        );
+        let halves: [[__m512i; 2]; 2] = std::array::from_fn(|h| {
             // SAFETY: nibble bytes 64h..64h + 64, high bytes 128 + 32h .. 160 + 32h.
             let (ql, qh) = unsafe {
                 (
@@ -300,21 +349,24 @@ pub(super) unsafe fn q6k_dots<const N: usize>(
                 let s = _mm512_srlv_epi16(qh, halves_epi16(2 * r, 2 * r + 2));
                 _mm512_slli_epi16::<4>(_mm512_and_si512(s, three))
             };
-            let runs = [
+            [
                 _mm512_or_si512(_mm512_and_si512(ql, m4), high(0)),
                 _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4), high(2)),
-            ];
-            for (r, w) in runs.into_iter().enumerate() {
-                // sub-blocks k, k + 1: groups 2k .. 2k + 4
-                let k = 4 * h + 2 * r;
-                let idx = _mm512_add_epi16(lane_groups, _mm512_set1_epi16(2 * k as i16));
-                let s = _mm512_permutexvar_epi16(idx, sc);
-                // SAFETY: sub-blocks k, k + 1 (32 bytes each) of every token.
-                unsafe { accumulate(&mut isum, w, s, &x.map(|x| x.add(32 * k))) };
-            }
-        }
+            ]
+        });
+        let w = regroup(halves, lo, hi);
+        // SAFETY: `qsp` is built (caller).
+        let x = unsafe { regrouped::<N>(acts, b, t0) };
+        let isum: [__m512i; N] = std::array::from_fn(|n| {
+            // SAFETY: x[n] is a regrouped super-block.
+            let p = |j: usize| _mm512_maddubs_epi16(w[j], unsafe { load(x[n], j) });
+            _mm512_add_epi32(
+                _mm512_madd_epi16(_mm512_add_epi16(p(0), p(1)), sc_even),
+                _mm512_madd_epi16(_mm512_add_epi16(p(2), p(3)), sc_odd),
+            )
+        });
         // the offset 32 is a min of 32 sc with factor d
-        let mn = _mm256_slli_epi16(_mm512_castsi512_si256(sc), 5);
+        let mn = _mm256_slli_epi16(sc, 5);
         if let (true, Ok(all)) = (lanes, <&[__m512i; 8]>::try_from(&isum[..])) {
             let mn = _mm512_castsi256_si512(mn);
             let pair = |p: usize| {

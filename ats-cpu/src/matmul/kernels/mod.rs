@@ -312,12 +312,19 @@ fn run_kquant<K: SuperBlock>(
     acts.quantize(x, n_tokens, w.cols, ActFormat::Q8K, isa);
     // Only the 8-token tile reads the interleaved activations; rounds of up
     // to `KQ_DIRECT_MAX` tokens run row by row.
-    let direct_max = if isa.has_avx512() { usize::MAX } else { KQ_DIRECT_MAX };
+    let direct_max = if isa.has_avx512() {
+        usize::MAX
+    } else {
+        KQ_DIRECT_MAX
+    };
     if isa.has_avx2() && n_tokens > direct_max {
         acts.interleave8();
-    } else if isa.has_avx512() && n_tokens >= 8 {
-        // the 512-bit row kernels sum whole tiles' mins with tokens in lanes
-        acts.interleave_bsums8();
+    } else if isa.has_avx512() {
+        acts.regroup_subblocks();
+        if n_tokens >= 8 {
+            // the 512-bit row kernels sum whole tiles' mins with tokens in lanes
+            acts.interleave_bsums8();
+        }
     }
     let acts = &*acts;
     let (rb, data) = (row_bytes(w), w.data);
