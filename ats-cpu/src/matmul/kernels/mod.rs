@@ -241,7 +241,9 @@ fn run_legacy<B: LegacyBlock>(
 /// decoded once per 8 tokens, values in registers) rather than in the
 /// broadcast 8-token tiles: measured faster up to 128 tokens on the 1B
 /// Q4_K_M (2 threads: 16 decode tokens +25%, 24-128 prompt tokens +10-40%),
-/// even at 256, and 8% slower at 1024.
+/// even at 256, and 8% slower at 1024. The 512-bit row kernels have no such
+/// limit: on an AVX-512 Xeon they beat the AVX2 tiles at 512 prompt tokens
+/// (1B Q4_K_M pp512 71-73 -> 74-88 t/s).
 const KQ_DIRECT_MAX: usize = 128;
 
 /// One K-quant row's dot products with tokens `t0..t0 + width` (1 to 8), in

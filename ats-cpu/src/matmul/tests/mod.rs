@@ -170,8 +170,9 @@ fn thread_counts_and_batch_sizes_give_identical_bits() {
 
 #[test]
 fn k_quant_prefill_tiles_match_the_row_by_row_path() {
-    // Past 128 tokens the K-quants run the broadcast 8-token tiles; up to
-    // it, row by row. Both must give each token the bits it gets alone.
+    // Past 128 tokens the K-quants run the broadcast 8-token tiles (AVX2;
+    // the 512-bit kernels stay row by row); up to it, row by row. Both must
+    // give each token the bits it gets alone.
     let (rows, cols, n) = (13, 512, 136);
     for dtype in ALL_DTYPES.into_iter().filter(|d| d.block_size() == 256) {
         let mut r = random::rng(5);
