@@ -161,16 +161,42 @@ pub(super) unsafe fn dots_avx512<K: SuperBlock, const N: usize>(
     }
 }
 
-/// Which 512-bit row kernel a K-quant format has.
+/// [`SuperBlock::dots_avx2`] against the regrouped activations for rounds
+/// of [`super::kquant256::MIN_TOKENS`] to 8 tokens, for the formats that
+/// have such a kernel ([`super::kquant256`]); the same bits either way.
+///
+/// # Safety
+/// As [`SuperBlock::dots_avx2`], and `acts.qsp` must be built.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn dots_regrouped_avx2<K: SuperBlock, const N: usize>(
+    row: *const u8,
+    acts: &QuantActs,
+    t0: usize,
+    prefetch: usize,
+) -> [f32; N] {
+    use super::kquant256::k4_dots;
+    // SAFETY: as the caller guarantees.
+    unsafe {
+        match K::WIDE {
+            Wide::Q4K => k4_dots::<N, false>(row, acts, t0, prefetch),
+            Wide::Q5K => k4_dots::<N, true>(row, acts, t0, prefetch),
+            Wide::Q6K | Wide::None => K::dots_avx2::<N>(row, acts, t0, prefetch),
+        }
+    }
+}
+
+/// Which regrouped row kernels ([`dots_avx512`], [`dots_regrouped_avx2`]) a
+/// K-quant format has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Wide {
-    /// None: the AVX2 kernel runs.
+    /// None: the plain AVX2 kernel runs.
     None,
-    /// [`super::kquant512::k4_dots`].
+    /// `k4_dots` of [`super::kquant512`] and [`super::kquant256`].
     Q4K,
-    /// [`super::kquant512::k4_dots`] with the fifth bits.
+    /// `k4_dots` with the fifth bits.
     Q5K,
-    /// [`super::kquant512::q6k_dots`].
+    /// `q6k_dots` (512-bit only).
     Q6K,
 }
 

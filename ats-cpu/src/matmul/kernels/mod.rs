@@ -14,6 +14,8 @@ mod iq4_nl;
 mod iq4_xs;
 mod kquant;
 #[cfg(target_arch = "x86_64")]
+mod kquant256;
+#[cfg(target_arch = "x86_64")]
 mod kquant512;
 mod legacy;
 mod mxfp4;
@@ -280,10 +282,12 @@ unsafe fn kquant_dots<K: SuperBlock>(
 }
 
 /// One K-quant row's dot products with tokens `t0..t0 + N`, on 512-bit
-/// registers when `avx512`.
+/// registers when `avx512`, against the regrouped activations from
+/// [`kquant256::MIN_TOKENS`] tokens (both need `acts.qsp`).
 ///
 /// # Safety
-/// As [`kquant_dots`]; with `avx512`, the CPU must support AVX-512 F/BW.
+/// As [`kquant_dots`]; with `avx512`, the CPU must support AVX-512 F/BW;
+/// `acts.qsp` is built when `avx512` or `N >= kquant256::MIN_TOKENS`.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -297,6 +301,8 @@ unsafe fn kquant_row<K: SuperBlock, const N: usize>(
     unsafe {
         if avx512 {
             kquant::dots_avx512::<K, N>(p, acts, t0, PREFETCH)
+        } else if N >= kquant256::MIN_TOKENS {
+            kquant::dots_regrouped_avx2::<K, N>(p, acts, t0, PREFETCH)
         } else {
             K::dots_avx2::<N>(p, acts, t0, PREFETCH)
         }
@@ -327,6 +333,8 @@ fn run_kquant<K: SuperBlock>(
             // the 512-bit row kernels sum whole tiles' mins with tokens in lanes
             acts.interleave_bsums8();
         }
+    } else if isa.has_avx2() && n_tokens >= kquant256::MIN_TOKENS {
+        acts.regroup_subblocks();
     }
     let acts = &*acts;
     let (rb, data) = (row_bytes(w), w.data);
