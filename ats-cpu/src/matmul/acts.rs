@@ -212,6 +212,14 @@ impl QuantActs {
         }
     }
 
+    /// The first of the 8 regrouped value blocks of token `t`'s 256-value
+    /// block `b` ([`QuantActs::qsp`], which must be built).
+    #[inline]
+    pub(crate) fn regrouped(&self, t: usize, b: usize) -> *const Q8Block {
+        debug_assert!(self.qsp.len() == self.qs.len() && b < self.blocks);
+        self.qsp[(t * self.blocks + b) * 8..].as_ptr()
+    }
+
     /// Builds [`QuantActs::bsums8`] alone (Q8_K; nothing otherwise).
     pub(crate) fn interleave_bsums8(&mut self) {
         let nb = self.blocks;

@@ -279,6 +279,24 @@ pub(super) fn k4_scale_words(a0: u32, a1: u32, a2: u32) -> [u32; 4] {
     ]
 }
 
+/// The min sums of a Q4_K / Q5_K super-block `b` for tokens `t0..t0 + N`,
+/// from its two words of 8 mins (one per sub-block of two groups).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn k4_min_sums_avx2<const N: usize>(
+    mn_lo: u32,
+    mn_hi: u32,
+    acts: &QuantActs,
+    b: usize,
+    t0: usize,
+) -> [std::arch::x86_64::__m256i; N] {
+    use std::arch::x86_64::*;
+    let dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    let mn = _mm_set_epi32(0, 0, mn_hi as i32, mn_lo as i32);
+    min_sums_avx2::<N>(_mm256_cvtepu8_epi16(_mm_shuffle_epi8(mn, dup)), acts, b, t0)
+}
+
 /// [`set_k4_scales`] with AVX2: the 6-bit fields decoded on three 32-bit
 /// words at once, then widened.
 ///

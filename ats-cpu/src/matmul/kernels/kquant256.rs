@@ -15,7 +15,7 @@
 
 use std::arch::x86_64::*;
 
-use super::kquant::{TokenAccsAvx2, k4_scale_words, min_sums_avx2, prefetch_block_avx2};
+use super::kquant::{TokenAccsAvx2, k4_min_sums_avx2, k4_scale_words, prefetch_block_avx2};
 use crate::matmul::acts::QuantActs;
 
 /// Fewest tokens for which these kernels run.
@@ -35,22 +35,6 @@ fn transpose(a: __m256i, b: __m256i, c: __m256i, e: __m256i) -> [__m256i; 4] {
         _mm256_permute2x128_si256::<0x31>(ab02, ce02),
         _mm256_permute2x128_si256::<0x31>(ab13, ce13),
     ]
-}
-
-/// Token `n`'s regrouped super-block `b`, as 8 halves: half `2j + h` is
-/// register `j`'s sub-blocks `4h..4h + 4`.
-///
-/// # Safety
-/// `acts.qsp` must be built and `t0 + N <= acts.t_pad`.
-#[inline]
-unsafe fn regrouped<const N: usize>(acts: &QuantActs, b: usize, t0: usize) -> [*const __m256i; N] {
-    debug_assert!(acts.qsp.len() == acts.qs.len());
-    let nb = acts.blocks;
-    // SAFETY: the 8 value blocks of super-block b of tokens t0..t0 + N are
-    // in `qsp` (caller); `Q8Block`s are 32-byte aligned.
-    std::array::from_fn(|n| unsafe {
-        acts.qsp.as_ptr().add(((t0 + n) * nb + b) * 8) as *const __m256i
-    })
 }
 
 /// The sum over `j` of `w[j]`'s products with the aligned activation halves
@@ -83,7 +67,6 @@ pub(super) unsafe fn k4_dots<const N: usize, const FIFTH: bool>(
     let bytes = if FIFTH { 176 } else { 144 };
     let nibbles = if FIFTH { 48 } else { 16 };
     let (m4, one) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(1));
-    let dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     // sub-block 4h + p's scale (bytes 8h + 2p, + 1 of the widened scales)
     // in 16-bit lanes 4p..4p + 4
     let spread = |h: i8| {
@@ -172,8 +155,9 @@ pub(super) unsafe fn k4_dots<const N: usize, const FIFTH: bool>(
             transpose(subs[0], subs[1], subs[2], subs[3]),
             transpose(subs[4], subs[5], subs[6], subs[7]),
         ];
-        // SAFETY: `qsp` is built (caller).
-        let x = unsafe { regrouped::<N>(acts, b, t0) };
+        // half `2j + h` of token n's block: register j's sub-blocks 4h..4h + 4
+        let x: [*const __m256i; N] =
+            std::array::from_fn(|n| acts.regrouped(t0 + n, b) as *const __m256i);
         let isum: [__m256i; N] = std::array::from_fn(|n| {
             let half = |h: usize| {
                 // SAFETY: x[n] is a regrouped super-block; at most
@@ -188,11 +172,7 @@ pub(super) unsafe fn k4_dots<const N: usize, const FIFTH: bool>(
             };
             _mm256_add_epi32(half(0), half(1))
         });
-        let mn = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(
-            _mm_set_epi32(0, 0, mn_hi as i32, mn_lo as i32),
-            dup,
-        ));
-        let msum = min_sums_avx2::<N>(mn, acts, b, t0);
+        let msum = k4_min_sums_avx2::<N>(mn_lo, mn_hi, acts, b, t0);
         accs.add_block(&isum, Some((&msum, dmin)), d, acts, b, t0);
     }
     accs.finish()

@@ -20,7 +20,9 @@
 
 use std::arch::x86_64::*;
 
-use super::kquant::{TokenAccsAvx2, k4_scale_words, min_sums_avx2, prefetch_block_avx2};
+use super::kquant::{
+    TokenAccsAvx2, k4_min_sums_avx2, k4_scale_words, min_sums_avx2, prefetch_block_avx2,
+};
 use crate::matmul::acts::QuantActs;
 
 /// A 512-bit register whose 16-bit lanes are `a` in the low half and `b` in
@@ -132,19 +134,6 @@ fn regroup(halves: [[__m512i; 2]; 2], lo: __m512i, hi: __m512i) -> [__m512i; 4] 
     ]
 }
 
-/// Token `n`'s regrouped activations of super-block `b` (256 bytes).
-///
-/// # Safety
-/// `acts.qsp` must be built and `t0 + N <= acts.t_pad`.
-#[inline]
-unsafe fn regrouped<const N: usize>(acts: &QuantActs, b: usize, t0: usize) -> [*const u8; N] {
-    debug_assert!(acts.qsp.len() == acts.qs.len());
-    let nb = acts.blocks;
-    // SAFETY: the 8 value blocks of super-block b of tokens t0..t0 + N are
-    // in `qsp` (caller).
-    std::array::from_fn(|n| unsafe { acts.qsp.as_ptr().add(((t0 + n) * nb + b) * 8) as *const u8 })
-}
-
 /// The 64 bytes of register `j` at `x`.
 ///
 /// # Safety
@@ -181,7 +170,6 @@ pub(super) unsafe fn k4_dots<const N: usize, const FIFTH: bool>(
     let bytes = if FIFTH { 176 } else { 144 };
     let nibbles = if FIFTH { 48 } else { 16 };
     let (m4, one) = (_mm512_set1_epi8(0x0f), _mm512_set1_epi8(1));
-    let dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     // chunks of j = 0, 1 (then 2, 3) of sub-blocks 0..4 from (low, high)
     // nibbles of the first 64 bytes: sub-block 0 in low chunks 0..4, 1 in
     // high 0..4, 2 in low 4..8, 3 in high 4..8
@@ -241,8 +229,7 @@ pub(super) unsafe fn k4_dots<const N: usize, const FIFTH: bool>(
             [l, u]
         });
         let w = regroup(halves, lo, hi);
-        // SAFETY: `qsp` is built (caller).
-        let x = unsafe { regrouped::<N>(acts, b, t0) };
+        let x: [*const u8; N] = std::array::from_fn(|n| acts.regrouped(t0 + n, b) as *const u8);
         let isum: [__m512i; N] = std::array::from_fn(|n| {
             // SAFETY: x[n] is a regrouped super-block.
             let p = |j: usize| _mm512_maddubs_epi16(w[j], unsafe { load(x[n], j) });
@@ -261,8 +248,7 @@ pub(super) unsafe fn k4_dots<const N: usize, const FIFTH: bool>(
             accs.add_lanes(msum, -dmin, dx);
             continue;
         }
-        let mn = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(mn, dup));
-        let msum = min_sums_avx2::<N>(mn, acts, b, t0);
+        let msum = k4_min_sums_avx2::<N>(mn_lo, mn_hi, acts, b, t0);
         accs.add_block(&isum.map(|v| fold(v)), Some((&msum, dmin)), d, acts, b, t0);
     }
     accs.finish()
@@ -355,8 +341,7 @@ pub(super) unsafe fn q6k_dots<const N: usize>(
             ]
         });
         let w = regroup(halves, lo, hi);
-        // SAFETY: `qsp` is built (caller).
-        let x = unsafe { regrouped::<N>(acts, b, t0) };
+        let x: [*const u8; N] = std::array::from_fn(|n| acts.regrouped(t0 + n, b) as *const u8);
         let isum: [__m512i; N] = std::array::from_fn(|n| {
             // SAFETY: x[n] is a regrouped super-block.
             let p = |j: usize| _mm512_maddubs_epi16(w[j], unsafe { load(x[n], j) });

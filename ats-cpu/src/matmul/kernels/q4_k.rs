@@ -5,7 +5,7 @@
 use super::kquant::{Canon, SuperBlock, Wide, set_k4_scales};
 #[cfg(target_arch = "x86_64")]
 use super::kquant::{
-    TokenAccsAvx2, k4_scale_words, min_sums_avx2, prefetch_block_avx2, set_k4_scales_avx2,
+    TokenAccsAvx2, k4_min_sums_avx2, k4_scale_words, prefetch_block_avx2, set_k4_scales_avx2,
 };
 #[cfg(target_arch = "x86_64")]
 use crate::matmul::acts::QuantActs;
@@ -91,8 +91,6 @@ pub(super) unsafe fn k4_dots_avx2<const N: usize, const FIFTH: bool>(
     // the nibbles' offset in a block (Q5_K's fifth bits come first)
     let nibbles = if FIFTH { 48 } else { 16 };
     let (m4, one) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(1));
-    // each min covers two groups of 16 (the block sums' granularity)
-    let dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     let mut accs = TokenAccsAvx2::<N>::new();
     for b in 0..nb {
         // SAFETY: super-block b is inside the row (caller).
@@ -150,11 +148,7 @@ pub(super) unsafe fn k4_dots_avx2<const N: usize, const FIFTH: bool>(
                 isum[n] = _mm256_add_epi32(isum[n], _mm256_add_epi32(plo, phi));
             }
         }
-        let mn = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(
-            _mm_set_epi32(0, 0, mn_hi as i32, mn_lo as i32),
-            dup,
-        ));
-        let msum = min_sums_avx2::<N>(mn, acts, b, t0);
+        let msum = k4_min_sums_avx2::<N>(mn_lo, mn_hi, acts, b, t0);
         accs.add_block(&isum, Some((&msum, dmin)), d, acts, b, t0);
     }
     accs.finish()
