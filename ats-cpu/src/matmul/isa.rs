@@ -14,7 +14,7 @@ pub enum Isa {
     /// x86-64 AVX2 + FMA + F16C (Haswell, Zen and later).
     Avx2,
     /// The AVX2 kernels, with AVX-512 F/BW's 512-bit registers in the
-    /// K-quant row kernels (Q4_K, Q5_K, Q6_K rounds of up to 128 tokens).
+    /// K-quant row kernels (Q4_K, Q5_K, Q6_K; every round runs row by row).
     Avx512,
     /// [`Isa::Avx512`], with AVX-512 VNNI's int8 dot products (on 256-bit
     /// registers, AVX512VL) in the 8-token tiles of the 32-element block

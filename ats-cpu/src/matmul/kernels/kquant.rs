@@ -95,7 +95,8 @@ pub(super) trait SuperBlock {
     /// Whether the canonical values are signed bytes (IQ4_XS) rather than
     /// unsigned: the kernels then move the signs onto the activations.
     const SIGNED: bool = false;
-    /// The format's 512-bit row kernel, if any ([`dots_avx512`]).
+    /// The format's regrouped row kernels, if any ([`dots_avx512`],
+    /// [`dots_regrouped_avx2`]).
     const WIDE: Wide = Wide::None;
 
     /// Unpacks one super-block into `c`.

@@ -318,8 +318,9 @@ fn run_kquant<K: SuperBlock>(
     acts: &mut QuantActs,
 ) {
     acts.quantize(x, n_tokens, w.cols, ActFormat::Q8K, isa);
-    // Only the 8-token tile reads the interleaved activations; rounds of up
-    // to `KQ_DIRECT_MAX` tokens run row by row.
+    // Only the AVX2 8-token tile reads the interleaved activations, past
+    // `KQ_DIRECT_MAX` tokens; below it (and always on AVX-512) rounds run
+    // row by row, the regrouped kernels on the regrouped activations.
     let direct_max = if isa.has_avx512() {
         usize::MAX
     } else {
