@@ -8,6 +8,7 @@ use ats_core::device::KvType;
 use ats_core::round::MAX_CONTEXT;
 use ats_core::sampling::SamplerField;
 use ats_core::spec::ModelSpec;
+use ats_cpu::matmul::Isa;
 use ats_sched::config::{ConfigError, Policy, RunConfig, Workload};
 use ats_sched::rescheduler::{ReschedConfig, Tau};
 use clap::Args;
@@ -34,6 +35,15 @@ pub struct DeviceArgs {
     /// Fail instead of running on the CPU when --vram is given and no GPU can be used.
     #[arg(long = "require-gpu")]
     pub require_gpu: bool,
+    /// The CPU kernels' instruction set (scalar, avx2, avx512, avx512vnni;
+    /// default: the best this CPU has); one this CPU lacks is an error.
+    #[arg(long = "isa", value_name = "NAME", value_parser = parse_isa)]
+    pub isa: Option<Isa>,
+}
+
+fn parse_isa(s: &str) -> Result<Isa, String> {
+    s.parse()
+        .map_err(|e: ats_cpu::matmul::UnknownIsa| e.to_string())
 }
 
 /// Loading a model and choosing devices.

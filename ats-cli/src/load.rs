@@ -11,6 +11,7 @@ use ats_core::device::{Device, DeviceKind};
 use ats_core::machine::{DeviceId, Machine};
 use ats_core::spec::ModelSpec;
 use ats_cpu::CpuDevice;
+use ats_cpu::matmul::Isa;
 use ats_sched::config::RunConfig;
 use ats_sched::profile::{
     CostModel, DeviceProfile, Profile, default_profile_path, hardware_fingerprint, load_profile,
@@ -75,10 +76,14 @@ pub fn machine(args: &DeviceArgs) -> Result<Built> {
     if let Some(spec) = &args.sim_machine {
         return sim_machine(spec, args);
     }
-    let host: Arc<dyn Device> = Arc::new(CpuDevice::new(threads(args.threads)?)?);
+    let host: Arc<dyn Device> = Arc::new(CpuDevice::with_isa(
+        threads(args.threads)?,
+        isa(args),
+        "cpu",
+    )?);
     let (gpu, sim): (Option<Arc<dyn Device>>, _) = match &args.sim_gpu {
         Some(spec) => {
-            let (gpu, cfg) = sim_gpu(spec, args.vram)?;
+            let (gpu, cfg) = sim_gpu(spec, args.vram, isa(args))?;
             (Some(gpu), Some(cfg))
         }
         None if args.vram.is_some() || args.require_gpu => match ats_cuda::open_device(args.vram) {
@@ -119,12 +124,8 @@ fn sim_machine(spec: &str, args: &DeviceArgs) -> Result<Built> {
         spec,
         model_threads,
         args.vram,
-        Arc::new(CpuDevice::with_isa(
-            real,
-            ats_cpu::matmul::Isa::detect(),
-            "cpu",
-        )?),
-        sim_kernels(real)?,
+        Arc::new(CpuDevice::with_isa(real, isa(args), "cpu")?),
+        sim_kernels(real, isa(args))?,
     );
     Ok(Built {
         machine: vm.machine().clone(),
@@ -134,25 +135,22 @@ fn sim_machine(spec: &str, args: &DeviceArgs) -> Result<Built> {
 }
 
 /// A real CPU device for a modelled device's kernels.
-fn sim_kernels(threads: usize) -> Result<Arc<dyn Device>> {
-    Ok(Arc::new(CpuDevice::with_isa(
-        threads,
-        ats_cpu::matmul::Isa::detect(),
-        "sim-kernels",
-    )?))
+fn sim_kernels(threads: usize, isa: Isa) -> Result<Arc<dyn Device>> {
+    Ok(Arc::new(CpuDevice::with_isa(threads, isa, "sim-kernels")?))
+}
+
+/// `--isa`, or the best instruction set this CPU has.
+fn isa(args: &DeviceArgs) -> Isa {
+    args.isa.unwrap_or_else(Isa::detect)
 }
 
 /// A simulated GPU from `--sim-gpu SPEC`, its budget `--vram` if given.
-fn sim_gpu(spec: &str, vram: Option<u64>) -> Result<(Arc<dyn Device>, SimGpuConfig)> {
+fn sim_gpu(spec: &str, vram: Option<u64>, isa: Isa) -> Result<(Arc<dyn Device>, SimGpuConfig)> {
     let mut cfg = SimGpuConfig::parse(spec).map_err(anyhow::Error::msg)?;
     if let Some(v) = vram {
         cfg.memory = v;
     }
-    let inner: Arc<dyn Device> = Arc::new(CpuDevice::with_isa(
-        1,
-        ats_cpu::matmul::Isa::detect(),
-        "sim-gpu-kernels",
-    )?);
+    let inner: Arc<dyn Device> = Arc::new(CpuDevice::with_isa(1, isa, "sim-gpu-kernels")?);
     info!(
         "using a SIMULATED GPU ({} budget, {} GB/s copies, speed {} x one CPU thread)",
         fmt_bytes(cfg.memory),
@@ -181,7 +179,7 @@ pub fn cost_model(args: &ModelArgs, built: &Built) -> Result<CostModel> {
             );
         }
         let real = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let kernels = sim_kernels(real)?;
+        let kernels = sim_kernels(real, isa(&args.devices))?;
         return vm
             // a quick profile, as the H200 runs it is fitted to were planned with
             .cost_model(true, &|_| kernels.clone())

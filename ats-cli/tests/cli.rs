@@ -50,6 +50,29 @@ fn run_prints_the_greedy_continuation() {
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out), format!("{}\n", want.text));
+    // the portable kernels, forced, give the same bits and so the same text
+    let scalar = run(&[
+        "run",
+        "-m",
+        &model(),
+        "-p",
+        prompt,
+        "-n",
+        "16",
+        "--temp",
+        "0",
+        "--ignore-eos",
+        "--kv-type",
+        "f32",
+        "-t",
+        "1",
+        "-c",
+        "256",
+        "--isa",
+        "scalar",
+    ]);
+    assert!(scalar.status.success(), "{}", stderr(&scalar));
+    assert_eq!(stdout(&scalar), stdout(&out));
     // the timings block and the memory line
     let err = stderr(&out);
     for want in [
@@ -399,6 +422,7 @@ fn usage_errors_exit_2_with_a_message() {
         &["serve", "-m", &m, "--port", "70000"],
         &["serve", "-m", &m, "--host", "not an address"],
         &["synth", "--preset", "nope", "-o", "/dev/null"],
+        &["run", "-m", &m, "-p", "x", "--isa", "sse4"],
         &["--log-format", "xml", "inspect", &m],
     ];
     for args in cases {
@@ -414,6 +438,14 @@ fn runtime_errors_exit_1_and_help_exits_0() {
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).contains("cannot load /no/such/model.gguf"),
+        "{}",
+        stderr(&out)
+    );
+    // an instruction set ATS knows but this CPU (or build) cannot run
+    let out = run(&["run", "-m", &model(), "-p", "x", "--isa", "neon"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("neon is not available"),
         "{}",
         stderr(&out)
     );

@@ -16,9 +16,10 @@ pub enum Isa {
     /// The AVX2 kernels, with AVX-512 F/BW's 512-bit registers in the
     /// K-quant row kernels (Q4_K, Q5_K, Q6_K; every round runs row by row).
     Avx512,
-    /// [`Isa::Avx512`], with AVX-512 VNNI's int8 dot products (on 256-bit
-    /// registers, AVX512VL) in the 8-token tiles of the 32-element block
-    /// formats: one instruction where AVX2 takes two plus a widening step.
+    /// [`Isa::Avx512`], with AVX-512 VNNI's int8 dot products: in the
+    /// 8-token tiles of the 32-element block formats (256-bit registers,
+    /// AVX512VL) and the Q4_K row kernel, one instruction where AVX2 takes
+    /// two plus a widening step.
     Avx512Vnni,
     /// AArch64 NEON (no kernels yet).
     Neon,
@@ -79,6 +80,23 @@ impl Isa {
     }
 }
 
+/// A name that is no instruction set ATS knows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown instruction set `{0}`: expected scalar, avx2, avx512, avx512vnni or neon")]
+pub struct UnknownIsa(pub String);
+
+impl std::str::FromStr for Isa {
+    type Err = UnknownIsa;
+
+    /// The set [named](Isa::name) `s` (whether or not this CPU has it).
+    fn from_str(s: &str) -> Result<Isa, UnknownIsa> {
+        ALL_ISAS
+            .into_iter()
+            .find(|i| i.name().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| UnknownIsa(s.to_string()))
+    }
+}
+
 impl fmt::Display for Isa {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -127,5 +145,15 @@ mod tests {
         assert_eq!(a[0], Isa::Scalar);
         assert!(a.contains(&Isa::detect()));
         assert!(!Isa::Neon.is_available() || cfg!(target_arch = "aarch64"));
+    }
+
+    #[test]
+    fn every_name_parses_back_and_others_are_refused() {
+        for isa in ALL_ISAS {
+            assert_eq!(isa.name().parse::<Isa>(), Ok(isa));
+        }
+        assert_eq!(" AVX2 ".parse::<Isa>(), Ok(Isa::Avx2));
+        let e = "sse4".parse::<Isa>().unwrap_err();
+        assert!(e.to_string().contains("`sse4`"), "{e}");
     }
 }

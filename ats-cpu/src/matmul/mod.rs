@@ -37,7 +37,7 @@ use std::cell::RefCell;
 
 use ats_core::DType;
 
-pub use isa::{ALL_ISAS, Isa};
+pub use isa::{ALL_ISAS, Isa, UnknownIsa};
 
 /// A row-major weight matrix in GGUF layout: `rows` rows of `cols` elements
 /// of `dtype` (GGUF `ne = [cols, rows]`).
