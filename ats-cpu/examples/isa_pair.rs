@@ -62,6 +62,7 @@ fn main() {
         ("1024x2048 q4_k", DType::Q4K, 1024, 2048, 16),
         ("1024x2048 q6_k", DType::Q6K, 1024, 2048, 1),
         ("1024x2048 q6_k", DType::Q6K, 1024, 2048, 8),
+        ("1024x2048 q6_k", DType::Q6K, 1024, 2048, 16),
         ("1024x2048 q5_k", DType::Q5K, 1024, 2048, 8),
     ] {
         let data = weights(dtype, rows, cols);

@@ -138,10 +138,12 @@ pub(super) trait SuperBlock {
 
 /// [`SuperBlock::dots_avx2`] on 512-bit registers for the formats that have
 /// such a kernel ([`super::kquant512`]); the others run their AVX2 kernel.
-/// The results are the same bits either way.
+/// With `vnni`, Q4_K's kernel uses VNNI. The results are the same bits
+/// either way.
 ///
 /// # Safety
-/// As [`SuperBlock::dots_avx2`], and the CPU must support AVX-512 F/BW.
+/// As [`SuperBlock::dots_avx2`], and the CPU must support AVX-512 F/BW (and
+/// VNNI with `vnni`).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
 pub(super) unsafe fn dots_avx512<K: SuperBlock, const N: usize>(
@@ -149,11 +151,13 @@ pub(super) unsafe fn dots_avx512<K: SuperBlock, const N: usize>(
     acts: &QuantActs,
     t0: usize,
     prefetch: usize,
+    vnni: bool,
 ) -> [f32; N] {
-    use super::kquant512::{k4_dots, q6k_dots};
+    use super::kquant512::{k4_dots, k4_dots_vnni, q6k_dots};
     // SAFETY: as the caller guarantees.
     unsafe {
         match K::WIDE {
+            Wide::Q4K if vnni => k4_dots_vnni::<N>(row, acts, t0, prefetch),
             Wide::Q4K => k4_dots::<N, false>(row, acts, t0, prefetch),
             Wide::Q5K => k4_dots::<N, true>(row, acts, t0, prefetch),
             Wide::Q6K => q6k_dots::<N>(row, acts, t0, prefetch),

@@ -252,8 +252,8 @@ const KQ_DIRECT_MAX: usize = 128;
 /// the leading lanes.
 ///
 /// # Safety
-/// The CPU must support AVX2/FMA/F16C; `p` must point to `acts.blocks`
-/// whole super-blocks; `t0 + width <= acts.t_pad`.
+/// The CPU must support `isa` (AVX2/FMA/F16C at least); `p` must point to
+/// `acts.blocks` whole super-blocks; `t0 + width <= acts.t_pad`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn kquant_dots<K: SuperBlock>(
@@ -261,7 +261,7 @@ unsafe fn kquant_dots<K: SuperBlock>(
     acts: &QuantActs,
     t0: usize,
     width: usize,
-    avx512: bool,
+    isa: Isa,
 ) -> [f32; 8] {
     fn pad<const N: usize>(d: [f32; N]) -> [f32; 8] {
         std::array::from_fn(|i| if i < N { d[i] } else { 0.0 })
@@ -269,25 +269,27 @@ unsafe fn kquant_dots<K: SuperBlock>(
     // SAFETY: as the caller guarantees.
     unsafe {
         match width {
-            1 => pad(kquant_row::<K, 1>(p, acts, t0, avx512)),
-            2 => pad(kquant_row::<K, 2>(p, acts, t0, avx512)),
-            3 => pad(kquant_row::<K, 3>(p, acts, t0, avx512)),
-            4 => pad(kquant_row::<K, 4>(p, acts, t0, avx512)),
-            5 => pad(kquant_row::<K, 5>(p, acts, t0, avx512)),
-            6 => pad(kquant_row::<K, 6>(p, acts, t0, avx512)),
-            7 => pad(kquant_row::<K, 7>(p, acts, t0, avx512)),
-            _ => kquant_row::<K, 8>(p, acts, t0, avx512),
+            1 => pad(kquant_row::<K, 1>(p, acts, t0, isa)),
+            2 => pad(kquant_row::<K, 2>(p, acts, t0, isa)),
+            3 => pad(kquant_row::<K, 3>(p, acts, t0, isa)),
+            4 => pad(kquant_row::<K, 4>(p, acts, t0, isa)),
+            5 => pad(kquant_row::<K, 5>(p, acts, t0, isa)),
+            6 => pad(kquant_row::<K, 6>(p, acts, t0, isa)),
+            7 => pad(kquant_row::<K, 7>(p, acts, t0, isa)),
+            _ => kquant_row::<K, 8>(p, acts, t0, isa),
         }
     }
 }
 
 /// One K-quant row's dot products with tokens `t0..t0 + N`, on 512-bit
-/// registers when `avx512`, against the regrouped activations from
-/// [`kquant256::MIN_TOKENS`] tokens (both need `acts.qsp`).
+/// registers when `isa` has AVX-512 (Q4_K with VNNI when it has that), else
+/// against the regrouped activations from [`kquant256::MIN_TOKENS`] tokens
+/// (both need `acts.qsp`).
 ///
 /// # Safety
-/// As [`kquant_dots`]; with `avx512`, the CPU must support AVX-512 F/BW;
-/// `acts.qsp` is built when `avx512` or `N >= kquant256::MIN_TOKENS`.
+/// The CPU must support `isa` (AVX2/FMA/F16C at least); `p` must point to
+/// `acts.blocks` whole super-blocks; `t0 + N <= acts.t_pad`; `acts.qsp` is
+/// built when `isa` has AVX-512 or `N >= kquant256::MIN_TOKENS`.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -295,12 +297,12 @@ unsafe fn kquant_row<K: SuperBlock, const N: usize>(
     p: *const u8,
     acts: &QuantActs,
     t0: usize,
-    avx512: bool,
+    isa: Isa,
 ) -> [f32; N] {
     // SAFETY: as the caller guarantees.
     unsafe {
-        if avx512 {
-            kquant::dots_avx512::<K, N>(p, acts, t0, PREFETCH)
+        if isa.has_avx512() {
+            kquant::dots_avx512::<K, N>(p, acts, t0, PREFETCH, isa == Isa::Avx512Vnni)
         } else if N >= kquant256::MIN_TOKENS {
             kquant::dots_regrouped_avx2::<K, N>(p, acts, t0, PREFETCH)
         } else {
@@ -347,15 +349,14 @@ fn run_kquant<K: SuperBlock>(
     let row = |r: usize| &data[r * rb..(r + 1) * rb];
     #[cfg(target_arch = "x86_64")]
     if isa.has_avx2() {
-        let (n, wide) = (acts.n_tokens, isa.has_avx512());
+        let n = acts.n_tokens;
         // Row by row, each row read and decoded once for the tile's tokens.
         let rows_direct = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]]| {
             for (i, &r) in r.iter().enumerate() {
                 let width = (n - t0).min(8);
-                // SAFETY: `isa` is available (AVX-512 when `wide`); the row
-                // holds `acts.blocks` whole super-blocks; the tile's tokens
-                // are below t_pad.
-                let dots = unsafe { kquant_dots::<K>(row(r).as_ptr(), acts, t0, width, wide) };
+                // SAFETY: `isa` is available; the row holds `acts.blocks`
+                // whole super-blocks; the tile's tokens are below t_pad.
+                let dots = unsafe { kquant_dots::<K>(row(r).as_ptr(), acts, t0, width, isa) };
                 for (o, &v) in o.iter_mut().zip(&dots) {
                     o[i] = v;
                 }
@@ -376,7 +377,7 @@ fn run_kquant<K: SuperBlock>(
         // One row at a time: a linear stream through the weights.
         let single = |r: &[usize; 1], t: usize, o: &mut [[f32; 1]; 1]| {
             // SAFETY: as above, with t < n_tokens.
-            o[0] = unsafe { kquant_row::<K, 1>(row(r[0]).as_ptr(), acts, t, wide) };
+            o[0] = unsafe { kquant_row::<K, 1>(row(r[0]).as_ptr(), acts, t, isa) };
         };
         // The last tile of 2-4 tokens.
         let narrow =

@@ -96,9 +96,10 @@ fn isas_give_identical_bits() {
         let cols = *cols_for(dtype).last().unwrap();
         let mut r = random::rng(11);
         let data = random::weights(dtype, 9, cols, &mut r);
-        let x = random::activations(11 * cols, &mut r);
+        let x = random::activations(37 * cols, &mut r);
         let w = WeightMatrix::new(dtype, 9, cols, &data).unwrap();
-        for n in [1, 2, 4, 11] {
+        // narrow, single and whole tiles, and whole tiles then a partial one
+        for n in [1, 2, 4, 8, 11, 16, 37] {
             let outs: Vec<Vec<u32>> = isas
                 .iter()
                 .map(|&isa| {
