@@ -217,7 +217,19 @@ fn read_profile(args: &ModelArgs, m: &Machine) -> Result<Option<Profile>> {
         return Ok(Some(profile));
     }
     let fp = hardware_fingerprint(&real_device_names(m));
-    Ok(default_profile_path(&fp).and_then(|p| load_profile(&p, Some(&fp)).unwrap_or(None)))
+    let cached =
+        default_profile_path(&fp).and_then(|p| load_profile(&p, Some(&fp)).unwrap_or(None));
+    // the cache holds the CPU's speeds with its best kernels
+    match args.devices.isa.filter(|&isa| isa != Isa::detect()) {
+        Some(isa) if cached.is_some() => {
+            eprintln!(
+                "ats: --isa {isa}: the cached profile was measured with {}; planning without it",
+                Isa::detect()
+            );
+            Ok(None)
+        }
+        _ => Ok(cached),
+    }
 }
 
 /// A loaded model and what loading took.
