@@ -30,10 +30,11 @@ fn run_prints_the_greedy_continuation() {
     };
     let want = engine.generate(&ids, &params, &mut |_| true).unwrap();
     assert_eq!(want.tokens.len(), 16);
-    let out = run(&[
+    let m = model();
+    let args = [
         "run",
         "-m",
-        &model(),
+        &m,
         "-p",
         prompt,
         "-n",
@@ -47,30 +48,12 @@ fn run_prints_the_greedy_continuation() {
         "1",
         "-c",
         "256",
-    ]);
+    ];
+    let out = run(&args);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out), format!("{}\n", want.text));
     // the portable kernels, forced, give the same bits and so the same text
-    let scalar = run(&[
-        "run",
-        "-m",
-        &model(),
-        "-p",
-        prompt,
-        "-n",
-        "16",
-        "--temp",
-        "0",
-        "--ignore-eos",
-        "--kv-type",
-        "f32",
-        "-t",
-        "1",
-        "-c",
-        "256",
-        "--isa",
-        "scalar",
-    ]);
+    let scalar = run(&[&args[..], &["--isa", "scalar"]].concat());
     assert!(scalar.status.success(), "{}", stderr(&scalar));
     assert_eq!(stdout(&scalar), stdout(&out));
     // the timings block and the memory line
