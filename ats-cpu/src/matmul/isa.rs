@@ -82,7 +82,7 @@ impl Isa {
 
 /// A name that is no instruction set ATS knows.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown instruction set `{0}`: expected scalar, avx2, avx512, avx512vnni or neon")]
+#[error("unknown instruction set `{0}`: expected one of {names}", names = ALL_ISAS.map(Isa::name).join(", "))]
 pub struct UnknownIsa(pub String);
 
 impl std::str::FromStr for Isa {
