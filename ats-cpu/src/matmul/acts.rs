@@ -83,6 +83,9 @@ pub(crate) struct QuantActs {
     /// Tokens `quad_t0..quad_t0 + 4`, each token's 4-value groups twice (see
     /// [`QuantActs::interleave4_pairs`]), `[qblocks][8]`; empty unless built.
     pub qs4: Vec<Q8Block>,
+    /// The integer sum of each 32-value group of the real tokens (see
+    /// [`QuantActs::group_sums`]), `[n_tokens][qblocks]`; empty unless built.
+    pub xsums: Vec<i32>,
     /// The first token of [`QuantActs::qs4`].
     pub quad_t0: usize,
     /// Token-major staging of `d` and `s`, written in parallel then transposed.
@@ -116,6 +119,7 @@ impl QuantActs {
         self.qs.resize(t_pad * qblocks, Q8Block::default());
         // the interleaved copies are built on demand, for these values only
         self.qs8.clear();
+        self.xsums.clear();
         self.bsums8.clear();
         self.qsp.clear();
         self.tok_d.clear();
@@ -170,6 +174,17 @@ impl QuantActs {
 }
 
 impl QuantActs {
+    /// Builds [`QuantActs::xsums`], the integer sums the 512-bit one-token
+    /// kernel takes off again after biasing signed weights.
+    pub(crate) fn group_sums(&mut self) {
+        let real = &self.qs[..self.n_tokens * self.qblocks];
+        self.xsums.clear();
+        self.xsums.extend(
+            real.iter()
+                .map(|g| g.0.iter().map(|&v| i32::from(v)).sum::<i32>()),
+        );
+    }
+
     /// Builds [`QuantActs::qs8`] (and for Q8_K [`QuantActs::bsums8`]): for
     /// each group of 8 tokens and each 32-value block, 8 vectors; vector `v`
     /// holds values `4v..4v + 4` of the 8 tokens in turn, so that a kernel

@@ -18,7 +18,8 @@ pub enum Isa {
     Avx512,
     /// [`Isa::Avx512`], with AVX-512 VNNI's int8 dot products: in the
     /// 8-token tiles of the 32-element block formats (256-bit registers,
-    /// AVX512VL) and the Q4_K row kernel, one instruction where AVX2 takes
+    /// AVX512VL), their 16-row one-token kernel (Q4_0, Q4_1, Q8_0, IQ4_NL,
+    /// MXFP4) and the Q4_K row kernel, one instruction where AVX2 takes
     /// two plus a widening step.
     Avx512Vnni,
     /// AArch64 NEON (no kernels yet).

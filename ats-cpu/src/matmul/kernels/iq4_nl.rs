@@ -4,7 +4,7 @@
 
 use ats_core::quant::iq4_nl::KVALUES;
 
-use super::legacy::{BlockC, LegacyBlock};
+use super::legacy::{BlockC, LegacyBlock, Values};
 use crate::matmul::acts::ActFormat;
 
 /// The IQ4_NL block format.
@@ -16,6 +16,10 @@ impl LegacyBlock for Iq4Nl {
     const SIGNED: bool = true;
     const C: BlockC = BlockC::None;
     const I16_SUMS: usize = 1;
+    const VALUES: Option<Values> = Some(Values::Nibbles {
+        at: 2,
+        levels: KVALUES,
+    });
 
     fn values(b: &[u8]) -> [i32; 32] {
         std::array::from_fn(|k| {

@@ -38,6 +38,27 @@ pub(super) enum BlockScale {
     E8m0Half,
 }
 
+/// How a block stores its 32 values, for the 512-bit one-token kernel
+/// ([`super::legacy512`]).
+pub(super) enum Values {
+    /// 16 bytes of nibbles at byte `at` (values `0..16` in the low nibbles,
+    /// `16..32` in the high ones), nibble `q` standing for `levels[q]`.
+    Nibbles {
+        /// Byte offset of the nibbles in the block.
+        at: usize,
+        /// The integer value of each nibble.
+        levels: [i8; 16],
+    },
+    /// 32 signed bytes at byte `at`.
+    Bytes {
+        /// Byte offset of the values in the block.
+        at: usize,
+    },
+}
+
+/// The levels of plain unsigned nibbles (Q4_0, Q4_1).
+pub(super) const UNSIGNED: [i8; 16] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
+
 /// A 32-element block format; every block starts with its scale `d`.
 pub(super) trait LegacyBlock {
     /// Bytes per block.
@@ -54,6 +75,9 @@ pub(super) trait LegacyBlock {
     /// without overflow: 8 for 4-bit values (8 x 2 x 15 x 127 < 2^15), 4 for
     /// 5-bit, 1 for 8-bit.
     const I16_SUMS: usize;
+    /// How the values are stored, for the formats the 512-bit one-token
+    /// kernel [`super::legacy512`] runs.
+    const VALUES: Option<Values> = None;
 
     /// The 32 integer values of `block`.
     fn values(block: &[u8]) -> [i32; 32];

@@ -3,7 +3,8 @@
 //!
 //! Each type file holds the type's block decoding in scalar and SIMD form;
 //! the loops around it are shared by family: [`float`] (F32, F16, BF16),
-//! [`legacy`] (32-element blocks, IQ4_NL and MXFP4 among them) and [`kquant`]
+//! [`legacy`] (32-element blocks, IQ4_NL and MXFP4 among them; with
+//! [`legacy512`] their one-token kernel on AVX-512 VNNI) and [`kquant`]
 //! (256-element super-blocks, IQ4_XS among them).
 
 mod bf16;
@@ -18,6 +19,8 @@ mod kquant256;
 #[cfg(target_arch = "x86_64")]
 mod kquant512;
 mod legacy;
+#[cfg(target_arch = "x86_64")]
+mod legacy512;
 mod mxfp4;
 mod q2_k;
 mod q3_k;
@@ -184,6 +187,12 @@ fn run_legacy<B: LegacyBlock>(
     if narrow_last {
         acts.interleave4_pairs(last);
     }
+    // the 512-bit one-token kernel's, for 16 rows in a row
+    let rows16 =
+        isa == Isa::Avx512Vnni && B::VALUES.is_some() && 16 * row_bytes(w) <= i32::MAX as usize;
+    if rows16 {
+        acts.group_sums();
+    }
     let acts = &*acts;
     let (rb, data) = (row_bytes(w), w.data);
     let shape = Shape {
@@ -210,10 +219,26 @@ fn run_legacy<B: LegacyBlock>(
                 }
             }
         };
-        let single = |r: &[usize; 4], t: usize, o: &mut [[f32; 4]; 1]| {
+        // 16 rows a call: the 512-bit kernel's when they are 16 in a row,
+        // else (a task's last rows, repeated) four of the AVX2 kernel's
+        let single = |r: &[usize; legacy512::ROWS],
+                      t: usize,
+                      o: &mut [[f32; legacy512::ROWS]; 1]| {
             let pf = PREFETCH;
-            // SAFETY: as above, with t < n_tokens.
-            unsafe { legacy::rows4_avx2::<B>(r.map(|r| row(r).as_ptr()), acts, t, pf, o) }
+            if rows16 && r[legacy512::ROWS - 1] == r[0] + legacy512::ROWS - 1 {
+                let first = row(r[0]).as_ptr();
+                // SAFETY: as above (VNNI is the ISA, so AVX-512 F/BW/VL too;
+                // a format with a value layout; 16 whole rows from r[0]), with
+                // t < n_tokens.
+                return unsafe { legacy512::rows16_vnni::<B>(first, rb, acts, t, o) };
+            }
+            let p = r.map(|r| row(r).as_ptr());
+            for (p, o) in p.chunks_exact(4).zip(o[0].chunks_exact_mut(4)) {
+                let mut o4 = [[0f32; 4]; 1];
+                // SAFETY: as above, with t < n_tokens.
+                unsafe { legacy::rows4_avx2::<B>([p[0], p[1], p[2], p[3]], acts, t, pf, &mut o4) };
+                o.copy_from_slice(&o4[0]);
+            }
         };
         let quad = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]; gemm::NARROW]| {
             // SAFETY: as above; the driver runs the narrow tile only on the

@@ -4,7 +4,7 @@
 
 use ats_core::quant::mxfp4::KVALUES;
 
-use super::legacy::{BlockC, BlockScale, LegacyBlock};
+use super::legacy::{BlockC, BlockScale, LegacyBlock, Values};
 use crate::matmul::acts::ActFormat;
 
 /// The MXFP4 block format.
@@ -18,6 +18,10 @@ impl LegacyBlock for Mxfp4 {
     const SCALE: BlockScale = BlockScale::E8m0Half;
     // |level| <= 12: 8 maddubs pairs of 2 x 12 x 127 fit in int16 (8 x 3048)
     const I16_SUMS: usize = 8;
+    const VALUES: Option<Values> = Some(Values::Nibbles {
+        at: 1,
+        levels: KVALUES,
+    });
 
     fn values(b: &[u8]) -> [i32; 32] {
         std::array::from_fn(|k| {

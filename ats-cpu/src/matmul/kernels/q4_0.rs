@@ -1,7 +1,7 @@
 //! Q4_0 weights: 32 four-bit values `q` and an f16 scale `d` per block (18
 //! bytes), `w = d * (q - 8)`, against Q8_0 activations.
 
-use super::legacy::{BlockC, LegacyBlock};
+use super::legacy::{BlockC, LegacyBlock, UNSIGNED, Values};
 use crate::matmul::acts::ActFormat;
 
 /// The Q4_0 block format.
@@ -13,6 +13,10 @@ impl LegacyBlock for Q4_0 {
     const SIGNED: bool = false;
     const C: BlockC = BlockC::Offset(-8.0);
     const I16_SUMS: usize = 8;
+    const VALUES: Option<Values> = Some(Values::Nibbles {
+        at: 2,
+        levels: UNSIGNED,
+    });
 
     fn values(b: &[u8]) -> [i32; 32] {
         std::array::from_fn(|k| {

@@ -1,7 +1,7 @@
 //! Q4_1 weights: 32 four-bit values `q`, an f16 scale `d` and an f16 min `m`
 //! per block (20 bytes), `w = d * q + m`, against Q8_1 activations.
 
-use super::legacy::{BlockC, LegacyBlock};
+use super::legacy::{BlockC, LegacyBlock, UNSIGNED, Values};
 use crate::matmul::acts::ActFormat;
 
 /// The Q4_1 block format.
@@ -13,6 +13,10 @@ impl LegacyBlock for Q4_1 {
     const SIGNED: bool = false;
     const C: BlockC = BlockC::Min;
     const I16_SUMS: usize = 8;
+    const VALUES: Option<Values> = Some(Values::Nibbles {
+        at: 4,
+        levels: UNSIGNED,
+    });
 
     fn values(b: &[u8]) -> [i32; 32] {
         std::array::from_fn(|k| {

@@ -1,7 +1,7 @@
 //! Q8_0 weights: 32 int8 values and an f16 scale per block (34 bytes),
 //! against Q8_0 activations.
 
-use super::legacy::{BlockC, LegacyBlock};
+use super::legacy::{BlockC, LegacyBlock, Values};
 use crate::matmul::acts::ActFormat;
 
 /// The Q8_0 block format.
@@ -13,6 +13,7 @@ impl LegacyBlock for Q8_0 {
     const SIGNED: bool = true;
     const C: BlockC = BlockC::None;
     const I16_SUMS: usize = 1;
+    const VALUES: Option<Values> = Some(Values::Bytes { at: 2 });
 
     fn values(b: &[u8]) -> [i32; 32] {
         std::array::from_fn(|k| b[2 + k] as i8 as i32)

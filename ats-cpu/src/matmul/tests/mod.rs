@@ -15,8 +15,9 @@ use super::{Isa, MatmulError, WeightMatrix, matmul};
 use reference::{dequantize, expect, quantize_acts};
 
 const TOKENS: [usize; 9] = [1, 2, 3, 4, 7, 8, 12, 16, 64];
-/// Not multiples of any tile height (2, 3, 4).
-const ROWS: [usize; 3] = [1, 5, 13];
+/// Not multiples of any tile height (2, 3, 4, 16); 37 takes the 16-row
+/// one-token kernel twice, then a tail.
+const ROWS: [usize; 4] = [1, 5, 13, 37];
 
 /// Columns to test: 1..n blocks (and, for floats, vector tails; for the
 /// 32-blocks, more than the 32 blocks the one-token kernel takes per pass).
@@ -95,15 +96,17 @@ fn isas_give_identical_bits() {
     for dtype in ALL_DTYPES {
         let cols = *cols_for(dtype).last().unwrap();
         let mut r = random::rng(11);
-        let data = random::weights(dtype, 9, cols, &mut r);
+        // 16-row kernels, then a tail
+        let rows = 41;
+        let data = random::weights(dtype, rows, cols, &mut r);
         let x = random::activations(37 * cols, &mut r);
-        let w = WeightMatrix::new(dtype, 9, cols, &data).unwrap();
+        let w = WeightMatrix::new(dtype, rows, cols, &data).unwrap();
         // narrow, single and whole tiles, and whole tiles then a partial one
         for n in [1, 2, 4, 8, 11, 16, 37] {
             let outs: Vec<Vec<u32>> = isas
                 .iter()
                 .map(|&isa| {
-                    let mut y = vec![0f32; n * 9];
+                    let mut y = vec![0f32; n * rows];
                     matmul(&w, &x[..n * cols], n, &mut y, isa).unwrap();
                     y.iter().map(|v| v.to_bits()).collect()
                 })
