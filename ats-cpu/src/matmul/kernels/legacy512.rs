@@ -162,6 +162,33 @@ fn scales16<B: LegacyBlock>(heads: __m512i) -> (__m512, __m512) {
     (d, c)
 }
 
+/// The nibbles' levels as the unsigned bytes `vpdpbusd` multiplies, and the
+/// bias that made them so: 128 for signed levels and for Q8_0's bytes (which
+/// are biased as loaded), else 0.
+const fn unsigned_levels(values: &Option<Values>) -> ([u8; 16], u8) {
+    match values {
+        Some(Values::Nibbles { levels, .. }) => {
+            let mut bias = 0u8;
+            let mut k = 0;
+            while k < 16 {
+                if levels[k] < 0 {
+                    bias = 128;
+                }
+                k += 1;
+            }
+            let mut out = [0u8; 16];
+            let mut k = 0;
+            while k < 16 {
+                out[k] = (levels[k] as u8).wrapping_add(bias);
+                k += 1;
+            }
+            (out, bias)
+        }
+        Some(Values::Bytes { .. }) => ([0; 16], 128),
+        None => ([0; 16], 0),
+    }
+}
+
 /// How far ahead of its reads the kernel asks for lines into L1 and into
 /// L2. The 16 rows are one stretch of memory read 16 blocks a step, which
 /// the hardware prefetchers do not follow: without these hints SmolLM2
@@ -205,18 +232,10 @@ pub(super) unsafe fn rows16_vnni<B: LegacyBlock>(
         .expect("the dispatch runs only formats with a value layout here");
     let (nb, tp) = (acts.blocks, acts.t_pad);
     debug_assert!(t < acts.n_tokens && acts.xsums.len() == acts.n_tokens * nb);
-    // Signed values become unsigned bytes for `vpdpbusd`'s first operand.
-    let (at, levels, bias) = match values {
-        Values::Nibbles { at, levels } => {
-            let bias: u8 = if levels.iter().any(|&l| l < 0) {
-                128
-            } else {
-                0
-            };
-            (*at, levels.map(|l| (l as u8).wrapping_add(bias)), bias)
-        }
-        Values::Bytes { at } => (*at, [0; 16], 128),
+    let at = match values {
+        Values::Nibbles { at, .. } | Values::Bytes { at } => *at,
     };
+    let (levels, bias) = const { unsigned_levels(&B::VALUES) };
     // SAFETY: `levels` is 16 bytes.
     let table =
         _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(levels.as_ptr() as *const __m128i) });
