@@ -83,8 +83,9 @@ pub(crate) struct QuantActs {
     /// Tokens `quad_t0..quad_t0 + 4`, each token's 4-value groups twice (see
     /// [`QuantActs::interleave4_pairs`]), `[qblocks][8]`; empty unless built.
     pub qs4: Vec<Q8Block>,
-    /// The integer sum of each 32-value group of the real tokens (see
-    /// [`QuantActs::group_sums`]), `[n_tokens][qblocks]`; empty unless built.
+    /// The integer sum of each 32-value group (see
+    /// [`QuantActs::group_sums`]), `[qblocks][t_pad]` like `d`, pads zero;
+    /// empty unless built.
     pub xsums: Vec<i32>,
     /// The first token of [`QuantActs::qs4`].
     pub quad_t0: usize,
@@ -174,15 +175,22 @@ impl QuantActs {
 }
 
 impl QuantActs {
-    /// Builds [`QuantActs::xsums`], the integer sums the 512-bit one-token
-    /// kernel takes off again after biasing signed weights.
+    /// Builds [`QuantActs::xsums`], the integer sums the VNNI kernels take
+    /// off again after biasing signed weights to unsigned bytes.
     pub(crate) fn group_sums(&mut self) {
-        let real = &self.qs[..self.n_tokens * self.qblocks];
+        let (qb, tp) = (self.qblocks, self.t_pad);
         self.xsums.clear();
-        self.xsums.extend(
-            real.iter()
-                .map(|g| g.0.iter().map(|&v| i32::from(v)).sum::<i32>()),
-        );
+        self.xsums.resize(qb * tp, 0);
+        for (t, groups) in self
+            .qs
+            .chunks_exact(qb.max(1))
+            .take(self.n_tokens)
+            .enumerate()
+        {
+            for (b, g) in groups.iter().enumerate() {
+                self.xsums[b * tp + t] = g.0.iter().map(|&v| i32::from(v)).sum();
+            }
+        }
     }
 
     /// Builds [`QuantActs::qs8`] (and for Q8_K [`QuantActs::bsums8`]): for

@@ -231,7 +231,7 @@ pub(super) unsafe fn rows16_vnni<B: LegacyBlock>(
         .as_ref()
         .expect("the dispatch runs only formats with a value layout here");
     let (nb, tp) = (acts.blocks, acts.t_pad);
-    debug_assert!(t < acts.n_tokens && acts.xsums.len() == acts.n_tokens * nb);
+    debug_assert!(t < acts.n_tokens && acts.xsums.len() == tp * nb);
     let at = match values {
         Values::Nibbles { at, .. } | Values::Bytes { at } => *at,
     };
@@ -241,7 +241,6 @@ pub(super) unsafe fn rows16_vnni<B: LegacyBlock>(
         _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(levels.as_ptr() as *const __m128i) });
     // each row's 4 partial sums start from a quarter of the bias's share
     let quarter = -i32::from(bias / 4);
-    let xsums = &acts.xsums[t * nb..(t + 1) * nb];
     // lane l's block heads, from the first row's (below 2^31: caller)
     let mut heads = [0i32; ROWS];
     for (h, r) in heads.iter_mut().zip(LANE_ROW) {
@@ -251,7 +250,7 @@ pub(super) unsafe fn rows16_vnni<B: LegacyBlock>(
     let idx = unsafe { _mm512_loadu_si512(heads.as_ptr() as *const __m512i) };
     let xq = acts.qs[t * nb..(t + 1) * nb].as_ptr();
     let mut acc = _mm512_setzero_ps();
-    for (b, &xsum) in xsums.iter().enumerate() {
+    for b in 0..nb {
         let off = b * B::BYTES;
         // SAFETY: block b of the token (`Q8Block` is 32-byte aligned).
         let x = unsafe {
@@ -261,7 +260,7 @@ pub(super) unsafe fn rows16_vnni<B: LegacyBlock>(
                 _mm512_broadcast_i32x4(_mm_load_si128(x.add(1))),
             ]
         };
-        let init = _mm512_set1_epi32(quarter * xsum);
+        let init = _mm512_set1_epi32(quarter * acts.xsums[b * tp + t]);
         let mut quads = [_mm512_setzero_si512(); 4];
         // A loop, not a closure: closures are not inlined into kernels here.
         for (g, quad) in quads.iter_mut().enumerate() {

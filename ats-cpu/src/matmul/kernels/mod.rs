@@ -190,7 +190,8 @@ fn run_legacy<B: LegacyBlock>(
     // the 512-bit one-token kernel's, for 16 rows in a row
     let rows16 =
         isa == Isa::Avx512Vnni && B::VALUES.is_some() && 16 * row_bytes(w) <= i32::MAX as usize;
-    if rows16 {
+    // the VNNI kernels bias signed weights and take the sums off again
+    if rows16 || (isa == Isa::Avx512Vnni && B::SIGNED) {
         acts.group_sums();
     }
     let acts = &*acts;
