@@ -34,6 +34,8 @@ impl SuperBlock for Iq4Xs {
     // signed levels up to 127: one maddubs pair sum (2 x 127 x 127) per int16
     const I16_SUMS: usize = 1;
     const SIGNED: bool = true;
+    #[cfg(target_arch = "x86_64")]
+    const ROWS16_VNNI: Option<super::kquant::Rows16Fn> = Some(super::iq4_xs512::rows16_vnni);
 
     fn unpack(b: &[u8], c: &mut Canon) {
         scales(b, c);

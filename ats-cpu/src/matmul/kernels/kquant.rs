@@ -85,6 +85,19 @@ impl Canon {
 }
 
 /// A K-quant super-block format.
+/// A 16-row one-token kernel: rows `first + r * stride` (`r < 16`) against
+/// token `t`, into `out[0]`.
+///
+/// Safety: as the kernel's own contract states.
+#[cfg(target_arch = "x86_64")]
+pub(super) type Rows16Fn = unsafe fn(
+    first: *const u8,
+    stride: usize,
+    acts: &QuantActs,
+    t: usize,
+    out: &mut [[f32; 16]; 1],
+);
+
 pub(super) trait SuperBlock {
     /// Bytes per super-block.
     const BYTES: usize;
@@ -98,6 +111,10 @@ pub(super) trait SuperBlock {
     /// The format's regrouped row kernels, if any ([`dots_avx512`],
     /// [`dots_regrouped_avx2`]).
     const WIDE: Wide = Wide::None;
+    /// The format's 16-row one-token kernel on AVX-512 VNNI, if any
+    /// ([`super::iq4_xs512`]).
+    #[cfg(target_arch = "x86_64")]
+    const ROWS16_VNNI: Option<Rows16Fn> = None;
 
     /// Unpacks one super-block into `c`.
     fn unpack(block: &[u8], c: &mut Canon);

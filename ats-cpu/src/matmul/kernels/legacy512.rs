@@ -24,7 +24,7 @@ use crate::matmul::acts::QuantActs;
 pub(super) const ROWS: usize = 16;
 
 /// Lane `l` of [`reduce`]'s sums holds row `LANE_ROW[l]`.
-const LANE_ROW: [usize; ROWS] = {
+pub(super) const LANE_ROW: [usize; ROWS] = {
     let mut order = [0; ROWS];
     let mut l = 0;
     while l < ROWS {
@@ -65,7 +65,7 @@ unsafe fn lanes4(p: [*const u8; 4]) -> __m512i {
 /// Each `p[k]` points to the block's values (16 bytes, or 32 for bytes).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn quad_sums(
+pub(super) unsafe fn quad_sums(
     values: &Values,
     p: [*const u8; 4],
     table: __m512i,
@@ -100,7 +100,7 @@ unsafe fn quad_sums(
 /// lane `l` (exact: int32 adds).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
-fn reduce(s: [__m512i; 4]) -> __m512i {
+pub(super) fn reduce(s: [__m512i; 4]) -> __m512i {
     // per 128-bit lane: [a0 + a2, b0 + b2, a1 + a3, b1 + b3]
     let p = _mm512_add_epi32(
         _mm512_unpacklo_epi32(s[0], s[1]),
@@ -114,13 +114,26 @@ fn reduce(s: [__m512i; 4]) -> __m512i {
     _mm512_add_epi32(_mm512_unpacklo_epi64(p, q), _mm512_unpackhi_epi64(p, q))
 }
 
+/// The offset of row `LANE_ROW[l]` from the first, in lane `l`, for
+/// [`heads16`]: rows `stride` bytes apart, `16 * stride` below 2^31.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+pub(super) fn head_offsets(stride: usize) -> __m512i {
+    let mut heads = [0i32; ROWS];
+    for (h, r) in heads.iter_mut().zip(LANE_ROW) {
+        *h = (r * stride) as i32;
+    }
+    // SAFETY: `heads` is 64 bytes.
+    unsafe { _mm512_loadu_si512(heads.as_ptr() as *const __m512i) }
+}
+
 /// The first 4 bytes of 16 blocks, lane `l` from `base + idx[l]`.
 ///
 /// # Safety
 /// Each `base + idx[l]` points to 4 readable bytes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
-unsafe fn heads16(base: *const u8, idx: __m512i) -> __m512i {
+pub(super) unsafe fn heads16(base: *const u8, idx: __m512i) -> __m512i {
     // SAFETY: 4 bytes at each address (caller).
     unsafe { _mm512_i32gather_epi32::<1>(idx, base as *const i32) }
 }
@@ -128,7 +141,7 @@ unsafe fn heads16(base: *const u8, idx: __m512i) -> __m512i {
 /// The f16 values in the 16-bit halves `HALF` of `v`'s lanes, as f32.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
-fn f16_lanes<const SHIFT: u32>(v: __m512i) -> __m512 {
+pub(super) fn f16_lanes<const SHIFT: u32>(v: __m512i) -> __m512 {
     _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<SHIFT>(v)))
 }
 
@@ -165,7 +178,7 @@ fn scales16<B: LegacyBlock>(heads: __m512i) -> (__m512, __m512) {
 /// The nibbles' levels as the unsigned bytes `vpdpbusd` multiplies, and the
 /// bias that made them so: 128 for signed levels and for Q8_0's bytes (which
 /// are biased as loaded), else 0.
-const fn unsigned_levels(values: &Option<Values>) -> ([u8; 16], u8) {
+pub(super) const fn unsigned_levels(values: &Option<Values>) -> ([u8; 16], u8) {
     match values {
         Some(Values::Nibbles { levels, .. }) => {
             let mut bias = 0u8;
@@ -202,7 +215,7 @@ const L2_AHEAD: usize = 32768;
 /// into L2 (hints only: the addresses may lie past the matrix, never read).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
-fn prefetch_ahead(at: *const u8, bytes: usize) {
+pub(super) fn prefetch_ahead(at: *const u8, bytes: usize) {
     for line in 0..bytes.div_ceil(64) {
         let a = at.wrapping_add(64 * line);
         _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(L1_AHEAD) as *const i8);
@@ -241,13 +254,7 @@ pub(super) unsafe fn rows16_vnni<B: LegacyBlock>(
         _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(levels.as_ptr() as *const __m128i) });
     // each row's 4 partial sums start from a quarter of the bias's share
     let quarter = -i32::from(bias / 4);
-    // lane l's block heads, from the first row's (below 2^31: caller)
-    let mut heads = [0i32; ROWS];
-    for (h, r) in heads.iter_mut().zip(LANE_ROW) {
-        *h = (r * stride) as i32;
-    }
-    // SAFETY: `heads` is 64 bytes.
-    let idx = unsafe { _mm512_loadu_si512(heads.as_ptr() as *const __m512i) };
+    let idx = head_offsets(stride);
     let xq = acts.qs[t * nb..(t + 1) * nb].as_ptr();
     let mut acc = _mm512_setzero_ps();
     for b in 0..nb {

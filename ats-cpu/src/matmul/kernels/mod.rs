@@ -13,6 +13,8 @@ mod f32;
 mod float;
 mod iq4_nl;
 mod iq4_xs;
+#[cfg(target_arch = "x86_64")]
+mod iq4_xs512;
 mod kquant;
 #[cfg(target_arch = "x86_64")]
 mod kquant256;
@@ -222,25 +224,30 @@ fn run_legacy<B: LegacyBlock>(
         };
         // 16 rows a call: the 512-bit kernel's when they are 16 in a row,
         // else (a task's last rows, repeated) four of the AVX2 kernel's
-        let single = |r: &[usize; legacy512::ROWS],
-                      t: usize,
-                      o: &mut [[f32; legacy512::ROWS]; 1]| {
-            let pf = PREFETCH;
-            if rows16 && r[legacy512::ROWS - 1] == r[0] + legacy512::ROWS - 1 {
-                let first = row(r[0]).as_ptr();
-                // SAFETY: as above (VNNI is the ISA, so AVX-512 F/BW/VL too;
-                // a format with a value layout; 16 whole rows from r[0]), with
-                // t < n_tokens.
-                return unsafe { legacy512::rows16_vnni::<B>(first, rb, acts, t, o) };
-            }
-            let p = r.map(|r| row(r).as_ptr());
-            for (p, o) in p.chunks_exact(4).zip(o[0].chunks_exact_mut(4)) {
-                let mut o4 = [[0f32; 4]; 1];
-                // SAFETY: as above, with t < n_tokens.
-                unsafe { legacy::rows4_avx2::<B>([p[0], p[1], p[2], p[3]], acts, t, pf, &mut o4) };
-                o.copy_from_slice(&o4[0]);
-            }
-        };
+        let single =
+            |r: &[usize; legacy512::ROWS], t: usize, o: &mut [[f32; legacy512::ROWS]; 1]| {
+                let pf = PREFETCH;
+                if rows16 && r[legacy512::ROWS - 1] == r[0] + legacy512::ROWS - 1 {
+                    let first = row(r[0]).as_ptr();
+                    // SAFETY: as above (VNNI is the ISA, so AVX-512 F/BW/VL too;
+                    // a format with a value layout; 16 whole rows from r[0]), with
+                    // t < n_tokens.
+                    return unsafe { legacy512::rows16_vnni::<B>(first, rb, acts, t, o) };
+                }
+                for q in 0..4 {
+                    let r4 = [r[4 * q], r[4 * q + 1], r[4 * q + 2], r[4 * q + 3]];
+                    if q > 0 && r4[0] == r[4 * q - 1] {
+                        // past a task's last row: repeats, whose results are dropped
+                        break;
+                    }
+                    let mut o4 = [[0f32; 4]; 1];
+                    // SAFETY: as above, with t < n_tokens.
+                    unsafe {
+                        legacy::rows4_avx2::<B>(r4.map(|r| row(r).as_ptr()), acts, t, pf, &mut o4)
+                    };
+                    o[0][4 * q..4 * q + 4].copy_from_slice(&o4[0]);
+                }
+            };
         let quad = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]; gemm::NARROW]| {
             // SAFETY: as above; the driver runs the narrow tile only on the
             // last token tile when it holds 2-4 tokens, for which `qs4` is built.
@@ -400,10 +407,26 @@ fn run_kquant<K: SuperBlock>(
             // whenever wide tiles run.
             unsafe { kquant::tokens8_avx2::<K, LMR>(r.map(|r| row(r).as_ptr()), acts, t0, 0, o) }
         };
-        // One row at a time: a linear stream through the weights.
-        let single = |r: &[usize; 1], t: usize, o: &mut [[f32; 1]; 1]| {
-            // SAFETY: as above, with t < n_tokens.
-            o[0] = unsafe { kquant_row::<K, 1>(row(r[0]).as_ptr(), acts, t, isa) };
+        // 16 rows a call: the format's 512-bit kernel when they are 16 in a
+        // row, else one row at a time (a linear stream through the weights),
+        // once each (a task's last rows repeat)
+        let rows16 =
+            K::ROWS16_VNNI.filter(|_| isa == Isa::Avx512Vnni && 16 * rb <= i32::MAX as usize);
+        let single = |r: &[usize; 16], t: usize, o: &mut [[f32; 16]; 1]| {
+            if let (Some(kernel), true) = (rows16, r[15] == r[0] + 15) {
+                // SAFETY: VNNI is the ISA (so AVX-512 F/BW/VL too); 16 whole
+                // rows from r[0], rb apart; t < n_tokens; Q8_K activations.
+                return unsafe { kernel(row(r[0]).as_ptr(), rb, acts, t, o) };
+            }
+            for i in 0..16 {
+                o[0][i] = if i > 0 && r[i] == r[i - 1] {
+                    o[0][i - 1]
+                } else {
+                    // SAFETY: as above, with t < n_tokens.
+                    let dot = unsafe { kquant_row::<K, 1>(row(r[i]).as_ptr(), acts, t, isa) };
+                    dot[0]
+                };
+            }
         };
         // The last tile of 2-4 tokens.
         let narrow =
