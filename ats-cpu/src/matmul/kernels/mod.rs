@@ -84,6 +84,19 @@ pub(super) fn run(
 #[cfg(target_arch = "x86_64")]
 const PREFETCH: usize = 2048;
 
+/// Whether the 16-row one-token kernels can run: they need VNNI, and
+/// gather the rows' block heads with 32-bit offsets (16 rows of `rb` bytes).
+fn rows16_fit(isa: Isa, rb: usize) -> bool {
+    isa == Isa::Avx512Vnni && 16 * rb <= i32::MAX as usize
+}
+
+/// Whether a tile's 16 rows are 16 in a row (not a task's last rows, which
+/// repeat).
+#[cfg(target_arch = "x86_64")]
+fn in_a_row(r: &[usize; 16]) -> bool {
+    r[15] == r[0] + 15
+}
+
 /// Bytes per weight row; `w` is validated, so this cannot fail.
 fn row_bytes(w: &WeightMatrix<'_>) -> usize {
     w.data.len() / w.rows.max(1)
@@ -190,8 +203,7 @@ fn run_legacy<B: LegacyBlock>(
         acts.interleave4_pairs(last);
     }
     // the 512-bit one-token kernel's, for 16 rows in a row
-    let rows16 =
-        isa == Isa::Avx512Vnni && B::VALUES.is_some() && 16 * row_bytes(w) <= i32::MAX as usize;
+    let rows16 = B::VALUES.is_some() && rows16_fit(isa, row_bytes(w));
     // the VNNI kernels bias signed weights and take the sums off again
     if rows16 || (isa == Isa::Avx512Vnni && B::SIGNED) {
         acts.group_sums();
@@ -227,7 +239,7 @@ fn run_legacy<B: LegacyBlock>(
         let single =
             |r: &[usize; legacy512::ROWS], t: usize, o: &mut [[f32; legacy512::ROWS]; 1]| {
                 let pf = PREFETCH;
-                if rows16 && r[legacy512::ROWS - 1] == r[0] + legacy512::ROWS - 1 {
+                if rows16 && in_a_row(r) {
                     let first = row(r[0]).as_ptr();
                     // SAFETY: as above (VNNI is the ISA, so AVX-512 F/BW/VL too;
                     // a format with a value layout; 16 whole rows from r[0]), with
@@ -410,10 +422,9 @@ fn run_kquant<K: SuperBlock>(
         // 16 rows a call: the format's 512-bit kernel when they are 16 in a
         // row, else one row at a time (a linear stream through the weights),
         // once each (a task's last rows repeat)
-        let rows16 =
-            K::ROWS16_VNNI.filter(|_| isa == Isa::Avx512Vnni && 16 * rb <= i32::MAX as usize);
+        let rows16 = K::ROWS16_VNNI.filter(|_| rows16_fit(isa, rb));
         let single = |r: &[usize; 16], t: usize, o: &mut [[f32; 16]; 1]| {
-            if let (Some(kernel), true) = (rows16, r[15] == r[0] + 15) {
+            if let (Some(kernel), true) = (rows16, in_a_row(r)) {
                 // SAFETY: VNNI is the ISA (so AVX-512 F/BW/VL too); 16 whole
                 // rows from r[0], rb apart; t < n_tokens; Q8_K activations.
                 return unsafe { kernel(row(r[0]).as_ptr(), rb, acts, t, o) };
