@@ -117,7 +117,7 @@ pub(super) unsafe fn rows16_vnni(
             };
             isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(reduce(quads), sc));
         }
-        prefetch_ahead(first.wrapping_add(ROWS * off), ROWS * BYTES);
+        prefetch_ahead::<false>(first.wrapping_add(ROWS * off), ROWS * BYTES);
         let dx = _mm512_set1_ps(acts.d[b * tp + t]);
         let d = f16_lanes::<0>(h0);
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, dx), acc);

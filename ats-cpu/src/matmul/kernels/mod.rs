@@ -29,6 +29,8 @@ mod q3_k;
 mod q4_0;
 mod q4_1;
 mod q4_k;
+#[cfg(target_arch = "x86_64")]
+mod q4_k512;
 mod q5_0;
 mod q5_1;
 mod q5_k;

@@ -17,6 +17,8 @@ impl SuperBlock for Q4K {
     const BYTES: usize = 144;
     const I16_SUMS: usize = 4;
     const WIDE: Wide = Wide::Q4K;
+    #[cfg(target_arch = "x86_64")]
+    const ROWS16_VNNI: Option<super::kquant::Rows16Fn> = Some(super::q4_k512::rows16_vnni);
 
     fn unpack(b: &[u8], c: &mut Canon) {
         set_k4_scales(b, c);

@@ -1,0 +1,241 @@
+//! Q4_K's one-token (decode) kernel on AVX-512 VNNI: 16 rows at once, one
+//! per lane of the FMA chains, as [`super::legacy512`] does for the
+//! 32-element formats.
+//!
+//! A register holds 16 nibble bytes of 4 rows (a 128-bit lane each): the
+//! low nibbles of bytes `32p..32p + 32` are sub-block `2p`'s values, the
+//! high ones sub-block `2p + 1`'s. Two `vpdpbusd` give each row 4 partial
+//! sums of 8 products (at most 8 x 15 x 127 < 2^15, so each fits the low 16
+//! bits of its lane), which one `madd` scales by the row's 6-bit scale
+//! (held in the even 16-bit lanes), so the whole super-block is summed
+//! before one reduction into lanes. The rows' scales and mins are decoded
+//! 4 rows at a time from their 16-byte heads, in the same lanes. Every row's integers are those
+//! of the other paths (`sum(sc_j x S_j)`, `sum(m_j x B_j)`), and so are its
+//! two FMAs per super-block and the results.
+
+use std::arch::x86_64::*;
+
+use super::legacy512::{LANE_ROW, ROWS, f16_lanes, lanes4, prefetch_ahead, reduce};
+use crate::matmul::acts::QuantActs;
+
+/// Bytes per super-block: d, dmin (f16), 12 bytes of 6-bit scales and mins,
+/// 128 bytes of nibbles.
+const BYTES: usize = 144;
+
+/// The 4 rows at `p[0..4]`'s 32 bytes from each, as bytes `0..16` (`.0`)
+/// and `16..32` (`.1`) of each row in its 128-bit lane.
+///
+/// # Safety
+/// Each `p[k]` points to 32 readable bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+unsafe fn halves4(p: [*const u8; 4]) -> (__m512i, __m512i) {
+    // SAFETY: 32 bytes at each p[k] (caller).
+    let [a, b, c, e] = unsafe {
+        [
+            _mm256_loadu_si256(p[0] as *const __m256i),
+            _mm256_loadu_si256(p[1] as *const __m256i),
+            _mm256_loadu_si256(p[2] as *const __m256i),
+            _mm256_loadu_si256(p[3] as *const __m256i),
+        ]
+    };
+    let ab = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), b);
+    let ce = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(c), e);
+    // 128-bit lanes [a.lo, a.hi, b.lo, b.hi] and [c.lo, ...]
+    (
+        _mm512_shuffle_i64x2::<0x88>(ab, ce),
+        _mm512_shuffle_i64x2::<0xdd>(ab, ce),
+    )
+}
+
+/// The scales and mins of a quad's rows as 8 words each in the row's
+/// 128-bit lane, from their heads `h` (per lane: d and dmin, then the 12
+/// bytes of packed 6-bit fields): `k4_scale_words` on 4 rows at once.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+fn scale_words(h: __m512i) -> (__m512i, __m512i) {
+    let (m6, m4, m2) = (
+        _mm512_set1_epi32(0x3f3f_3f3f),
+        _mm512_set1_epi32(0x0f0f_0f0f),
+        _mm512_set1_epi32(0x0303_0303),
+    );
+    // per lane: [a0, a1, a0, a1] and [a2, a2 >> 4, ..]
+    let a01 = _mm512_shuffle_epi32::<0b10_01_10_01>(h);
+    let a2 = _mm512_srlv_epi32(
+        _mm512_shuffle_epi32::<0b11_11_11_11>(h),
+        _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0),
+    );
+    // [scales 0..4, mins 0..4, ..] and [scales 4..8, mins 4..8, ..]
+    let low = _mm512_and_si512(a01, m6);
+    let top = _mm512_slli_epi32::<4>(_mm512_and_si512(_mm512_srli_epi32::<6>(a01), m2));
+    let high = _mm512_or_si512(_mm512_and_si512(a2, m4), top);
+    // [scales 0..8, mins 0..8] as bytes, then words
+    let both = _mm512_unpacklo_epi32(low, high);
+    let z = _mm512_setzero_si512();
+    (_mm512_unpacklo_epi8(both, z), _mm512_unpackhi_epi8(both, z))
+}
+
+/// Dword 0 of each lane of the quads' heads (d and dmin), row `LANE_ROW[l]`
+/// in lane `l`, as [`reduce`] orders its sums.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+fn first_dwords(h: &[__m512i; 4]) -> __m512i {
+    let p = _mm512_unpacklo_epi32(h[0], h[1]);
+    let q = _mm512_unpacklo_epi32(h[2], h[3]);
+    _mm512_unpacklo_epi64(p, q)
+}
+
+/// Word `J` of each 128-bit lane of `w` in that lane's even 16-bit lanes,
+/// zero in the odd ones (for a `madd` against int32 sums below 2^15).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+fn even_word<const J: i8>(w: __m512i) -> __m512i {
+    let (a, b, z) = (2 * J, 2 * J + 1, -128);
+    _mm512_shuffle_epi8(
+        w,
+        _mm512_broadcast_i32x4(_mm_setr_epi8(
+            a, b, z, z, a, b, z, z, a, b, z, z, a, b, z, z,
+        )),
+    )
+}
+
+/// The 8 sub-blocks' scales of 4 rows, each from their scale words `w` as
+/// [`even_word`] leaves it.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+fn scales8(w: __m512i) -> [__m512i; 8] {
+    [
+        even_word::<0>(w),
+        even_word::<1>(w),
+        even_word::<2>(w),
+        even_word::<3>(w),
+        even_word::<4>(w),
+        even_word::<5>(w),
+        even_word::<6>(w),
+        even_word::<7>(w),
+    ]
+}
+
+/// The sub-blocks' sums of the token's values (`bsums` holds sums of 16)
+/// as 8 words, in every 128-bit lane.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+fn block_sums(bsums: &[i16; 16]) -> __m512i {
+    // SAFETY: 32 bytes.
+    let s = unsafe { _mm256_loadu_si256(bsums.as_ptr() as *const __m256i) };
+    let pairs = _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+    // at most 32 x 127: the int32 sums pack to words exactly
+    let w = _mm256_packs_epi32(pairs, pairs);
+    let w = _mm256_permute4x64_epi64::<0x08>(w);
+    _mm512_broadcast_i32x4(_mm256_castsi256_si128(w))
+}
+
+/// Dot products of 16 evenly spaced Q4_K rows with token `t`, into
+/// `out[0]`: the one-token kernel.
+///
+/// # Safety
+/// The CPU must support AVX2/FMA/F16C and AVX-512 F/BW/VL/VNNI; row `r`
+/// (`0..16`) at `first + r * stride` holds `acts.blocks` whole super-blocks,
+/// with `16 * stride` below 2^31; `t < acts.n_tokens`; `acts` holds Q8_K
+/// values.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn rows16_vnni(
+    first: *const u8,
+    stride: usize,
+    acts: &QuantActs,
+    t: usize,
+    out: &mut [[f32; ROWS]; 1],
+) {
+    let (nb, tp) = (acts.blocks, acts.t_pad);
+    debug_assert!(t < acts.n_tokens && acts.qs.len() == tp * nb * 8);
+    let m4 = _mm512_set1_epi8(0x0f);
+    let xq = acts.qs[t * nb * 8..(t + 1) * nb * 8].as_ptr();
+    let bsums = &acts.bsums[t * nb..(t + 1) * nb];
+    let mut acc = _mm512_setzero_ps();
+    for (b, bs) in bsums.iter().enumerate() {
+        let off = b * BYTES;
+        let mut heads = [_mm512_setzero_si512(); 4];
+        let mut scales = [[_mm512_setzero_si512(); 8]; 4];
+        let mut mins = [_mm512_setzero_si512(); 4];
+        for g in 0..4 {
+            let q = first.wrapping_add(4 * g * stride + off);
+            let rows = [
+                q,
+                q.wrapping_add(stride),
+                q.wrapping_add(2 * stride),
+                q.wrapping_add(3 * stride),
+            ];
+            // SAFETY: bytes 0..16 of super-block b of each row (caller).
+            heads[g] = unsafe { lanes4(rows) };
+            let (sc, mn) = scale_words(heads[g]);
+            scales[g] = scales8(sc);
+            mins[g] = mn;
+        }
+        let mut sums = [_mm512_setzero_si512(); 4];
+        // A loop, not closures: closures are not inlined into kernels here.
+        for p in 0..4 {
+            // SAFETY: Q8_K block b of the token holds 8 aligned Q8Blocks.
+            let [x0, x1, y0, y1] = unsafe {
+                let x = xq.add(8 * b + 2 * p) as *const __m128i;
+                [
+                    _mm512_broadcast_i32x4(_mm_load_si128(x)),
+                    _mm512_broadcast_i32x4(_mm_load_si128(x.add(1))),
+                    _mm512_broadcast_i32x4(_mm_load_si128(x.add(2))),
+                    _mm512_broadcast_i32x4(_mm_load_si128(x.add(3))),
+                ]
+            };
+            for (g, sum) in sums.iter_mut().enumerate() {
+                let q = first.wrapping_add(4 * g * stride + off + 16 + 32 * p);
+                let rows = [
+                    q,
+                    q.wrapping_add(stride),
+                    q.wrapping_add(2 * stride),
+                    q.wrapping_add(3 * stride),
+                ];
+                // SAFETY: 32 nibble bytes of super-block b at each row (caller).
+                let (lo, hi) = unsafe { halves4(rows) };
+                let z = _mm512_setzero_si512();
+                let even = _mm512_dpbusd_epi32(
+                    _mm512_dpbusd_epi32(z, _mm512_and_si512(lo, m4), x0),
+                    _mm512_and_si512(hi, m4),
+                    x1,
+                );
+                let odd = _mm512_dpbusd_epi32(
+                    _mm512_dpbusd_epi32(z, _mm512_and_si512(_mm512_srli_epi16::<4>(lo), m4), y0),
+                    _mm512_and_si512(_mm512_srli_epi16::<4>(hi), m4),
+                    y1,
+                );
+                let scaled = _mm512_add_epi32(
+                    _mm512_madd_epi16(even, scales[g][2 * p]),
+                    _mm512_madd_epi16(odd, scales[g][2 * p + 1]),
+                );
+                *sum = _mm512_add_epi32(*sum, scaled);
+            }
+        }
+        let isum = reduce(sums);
+        let bw = block_sums(bs);
+        let msum = reduce([
+            _mm512_madd_epi16(mins[0], bw),
+            _mm512_madd_epi16(mins[1], bw),
+            _mm512_madd_epi16(mins[2], bw),
+            _mm512_madd_epi16(mins[3], bw),
+        ]);
+        prefetch_ahead::<false>(first.wrapping_add(ROWS * off), ROWS * BYTES);
+        let dx = _mm512_set1_ps(acts.d[b * tp + t]);
+        let h = first_dwords(&heads);
+        let (d, dmin) = (f16_lanes::<0>(h), f16_lanes::<16>(h));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, dx), acc);
+        // -dmin, as the other paths negate it (the sign bit flipped)
+        let neg = _mm512_castsi512_ps(_mm512_xor_si512(
+            _mm512_castps_si512(dmin),
+            _mm512_set1_epi32(i32::MIN),
+        ));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(neg, dx), acc);
+    }
+    let mut lanes = [0f32; ROWS];
+    // SAFETY: `lanes` holds 16 floats.
+    unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), acc) };
+    for (l, v) in lanes.into_iter().enumerate() {
+        out[0][LANE_ROW[l]] = v;
+    }
+}
