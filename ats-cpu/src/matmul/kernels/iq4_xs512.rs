@@ -3,7 +3,7 @@
 //! turn.
 //!
 //! Each sub-block is an IQ4_NL block without its own scale: its 16 rows'
-//! sums come from [`legacy512::quad_sums`] and [`legacy512::reduce`] (the
+//! sums come from [`super::legacy512::quad_sums`] and [`super::legacy512::reduce`] (the
 //! levels biased by 128, each row's sums starting from minus the bias's
 //! share, from the Q8_K block sums), are multiplied by the rows' 6-bit
 //! scales less 32, and summed. Every row's integer is the one the other
@@ -16,8 +16,8 @@ use ats_core::quant::iq4_nl::KVALUES;
 
 use super::legacy::Values;
 use super::legacy512::{
-    LANE_ROW, ROWS, f16_lanes, head_offsets, heads16, prefetch_ahead, quad_sums, reduce,
-    unsigned_levels,
+    ROWS, f16_lanes, head_offsets, heads16, prefetch_ahead, quad_rows, quad_sums, reduce,
+    store_rows, unsigned_levels,
 };
 use crate::matmul::acts::QuantActs;
 
@@ -95,12 +95,7 @@ pub(super) unsafe fn rows16_vnni(
             let mut quads = [_mm512_setzero_si512(); 4];
             for (g, quad) in quads.iter_mut().enumerate() {
                 let q = first.wrapping_add(4 * g * stride + off + 8 + 16 * j);
-                let p = [
-                    q,
-                    q.wrapping_add(stride),
-                    q.wrapping_add(2 * stride),
-                    q.wrapping_add(3 * stride),
-                ];
+                let p = quad_rows(q, stride);
                 // SAFETY: 16 nibble bytes of sub-block j at each p[k]
                 // (caller); features enabled here.
                 *quad = unsafe { quad_sums(&NIBBLES, p, table, x, init) };
@@ -122,10 +117,5 @@ pub(super) unsafe fn rows16_vnni(
         let d = f16_lanes::<0>(h0);
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, dx), acc);
     }
-    let mut lanes = [0f32; ROWS];
-    // SAFETY: `lanes` holds 16 floats.
-    unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), acc) };
-    for (l, v) in lanes.into_iter().enumerate() {
-        out[0][LANE_ROW[l]] = v;
-    }
+    store_rows(acc, out);
 }

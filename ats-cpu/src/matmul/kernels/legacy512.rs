@@ -114,6 +114,29 @@ pub(super) fn reduce(s: [__m512i; 4]) -> __m512i {
     _mm512_add_epi32(_mm512_unpacklo_epi64(p, q), _mm512_unpackhi_epi64(p, q))
 }
 
+/// The 4 rows from `q`, `stride` bytes apart (addresses only).
+#[inline]
+pub(super) fn quad_rows(q: *const u8, stride: usize) -> [*const u8; 4] {
+    [
+        q,
+        q.wrapping_add(stride),
+        q.wrapping_add(2 * stride),
+        q.wrapping_add(3 * stride),
+    ]
+}
+
+/// Stores the 16 lanes of `acc` as the rows they hold ([`LANE_ROW`]).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+pub(super) fn store_rows(acc: __m512, out: &mut [[f32; ROWS]; 1]) {
+    let mut lanes = [0f32; ROWS];
+    // SAFETY: `lanes` holds 16 floats.
+    unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), acc) };
+    for (l, v) in lanes.into_iter().enumerate() {
+        out[0][LANE_ROW[l]] = v;
+    }
+}
+
 /// The offset of row `LANE_ROW[l]` from the first, in lane `l`, for
 /// [`heads16`]: rows `stride` bytes apart, `16 * stride` below 2^31.
 #[inline]
@@ -277,12 +300,7 @@ pub(super) unsafe fn rows16_vnni<B: LegacyBlock>(
         // A loop, not a closure: closures are not inlined into kernels here.
         for (g, quad) in quads.iter_mut().enumerate() {
             let q = first.wrapping_add(4 * g * stride + off + at);
-            let p = [
-                q,
-                q.wrapping_add(stride),
-                q.wrapping_add(2 * stride),
-                q.wrapping_add(3 * stride),
-            ];
+            let p = quad_rows(q, stride);
             // SAFETY: the values of block b at each p[k] (caller);
             // features enabled here.
             *quad = unsafe { quad_sums(values, p, table, x, init) };
@@ -297,12 +315,7 @@ pub(super) unsafe fn rows16_vnni<B: LegacyBlock>(
             acc = _mm512_fmadd_ps(c, _mm512_set1_ps(acts.s[b * tp + t]), acc);
         }
     }
-    let mut lanes = [0f32; ROWS];
-    // SAFETY: `lanes` holds 16 floats.
-    unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), acc) };
-    for (l, v) in lanes.into_iter().enumerate() {
-        out[0][LANE_ROW[l]] = v;
-    }
+    store_rows(acc, out);
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@
 
 use std::arch::x86_64::*;
 
-use super::legacy512::{LANE_ROW, ROWS, f16_lanes, lanes4, prefetch_ahead, reduce};
+use super::legacy512::{ROWS, f16_lanes, lanes4, prefetch_ahead, quad_rows, reduce, store_rows};
 use crate::matmul::acts::QuantActs;
 
 /// Bytes per super-block: d, dmin (f16), 12 bytes of 6-bit scales and mins,
@@ -159,12 +159,7 @@ pub(super) unsafe fn rows16_vnni(
         let mut mins = [_mm512_setzero_si512(); 4];
         for g in 0..4 {
             let q = first.wrapping_add(4 * g * stride + off);
-            let rows = [
-                q,
-                q.wrapping_add(stride),
-                q.wrapping_add(2 * stride),
-                q.wrapping_add(3 * stride),
-            ];
+            let rows = quad_rows(q, stride);
             // SAFETY: bytes 0..16 of super-block b of each row (caller).
             heads[g] = unsafe { lanes4(rows) };
             let (sc, mn) = scale_words(heads[g]);
@@ -186,12 +181,7 @@ pub(super) unsafe fn rows16_vnni(
             };
             for (g, sum) in sums.iter_mut().enumerate() {
                 let q = first.wrapping_add(4 * g * stride + off + 16 + 32 * p);
-                let rows = [
-                    q,
-                    q.wrapping_add(stride),
-                    q.wrapping_add(2 * stride),
-                    q.wrapping_add(3 * stride),
-                ];
+                let rows = quad_rows(q, stride);
                 // SAFETY: 32 nibble bytes of super-block b at each row (caller).
                 let (lo, hi) = unsafe { halves4(rows) };
                 let z = _mm512_setzero_si512();
@@ -232,10 +222,5 @@ pub(super) unsafe fn rows16_vnni(
         ));
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(neg, dx), acc);
     }
-    let mut lanes = [0f32; ROWS];
-    // SAFETY: `lanes` holds 16 floats.
-    unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), acc) };
-    for (l, v) in lanes.into_iter().enumerate() {
-        out[0][LANE_ROW[l]] = v;
-    }
+    store_rows(acc, out);
 }
