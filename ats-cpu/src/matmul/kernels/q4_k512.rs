@@ -5,13 +5,15 @@
 //! A register holds 16 nibble bytes of 4 rows (a 128-bit lane each): the
 //! low nibbles of bytes `32p..32p + 32` are sub-block `2p`'s values, the
 //! high ones sub-block `2p + 1`'s. Two `vpdpbusd` give each row 4 partial
-//! sums of 8 products (at most 8 x 15 x 127 < 2^15, so each fits the low 16
-//! bits of its lane), which one `madd` scales by the row's 6-bit scale
-//! (held in the even 16-bit lanes), so the whole super-block is summed
-//! before one reduction into lanes. The rows' scales and mins are decoded
-//! 4 rows at a time from their 16-byte heads, in the same lanes. Every row's integers are those
-//! of the other paths (`sum(sc_j x S_j)`, `sum(m_j x B_j)`), and so are its
-//! two FMAs per super-block and the results.
+//! sums of 8 products per sub-block (at most 8 x 15 x 127 < 2^15), so two
+//! sub-blocks' sums pack exactly into words and one `vpdpwssd` applies the
+//! rows' 6-bit scales; the whole super-block is summed before one
+//! reduction into lanes. The rows' scales and mins are decoded 4 rows at a
+//! time from their 16-byte heads, in the same lanes. The quads run in a
+//! loop: unrolled, LLVM hoisted every quad's loads and spilled them (15-20%
+//! slower on a 1B model). Every row's integers are those of the other paths
+//! (`sum(sc_j x S_j)`, `sum(m_j x B_j)`), and so are its two FMAs per
+//! super-block and the results.
 
 use std::arch::x86_64::*;
 
@@ -75,6 +77,82 @@ fn scale_words(h: __m512i) -> (__m512i, __m512i) {
     (_mm512_unpacklo_epi8(both, z), _mm512_unpackhi_epi8(both, z))
 }
 
+/// The integer sums of quad `g` (rows `4g..4g + 4` from `first`, `stride`
+/// apart) for their super-blocks at `off` against the token's 16 groups of
+/// 16 values `x`: `sum_j sc_j x S_j` in 4 partial sums per row (its 128-bit
+/// lane), with the rows' heads and their mins as words.
+///
+/// Each pair of sub-blocks' partial sums (below 2^15) is packed to words
+/// and scaled by one `vpdpwssd`, so every scale is applied once per row
+/// and the sums stay exact.
+///
+/// # Safety
+/// Bytes `off..off + BYTES` of each of the quad's rows are readable.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn quad_sums(
+    first: *const u8,
+    stride: usize,
+    off: usize,
+    g: usize,
+    x: *const __m128i,
+) -> (__m512i, __m512i, __m512i) {
+    let m4 = _mm512_set1_epi8(0x0f);
+    let q = first.wrapping_add(4 * g * stride + off);
+    // SAFETY: 16 head bytes at each row (caller).
+    let head = unsafe { lanes4(quad_rows(q, stride)) };
+    let (sc, mn) = scale_words(head);
+    let pairs = [
+        scale_pair::<0>(sc),
+        scale_pair::<1>(sc),
+        scale_pair::<2>(sc),
+        scale_pair::<3>(sc),
+    ];
+    let z = _mm512_setzero_si512();
+    let mut sum = z;
+    // A loop, not closures: closures are not inlined into kernels here.
+    for (p, pair) in pairs.into_iter().enumerate() {
+        // SAFETY: 32 nibble bytes of the super-block at each row (caller).
+        let (lo, hi) = unsafe { halves4(quad_rows(q.wrapping_add(16 + 32 * p), stride)) };
+        // SAFETY: groups 4p..4p + 4 of the token's block (caller).
+        let [x0, x1, y0, y1] = unsafe {
+            [
+                _mm512_broadcast_i32x4(_mm_load_si128(x.add(4 * p))),
+                _mm512_broadcast_i32x4(_mm_load_si128(x.add(4 * p + 1))),
+                _mm512_broadcast_i32x4(_mm_load_si128(x.add(4 * p + 2))),
+                _mm512_broadcast_i32x4(_mm_load_si128(x.add(4 * p + 3))),
+            ]
+        };
+        let even = _mm512_dpbusd_epi32(
+            _mm512_dpbusd_epi32(z, _mm512_and_si512(lo, m4), x0),
+            _mm512_and_si512(hi, m4),
+            x1,
+        );
+        let odd = _mm512_dpbusd_epi32(
+            _mm512_dpbusd_epi32(z, _mm512_and_si512(_mm512_srli_epi16::<4>(lo), m4), y0),
+            _mm512_and_si512(_mm512_srli_epi16::<4>(hi), m4),
+            y1,
+        );
+        // below 2^15 (8 x 15 x 127), so the words are exact
+        sum = _mm512_dpwssd_epi32(sum, _mm512_packs_epi32(even, odd), pair);
+    }
+    (head, sum, mn)
+}
+
+/// Sub-blocks `2P` and `2P + 1`'s scales from a lane's 8 scale words, 4
+/// words each, as [`_mm512_packs_epi32`] lays out two sub-blocks' sums.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+fn scale_pair<const P: i8>(w: __m512i) -> __m512i {
+    let (a, b, c, d) = (4 * P, 4 * P + 1, 4 * P + 2, 4 * P + 3);
+    _mm512_shuffle_epi8(
+        w,
+        _mm512_broadcast_i32x4(_mm_setr_epi8(
+            a, b, a, b, a, b, a, b, c, d, c, d, c, d, c, d,
+        )),
+    )
+}
+
 /// Dword 0 of each lane of the quads' heads (d and dmin), row `LANE_ROW[l]`
 /// in lane `l`, as [`reduce`] orders its sums.
 #[inline]
@@ -83,37 +161,6 @@ fn first_dwords(h: &[__m512i; 4]) -> __m512i {
     let p = _mm512_unpacklo_epi32(h[0], h[1]);
     let q = _mm512_unpacklo_epi32(h[2], h[3]);
     _mm512_unpacklo_epi64(p, q)
-}
-
-/// Word `J` of each 128-bit lane of `w` in that lane's even 16-bit lanes,
-/// zero in the odd ones (for a `madd` against int32 sums below 2^15).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
-fn even_word<const J: i8>(w: __m512i) -> __m512i {
-    let (a, b, z) = (2 * J, 2 * J + 1, -128);
-    _mm512_shuffle_epi8(
-        w,
-        _mm512_broadcast_i32x4(_mm_setr_epi8(
-            a, b, z, z, a, b, z, z, a, b, z, z, a, b, z, z,
-        )),
-    )
-}
-
-/// The 8 sub-blocks' scales of 4 rows, each from their scale words `w` as
-/// [`even_word`] leaves it.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
-fn scales8(w: __m512i) -> [__m512i; 8] {
-    [
-        even_word::<0>(w),
-        even_word::<1>(w),
-        even_word::<2>(w),
-        even_word::<3>(w),
-        even_word::<4>(w),
-        even_word::<5>(w),
-        even_word::<6>(w),
-        even_word::<7>(w),
-    ]
 }
 
 /// The sub-blocks' sums of the token's values (`bsums` holds sums of 16)
@@ -148,59 +195,19 @@ pub(super) unsafe fn rows16_vnni(
 ) {
     let (nb, tp) = (acts.blocks, acts.t_pad);
     debug_assert!(t < acts.n_tokens && acts.qs.len() == tp * nb * 8);
-    let m4 = _mm512_set1_epi8(0x0f);
     let xq = acts.qs[t * nb * 8..(t + 1) * nb * 8].as_ptr();
     let bsums = &acts.bsums[t * nb..(t + 1) * nb];
     let mut acc = _mm512_setzero_ps();
     for (b, bs) in bsums.iter().enumerate() {
         let off = b * BYTES;
-        let mut heads = [_mm512_setzero_si512(); 4];
-        let mut scales = [[_mm512_setzero_si512(); 8]; 4];
-        let mut mins = [_mm512_setzero_si512(); 4];
+        // SAFETY: Q8_K block b of the token holds 8 aligned Q8Blocks (16
+        // groups of 16 values).
+        let x = unsafe { xq.add(8 * b) as *const __m128i };
+        let z = _mm512_setzero_si512();
+        let (mut heads, mut sums, mut mins) = ([z; 4], [z; 4], [z; 4]);
         for g in 0..4 {
-            let q = first.wrapping_add(4 * g * stride + off);
-            let rows = quad_rows(q, stride);
-            // SAFETY: bytes 0..16 of super-block b of each row (caller).
-            heads[g] = unsafe { lanes4(rows) };
-            let (sc, mn) = scale_words(heads[g]);
-            scales[g] = scales8(sc);
-            mins[g] = mn;
-        }
-        let mut sums = [_mm512_setzero_si512(); 4];
-        // A loop, not closures: closures are not inlined into kernels here.
-        for p in 0..4 {
-            // SAFETY: Q8_K block b of the token holds 8 aligned Q8Blocks.
-            let [x0, x1, y0, y1] = unsafe {
-                let x = xq.add(8 * b + 2 * p) as *const __m128i;
-                [
-                    _mm512_broadcast_i32x4(_mm_load_si128(x)),
-                    _mm512_broadcast_i32x4(_mm_load_si128(x.add(1))),
-                    _mm512_broadcast_i32x4(_mm_load_si128(x.add(2))),
-                    _mm512_broadcast_i32x4(_mm_load_si128(x.add(3))),
-                ]
-            };
-            for (g, sum) in sums.iter_mut().enumerate() {
-                let q = first.wrapping_add(4 * g * stride + off + 16 + 32 * p);
-                let rows = quad_rows(q, stride);
-                // SAFETY: 32 nibble bytes of super-block b at each row (caller).
-                let (lo, hi) = unsafe { halves4(rows) };
-                let z = _mm512_setzero_si512();
-                let even = _mm512_dpbusd_epi32(
-                    _mm512_dpbusd_epi32(z, _mm512_and_si512(lo, m4), x0),
-                    _mm512_and_si512(hi, m4),
-                    x1,
-                );
-                let odd = _mm512_dpbusd_epi32(
-                    _mm512_dpbusd_epi32(z, _mm512_and_si512(_mm512_srli_epi16::<4>(lo), m4), y0),
-                    _mm512_and_si512(_mm512_srli_epi16::<4>(hi), m4),
-                    y1,
-                );
-                let scaled = _mm512_add_epi32(
-                    _mm512_madd_epi16(even, scales[g][2 * p]),
-                    _mm512_madd_epi16(odd, scales[g][2 * p + 1]),
-                );
-                *sum = _mm512_add_epi32(*sum, scaled);
-            }
+            // SAFETY: super-block b of each row is whole (caller).
+            (heads[g], sums[g], mins[g]) = unsafe { quad_sums(first, stride, off, g, x) };
         }
         let isum = reduce(sums);
         let bw = block_sums(bs);
