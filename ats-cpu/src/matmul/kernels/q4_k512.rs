@@ -87,7 +87,9 @@ fn scale_words(h: __m512i) -> (__m512i, __m512i) {
 /// and the sums stay exact.
 ///
 /// # Safety
-/// Bytes `off..off + BYTES` of each of the quad's rows are readable.
+/// The CPU must support AVX-512 F/BW/VL/VNNI; bytes `off..off + BYTES` of
+/// each of the quad's rows are readable; `x` points to a Q8_K block's 256
+/// values, 16-byte aligned.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn quad_sums(
@@ -200,9 +202,8 @@ pub(super) unsafe fn rows16_vnni(
     let mut acc = _mm512_setzero_ps();
     for (b, bs) in bsums.iter().enumerate() {
         let off = b * BYTES;
-        // SAFETY: Q8_K block b of the token holds 8 aligned Q8Blocks (16
-        // groups of 16 values).
-        let x = unsafe { xq.add(8 * b) as *const __m128i };
+        // Q8_K block b of the token: 8 aligned Q8Blocks (16 groups of 16)
+        let x = xq.wrapping_add(8 * b) as *const __m128i;
         let z = _mm512_setzero_si512();
         let (mut heads, mut sums, mut mins) = ([z; 4], [z; 4], [z; 4]);
         for g in 0..4 {
