@@ -10,8 +10,11 @@
 //! rows' partial sums into the 16 lanes of one register. The nibbles'
 //! levels are looked up with `pshufb` as unsigned bytes (signed ones, and
 //! Q8_0's bytes, biased by 128, whose `128 x sum(x)` the sums start from
-//! minus);
-//! the 16 rows' scales come in one gather. So the integer sums are those
+//! minus). The nibble formats read each row's block with one 32-byte
+//! load that holds its head too (the next block follows, so all but the
+//! last block), and the 16 heads come together with 3 unpacks; the last
+//! block and Q8_0 gather them (a gather cost 5-8% of IQ4_NL's and MXFP4's
+//! decode on a Zen 4). So the integer sums are those
 //! of every other path, and so are the results: per row, blocks in order,
 //! `acc = fma(isum, d * dx, acc)`, then `fma(c, s, acc)`.
 
@@ -55,6 +58,32 @@ pub(super) unsafe fn lanes4(p: [*const u8; 4]) -> __m512i {
     _mm512_inserti64x4::<1>(_mm512_castsi256_si512(ab), ce)
 }
 
+/// The 4 rows at `p[0..4]`'s 32 bytes from each, as bytes `0..16` (`.0`)
+/// and `16..32` (`.1`) of each row in its 128-bit lane.
+///
+/// # Safety
+/// Each `p[k]` points to 32 readable bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+pub(super) unsafe fn halves4(p: [*const u8; 4]) -> (__m512i, __m512i) {
+    // SAFETY: 32 bytes at each p[k] (caller).
+    let [a, b, c, e] = unsafe {
+        [
+            _mm256_loadu_si256(p[0] as *const __m256i),
+            _mm256_loadu_si256(p[1] as *const __m256i),
+            _mm256_loadu_si256(p[2] as *const __m256i),
+            _mm256_loadu_si256(p[3] as *const __m256i),
+        ]
+    };
+    let ab = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), b);
+    let ce = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(c), e);
+    // 128-bit lanes [a.lo, a.hi, b.lo, b.hi] and [c.lo, ...]
+    (
+        _mm512_shuffle_i64x2::<0x88>(ab, ce),
+        _mm512_shuffle_i64x2::<0xdd>(ab, ce),
+    )
+}
+
 /// The sums of one block of 4 rows (128-bit lane `k`: row `k`'s four
 /// partial sums), the block's values at `p[k]` stored as `values` (the
 /// nibble levels looked up in `table`, bytes made unsigned by their bias),
@@ -73,15 +102,8 @@ pub(super) unsafe fn quad_sums(
     init: __m512i,
 ) -> __m512i {
     let (lo, hi) = match values {
-        Values::Nibbles { .. } => {
-            // SAFETY: 16 bytes at each p[k] (caller).
-            let q = unsafe { lanes4(p) };
-            let m4 = _mm512_set1_epi8(0x0f);
-            (
-                _mm512_shuffle_epi8(table, _mm512_and_si512(q, m4)),
-                _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16::<4>(q), m4)),
-            )
-        }
+        // SAFETY: 16 bytes at each p[k] (caller).
+        Values::Nibbles { .. } => levels(unsafe { lanes4(p) }, table),
         Values::Bytes { .. } => {
             // SAFETY: 32 bytes at each p[k] (caller).
             let (lo, hi) = unsafe {
@@ -94,6 +116,52 @@ pub(super) unsafe fn quad_sums(
         }
     };
     _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, lo, x[0]), hi, x[1])
+}
+
+/// The levels (looked up in `table`) of the nibbles `q` of 4 rows: the
+/// low nibbles (values 0..16) and the high ones (16..32).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+fn levels(q: __m512i, table: __m512i) -> (__m512i, __m512i) {
+    let m4 = _mm512_set1_epi8(0x0f);
+    (
+        _mm512_shuffle_epi8(table, _mm512_and_si512(q, m4)),
+        _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16::<4>(q), m4)),
+    )
+}
+
+/// [`quad_sums`] for nibble formats from one 32-byte load per row at the
+/// block's start `p[k]`, which also holds the block's head: the sums, and
+/// the rows' first 16 bytes (the head in dword 0 of each lane). The nibbles
+/// start `AT` bytes in.
+///
+/// # Safety
+/// Each `p[k]` points to 32 readable bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn quad_sums_headed<const AT: i32>(
+    p: [*const u8; 4],
+    table: __m512i,
+    x: [__m512i; 2],
+    init: __m512i,
+) -> (__m512i, __m512i) {
+    // SAFETY: 32 bytes at each p[k] (caller).
+    let (first, second) = unsafe { halves4(p) };
+    // per lane: bytes AT..AT + 16 of the row
+    let (lo, hi) = levels(_mm512_alignr_epi8::<AT>(second, first), table);
+    let sums = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, lo, x[0]), hi, x[1]);
+    (sums, first)
+}
+
+/// Dword 0 of each lane of four quads' registers, row `LANE_ROW[l]` in lane
+/// `l`, as [`reduce`] orders its sums (the blocks' heads, as [`heads16`]
+/// gathers them).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+pub(super) fn first_dwords(h: &[__m512i; 4]) -> __m512i {
+    let p = _mm512_unpacklo_epi32(h[0], h[1]);
+    let q = _mm512_unpacklo_epi32(h[2], h[3]);
+    _mm512_unpacklo_epi64(p, q)
 }
 
 /// The 16 rows' sums of [`quad_sums`]' four registers, row `LANE_ROW[l]` in
@@ -296,19 +364,42 @@ pub(super) unsafe fn rows16_vnni<B: LegacyBlock>(
             ]
         };
         let init = _mm512_set1_epi32(quarter * acts.xsums[b * tp + t]);
-        let mut quads = [_mm512_setzero_si512(); 4];
+        let z = _mm512_setzero_si512();
+        let (mut quads, mut heads) = ([z; 4], [z; 4]);
+        // Before the last block each row has 32 bytes from the block's
+        // start (the next block follows), so one load per row gives its
+        // nibbles and head, and no gather is needed.
+        let headed = b + 1 < nb
+            && 2 * B::BYTES >= 32
+            && matches!(values, Values::Nibbles { at: 1 | 2 | 4, .. });
         // A loop, not a closure: closures are not inlined into kernels here.
-        for (g, quad) in quads.iter_mut().enumerate() {
-            let q = first.wrapping_add(4 * g * stride + off + at);
+        for g in 0..4 {
+            let q = first.wrapping_add(4 * g * stride + off);
             let p = quad_rows(q, stride);
-            // SAFETY: the values of block b at each p[k] (caller);
-            // features enabled here.
-            *quad = unsafe { quad_sums(values, p, table, x, init) };
+            // SAFETY: headed: blocks b and b + 1 (at least 32 bytes) at each
+            // p[k], else block b's values at p[k] + at (caller, b + 1 < nb
+            // when headed); features enabled here.
+            (quads[g], heads[g]) = unsafe {
+                match (headed, at) {
+                    (true, 1) => quad_sums_headed::<1>(p, table, x, init),
+                    (true, 2) => quad_sums_headed::<2>(p, table, x, init),
+                    (true, _) => quad_sums_headed::<4>(p, table, x, init),
+                    (false, _) => {
+                        let p = quad_rows(q.wrapping_add(at), stride);
+                        (quad_sums(values, p, table, x, init), z)
+                    }
+                }
+            };
         }
         let isum = reduce(quads);
         prefetch_ahead::<true>(first.wrapping_add(ROWS * off), ROWS * B::BYTES);
-        // SAFETY: the heads of block b of each row (caller).
-        let (d, c) = scales16::<B>(unsafe { heads16(first.wrapping_add(off), idx) });
+        let heads = if headed {
+            first_dwords(&heads)
+        } else {
+            // SAFETY: the heads of block b of each row (caller).
+            unsafe { heads16(first.wrapping_add(off), idx) }
+        };
+        let (d, c) = scales16::<B>(heads);
         let dx = _mm512_set1_ps(acts.d[b * tp + t]);
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, dx), acc);
         if has_c::<B>() {

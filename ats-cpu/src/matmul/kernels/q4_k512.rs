@@ -17,38 +17,14 @@
 
 use std::arch::x86_64::*;
 
-use super::legacy512::{ROWS, f16_lanes, lanes4, prefetch_ahead, quad_rows, reduce, store_rows};
+use super::legacy512::{
+    ROWS, f16_lanes, first_dwords, halves4, lanes4, prefetch_ahead, quad_rows, reduce, store_rows,
+};
 use crate::matmul::acts::QuantActs;
 
 /// Bytes per super-block: d, dmin (f16), 12 bytes of 6-bit scales and mins,
 /// 128 bytes of nibbles.
 const BYTES: usize = 144;
-
-/// The 4 rows at `p[0..4]`'s 32 bytes from each, as bytes `0..16` (`.0`)
-/// and `16..32` (`.1`) of each row in its 128-bit lane.
-///
-/// # Safety
-/// Each `p[k]` points to 32 readable bytes.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
-unsafe fn halves4(p: [*const u8; 4]) -> (__m512i, __m512i) {
-    // SAFETY: 32 bytes at each p[k] (caller).
-    let [a, b, c, e] = unsafe {
-        [
-            _mm256_loadu_si256(p[0] as *const __m256i),
-            _mm256_loadu_si256(p[1] as *const __m256i),
-            _mm256_loadu_si256(p[2] as *const __m256i),
-            _mm256_loadu_si256(p[3] as *const __m256i),
-        ]
-    };
-    let ab = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), b);
-    let ce = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(c), e);
-    // 128-bit lanes [a.lo, a.hi, b.lo, b.hi] and [c.lo, ...]
-    (
-        _mm512_shuffle_i64x2::<0x88>(ab, ce),
-        _mm512_shuffle_i64x2::<0xdd>(ab, ce),
-    )
-}
 
 /// The scales and mins of a quad's rows as 8 words each in the row's
 /// 128-bit lane, from their heads `h` (per lane: d and dmin, then the 12
@@ -153,16 +129,6 @@ fn scale_pair<const P: i8>(w: __m512i) -> __m512i {
             a, b, a, b, a, b, a, b, c, d, c, d, c, d, c, d,
         )),
     )
-}
-
-/// Dword 0 of each lane of the quads' heads (d and dmin), row `LANE_ROW[l]`
-/// in lane `l`, as [`reduce`] orders its sums.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
-fn first_dwords(h: &[__m512i; 4]) -> __m512i {
-    let p = _mm512_unpacklo_epi32(h[0], h[1]);
-    let q = _mm512_unpacklo_epi32(h[2], h[3]);
-    _mm512_unpacklo_epi64(p, q)
 }
 
 /// The sub-blocks' sums of the token's values (`bsums` holds sums of 16)
