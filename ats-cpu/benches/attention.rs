@@ -1,7 +1,7 @@
 //! Decode attention benchmarks: one query row over an f16 KV cache of
 //! 512 and 2048 keys, at the Llama-3-8B (32 heads, 8 KV heads of 128) and
-//! SmolLM2-135M (9 heads, 3 KV heads of 64) shapes, on the rayon pool's
-//! threads. Throughput in bytes of the cache read (keys and values). The
+//! SmolLM2-135M (9 heads, 3 KV heads of 64) shapes, on a team of the
+//! machine's threads. Throughput in bytes of the cache read (keys and values). The
 //! `paged` group reads the same keys through KV blocks of 16 to 256 rows laid
 //! out in reverse order (how a session's sequences hold the cache), against
 //! contiguous rows: the measurement behind `ats_sched::session::KV_BLOCK_TOKENS`.
@@ -124,5 +124,15 @@ fn paged(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, decode, paged);
+/// Both groups on a team of the machine's threads.
+fn all(c: &mut Criterion) {
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    let team = ats_cpu::team::Team::new(threads, "bench").unwrap();
+    team.install(|| {
+        decode(c);
+        paged(c);
+    });
+}
+
+criterion_group!(benches, all);
 criterion_main!(benches);

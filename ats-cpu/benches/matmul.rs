@@ -13,10 +13,12 @@
 //! - `membw/*`: streaming read of 512 MiB, for the machine's bandwidth.
 
 use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ats_core::DType;
 use ats_cpu::matmul::{Isa, MatmulScratch, WeightMatrix, matmul_with, weight_bytes};
+use ats_cpu::team::{self, Team};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
 /// SmolLM2-135M: (name, rows, cols, dtype) of the matmuls of one layer, then the head.
@@ -62,11 +64,8 @@ fn activations(n: usize) -> Vec<f32> {
         .collect()
 }
 
-fn pool(threads: usize) -> rayon::ThreadPool {
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .unwrap()
+fn pool(threads: usize) -> Team {
+    Team::new(threads, "bench").unwrap()
 }
 
 fn shapes() -> Vec<(String, DType, usize, usize)> {
@@ -240,7 +239,6 @@ fn overhead(c: &mut Criterion) {
 }
 
 fn membw(c: &mut Criterion) {
-    use rayon::prelude::*;
     let n = (512usize << 20) / 8;
     let buf: Vec<u64> = (0..n as u64).collect();
     let mut g = c.benchmark_group("membw");
@@ -254,17 +252,19 @@ fn membw(c: &mut Criterion) {
                 p.install(|| {
                     b.iter(|| {
                         // Four independent sums per chunk so the adds keep up with the loads.
-                        buf.par_chunks(1 << 20)
-                            .map(|ch| {
-                                let mut s = [0u64; 4];
-                                for q in ch.chunks_exact(4) {
-                                    for k in 0..4 {
-                                        s[k] = s[k].wrapping_add(q[k]);
-                                    }
+                        let total = AtomicU64::new(0);
+                        team::for_each(buf.len().div_ceil(1 << 20), |i| {
+                            let ch = &buf[i << 20..buf.len().min((i + 1) << 20)];
+                            let mut s = [0u64; 4];
+                            for q in ch.chunks_exact(4) {
+                                for k in 0..4 {
+                                    s[k] = s[k].wrapping_add(q[k]);
                                 }
-                                s.iter().fold(0u64, |a, b| a.wrapping_add(*b))
-                            })
-                            .reduce(|| 0, |a, b| a.wrapping_add(b))
+                            }
+                            let sum = s.iter().fold(0u64, |a, b| a.wrapping_add(*b));
+                            total.fetch_add(sum, Ordering::Relaxed);
+                        });
+                        total.into_inner()
                     })
                 })
             },

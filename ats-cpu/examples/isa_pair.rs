@@ -47,10 +47,7 @@ fn main() {
         .into_iter()
         .filter(|i| *i != Isa::Scalar)
         .collect();
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(1)
-        .build()
-        .unwrap();
+    let pool = ats_cpu::team::Team::new(1, "isa-pair").unwrap();
     for (name, dtype, rows, cols, n) in [
         ("mlp 1536x576 q4_1", DType::Q4_1, 1536, 576, 1),
         ("output 4096x576 q8_0", DType::Q8_0, 4096, 576, 1),

@@ -4,7 +4,10 @@
 //!
 //! `cargo run --release -p ats-cpu --example membw -- [THREADS] [MiB]`
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
+
+use ats_cpu::team::{self, Team};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -13,28 +16,27 @@ fn main() {
     let n = mib * (1 << 20) / 8;
     // touched once so every page is resident before timing
     let buf: Vec<u64> = (0..n as u64).collect();
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .expect("thread pool");
+    let pool = Team::new(threads, "membw").expect("threads");
     let mut best = f64::MAX;
     let mut sink = 0u64;
     for _ in 0..8 {
         let t = Instant::now();
         sink = sink.wrapping_add(pool.install(|| {
-            use rayon::prelude::*;
-            buf.par_chunks(n.div_ceil(threads))
-                .map(|c| {
-                    // four accumulators keep several loads in flight
-                    let mut acc = [0u64; 4];
-                    for q in c.chunks_exact(4) {
-                        for i in 0..4 {
-                            acc[i] = acc[i].wrapping_add(q[i]);
-                        }
+            let total = AtomicU64::new(0);
+            let part = n.div_ceil(threads);
+            team::for_each(threads, |i| {
+                let c = &buf[(i * part).min(n)..((i + 1) * part).min(n)];
+                // four accumulators keep several loads in flight
+                let mut acc = [0u64; 4];
+                for q in c.chunks_exact(4) {
+                    for i in 0..4 {
+                        acc[i] = acc[i].wrapping_add(q[i]);
                     }
-                    acc.iter().fold(0u64, |a, &b| a.wrapping_add(b))
-                })
-                .reduce(|| 0, u64::wrapping_add)
+                }
+                let sum = acc.iter().fold(0u64, |a, &b| a.wrapping_add(b));
+                total.fetch_add(sum, Ordering::Relaxed);
+            });
+            total.into_inner()
         }));
         best = best.min(t.elapsed().as_secs_f64());
     }

@@ -1,5 +1,5 @@
-//! The CPU as a [`Device`]: host memory, synchronous execution on a rayon
-//! pool with exactly the requested number of threads.
+//! The CPU as a [`Device`]: host memory, synchronous execution on a
+//! [`Team`] of exactly the requested number of threads.
 
 use std::sync::Arc;
 
@@ -10,6 +10,7 @@ use ats_core::round::Round;
 
 use crate::matmul::Isa;
 use crate::storage::{CpuStorage, cpu_storage};
+use crate::team::Team;
 
 /// Why a CPU device cannot be made.
 #[derive(Debug, thiserror::Error)]
@@ -34,7 +35,7 @@ pub enum CpuError {
 pub struct CpuDevice {
     info: DeviceInfo,
     ledger: Arc<Ledger>,
-    pool: rayon::ThreadPool,
+    team: Team,
     isa: Isa,
 }
 
@@ -64,14 +65,10 @@ impl CpuDevice {
         if !isa.is_available() {
             return Err(CpuError::Isa(isa));
         }
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("ats-cpu-{i}"))
-            .build()
-            .map_err(|e| CpuError::Pool {
-                threads,
-                message: e.to_string(),
-            })?;
+        let team = Team::new(threads, "ats-cpu").map_err(|e| CpuError::Pool {
+            threads,
+            message: e.to_string(),
+        })?;
         Ok(CpuDevice {
             info: DeviceInfo {
                 name: name.to_string(),
@@ -80,14 +77,14 @@ impl CpuDevice {
                 parallelism: Some(threads),
             },
             ledger: Ledger::new(name, None),
-            pool,
+            team,
             isa,
         })
     }
 
     /// Threads in the pool.
     pub fn threads(&self) -> usize {
-        self.pool.current_num_threads()
+        self.team.threads()
     }
 
     /// The instruction set the kernels use.
@@ -95,10 +92,10 @@ impl CpuDevice {
         self.isa
     }
 
-    /// Runs `f` on the device's pool (kernels called from `f` fan out over it
-    /// without a hand-off per call).
+    /// Runs `f` with the device's team as the current one (kernels called
+    /// from `f` fan out over it).
     pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
-        self.pool.install(f)
+        self.team.install(f)
     }
 
     fn storage<'a>(&self, b: &'a Buffer) -> Result<&'a CpuStorage, DeviceError> {
@@ -173,7 +170,7 @@ impl Device for CpuDevice {
         } else {
             None
         };
-        self.pool.install(|| crate::ops::run(args, isa, name))
+        self.team.install(|| crate::ops::run(args, isa, name))
     }
 
     fn node_scratch_bytes(&self, graph: &Graph, node: usize, round: &Round) -> u64 {
@@ -186,6 +183,6 @@ impl Device for CpuDevice {
     }
 
     fn enter(&self, f: &mut (dyn FnMut() + Send)) {
-        self.pool.install(f)
+        self.team.install(f)
     }
 }

@@ -8,8 +8,8 @@
 //! loads its scales with one vector load). Token counts are padded to
 //! [`TOKEN_PAD`] with zero blocks, so tiles never read past the end.
 
+use crate::team;
 use half::f16;
-use rayon::prelude::*;
 
 use super::isa::Isa;
 
@@ -142,16 +142,18 @@ impl QuantActs {
                     .chunks_exact_mut(blocks.max(1))
                     .zip(self.tok_s.chunks_exact_mut(blocks.max(1))),
             );
-        if n_tokens * cols >= PAR_QUANT_MIN && rayon::current_num_threads() > 1 {
+        if n_tokens * cols >= PAR_QUANT_MIN && team::current_threads() > 1 {
             let bs: Vec<&mut [[i16; 16]]> = if nb16 > 0 {
                 self.bsums.chunks_exact_mut(nb16).take(n_tokens).collect()
             } else {
                 (0..n_tokens).map(|_| Default::default()).collect()
             };
-            rows.zip(bs)
-                .collect::<Vec<_>>()
-                .into_par_iter()
-                .for_each(quant_one);
+            let mut rows: Vec<_> = rows.zip(bs).map(Some).collect();
+            team::for_each_mut(&mut rows, |row| {
+                if let Some(row) = row.take() {
+                    quant_one(row)
+                }
+            });
         } else if nb16 > 0 {
             rows.zip(self.bsums.chunks_exact_mut(nb16))
                 .for_each(quant_one);

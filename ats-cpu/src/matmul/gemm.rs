@@ -1,7 +1,7 @@
 //! Tiling and threading of one matmul.
 //!
 //! The output (`n_tokens x rows`) is cut into rectangular tasks (a range of
-//! rows x a range of token tiles) that rayon runs in the current pool; each
+//! rows x a range of token tiles) that the current [`crate::team`] runs; each
 //! task walks its rectangle in micro-tiles of `MR` rows x `NR` tokens (or
 //! `MR` rows x [`NARROW`] tokens where a kernel has a narrow tile and a token
 //! tile holds 2 to `NARROW` tokens, or `MRD` rows x 1 token, per token, where
@@ -11,7 +11,7 @@
 
 use std::ops::Range;
 
-use rayon::prelude::*;
+use crate::team;
 
 /// Dimensions of one matmul.
 #[derive(Clone, Copy, Debug)]
@@ -30,7 +30,7 @@ pub(super) type TileFn<'a, const MR: usize, const NR: usize> =
     &'a (dyn Fn(&[usize; MR], usize, &mut [[f32; MR]; NR]) + Sync);
 
 /// Weight bytes (times token tiles) below which a task is not worth a fork
-/// (a few microseconds of streaming; a rayon fork costs about one).
+/// (a few microseconds of streaming; a region costs about one).
 const MIN_TASK_BYTES: usize = 24 << 10;
 /// Tasks per thread, for balance when a core is busy with something else.
 const TASKS_PER_THREAD: usize = 4;
@@ -82,7 +82,7 @@ pub(super) fn drive<const MR: usize, const NR: usize, const MRD: usize>(
     }
     debug_assert_eq!(y.len(), rows * n_tokens);
     let n_tiles = n_tokens.div_ceil(NR);
-    let threads = rayon::current_num_threads();
+    let threads = team::current_threads();
     let weight_bytes = rows * row_bytes;
 
     // How many tasks: enough for every thread (a few each), none tiny.
@@ -130,7 +130,7 @@ pub(super) fn drive<const MR: usize, const NR: usize, const MRD: usize>(
     if tasks.len() == 1 {
         run(&mut tasks[0]);
     } else {
-        tasks.par_iter_mut().for_each(run);
+        team::for_each_mut(&mut tasks, run);
     }
 }
 

@@ -23,7 +23,7 @@
 //! ahead. Prefill is bound by compute: its kernels put 8 tokens in the lanes
 //! (token-interleaved activations, quantised once per call) and reuse each
 //! unpacked weight block for all of them. Work is split over output rows
-//! and tokens with rayon in the *current* pool. Kernels are chosen by
+//! and tokens on the *current* [`crate::team`]. Kernels are chosen by
 //! [`Isa`], detected at run time; [`Isa::Scalar`] runs anywhere.
 
 mod acts;
@@ -171,7 +171,7 @@ thread_local! {
 }
 
 /// `y[t * rows + r] = sum_c x[t * cols + c] * W[r, c]` for `n_tokens` tokens,
-/// with the kernels of `isa`, in the current rayon pool. Uses a per-thread
+/// with the kernels of `isa`, on the current [`crate::team`]. Uses a per-thread
 /// [`MatmulScratch`].
 pub fn matmul(
     w: &WeightMatrix<'_>,

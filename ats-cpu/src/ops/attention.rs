@@ -4,8 +4,8 @@
 //! that a task reads many times (several query rows), which it converts
 //! once into a [`Stage`].
 
+use crate::team;
 use half::f16;
-use rayon::prelude::*;
 
 use super::decode_attention;
 use super::online_softmax::{self, Block, MAX_KEYS, State};
@@ -413,7 +413,8 @@ pub fn flash_attention_sinks(
         ptr: out.as_mut_ptr(),
         len: out.len(),
     };
-    (0..s.tasks()).into_par_iter().for_each_init(
+    team::for_each_init(
+        s.tasks(),
         || Scratch::new(&s),
         |sc, t| {
             let (g, b) = (t / s.n_queries.div_ceil(qb), t % s.n_queries.div_ceil(qb));

@@ -3,12 +3,12 @@
 //! cache (causal within its own rows); attention without a cache (vision)
 //! attends over the round's own keys.
 
+use crate::team;
 use ats_core::device::{KvArg, KvType};
 use ats_core::graph::{AttnSpec, Graph, Mask, Op};
 use ats_core::round::{CacheRows, Round, SeqSpan};
 use half::f16;
 use half::slice::HalfFloatSliceExt;
-use rayon::prelude::*;
 
 use super::attention::{self, AttnShape, KeyRange, KvData, KvRows, RowMap};
 use crate::storage::CpuStorage;
@@ -80,20 +80,28 @@ pub(crate) fn attention(
             v: bytemuck::cast_slice(&vg[..]),
         },
     };
-    // One parallel region for the whole round: every sequence's tasks
-    // share the threads, rather than a region (and a wait) per sequence.
-    split_rows(&spans, out, q_w)?
-        .into_par_iter()
-        .for_each(|(span, o)| {
-            let rows = KvRows {
-                data,
-                map: row_map(&span.cache, kv.block_tokens),
-            };
-            let shape = shape_of(spec, span.len(), Some(span), round);
-            let range = causal(span.past, spec.window);
-            let q = &q[span.rows.start * q_w..span.rows.end * q_w];
-            attention::flash_attention_sinks(q, rows, range, sinks, o, shape);
-        });
+    let one = |span: &SeqSpan, o: &mut [f32]| {
+        let rows = KvRows {
+            data,
+            map: row_map(&span.cache, kv.block_tokens),
+        };
+        let shape = shape_of(spec, span.len(), Some(span), round);
+        let range = causal(span.past, spec.window);
+        let q = &q[span.rows.start * q_w..span.rows.end * q_w];
+        attention::flash_attention_sinks(q, rows, range, sinks, o, shape);
+    };
+    let mut parts = split_rows(&spans, out, q_w)?;
+    if parts.len() > 1 && spans.iter().all(|s| s.len() == 1) {
+        // Decode tokens: one region for the whole round, the sequences
+        // sharing the threads, rather than a region per sequence.
+        team::for_each_mut(&mut parts, |(span, o)| one(span, o));
+    } else {
+        // A sequence with several tokens fans out over the threads itself
+        // (a region inside a task would run on one thread).
+        for (span, o) in parts {
+            one(span, o);
+        }
+    }
     Ok(())
 }
 

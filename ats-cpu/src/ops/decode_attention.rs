@@ -5,7 +5,7 @@
 //! general path (one task per KV head) read 256-byte pieces 2 KB apart and
 //! had 8 tasks for a Llama-3-8B decode step.
 
-use rayon::prelude::*;
+use crate::team;
 
 use super::attention::{AttnShape, KeyRange, KvRows, Stage};
 use super::online_softmax::{self, State};
@@ -60,9 +60,11 @@ pub(crate) fn split_attention(
     let k_lo = k_lo.min(k_hi);
     let per = (k_hi - k_lo).div_ceil(splits);
     let mut parts = vec![0f32; splits * stride];
-    parts.par_chunks_mut(stride).enumerate().for_each_init(
+    let mut chunks: Vec<&mut [f32]> = parts.chunks_mut(stride).collect();
+    team::for_each_mut_init(
+        &mut chunks,
         || Stage::new(ROWS, kvw),
-        |stage, (i, part)| {
+        |stage, i, part| {
             let (a, b) = (k_lo + i * per, (k_lo + (i + 1) * per).min(k_hi));
             let (acc, ml) = part.split_at_mut(states * hd);
             let (m, l) = ml.split_at_mut(states);

@@ -40,7 +40,7 @@ impl Bytes<'_> {
     }
 }
 
-/// Runs one node on the calling thread (kernels fan out over the current rayon pool).
+/// Runs one node on the calling thread (kernels fan out over the current [`crate::team`]).
 pub(crate) fn run(args: &NodeArgs<'_>, isa: Isa, device: &str) -> Result<(), DeviceError> {
     let node = args.node;
     let err = |message: String| DeviceError::Node {

@@ -122,14 +122,11 @@ fn isas_give_identical_bits() {
     }
 }
 
-/// Runs `w x` with `n` tokens in a pool of `threads` threads.
+/// Runs `w x` with `n` tokens on a team of `threads` threads.
 fn run_in_pool(w: &WeightMatrix<'_>, x: &[f32], n: usize, isa: Isa, threads: usize) -> Vec<f32> {
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .unwrap();
+    let team = crate::team::Team::new(threads, "test").unwrap();
     let mut y = vec![0f32; n * w.rows];
-    pool.install(|| matmul(w, &x[..n * w.cols], n, &mut y, isa))
+    team.install(|| matmul(w, &x[..n * w.cols], n, &mut y, isa))
         .unwrap();
     y
 }
