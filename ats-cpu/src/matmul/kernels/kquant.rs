@@ -84,7 +84,20 @@ impl Canon {
     }
 }
 
-/// A K-quant super-block format.
+/// A 16-row kernel for a few tokens: rows `first + r * stride` (`r < 16`)
+/// against tokens `t0..t0 + width`, token `t0 + n` into `out[n]`.
+///
+/// Safety: as the kernel's own contract states.
+#[cfg(target_arch = "x86_64")]
+pub(super) type Rows16TokensFn = unsafe fn(
+    first: *const u8,
+    stride: usize,
+    acts: &QuantActs,
+    t0: usize,
+    width: usize,
+    out: &mut [[f32; 16]],
+);
+
 /// A 16-row one-token kernel: rows `first + r * stride` (`r < 16`) against
 /// token `t`, into `out[0]`.
 ///
@@ -98,6 +111,7 @@ pub(super) type Rows16Fn = unsafe fn(
     out: &mut [[f32; 16]; 1],
 );
 
+/// A K-quant super-block format.
 pub(super) trait SuperBlock {
     /// Bytes per super-block.
     const BYTES: usize;
@@ -115,6 +129,10 @@ pub(super) trait SuperBlock {
     /// ([`super::q4_k512`], [`super::iq4_xs512`]).
     #[cfg(target_arch = "x86_64")]
     const ROWS16_VNNI: Option<Rows16Fn> = None;
+    /// Its 16-row kernel for a few tokens at once (up to 8), if any
+    /// ([`super::q4_k512::rows16_tokens_vnni`]).
+    #[cfg(target_arch = "x86_64")]
+    const ROWS16_TOKENS_VNNI: Option<Rows16TokensFn> = None;
 
     /// Unpacks one super-block into `c`.
     fn unpack(block: &[u8], c: &mut Canon);

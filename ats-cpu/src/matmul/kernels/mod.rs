@@ -358,6 +358,61 @@ unsafe fn kquant_row<K: SuperBlock, const N: usize>(
     }
 }
 
+/// [`run_kquant`] with 16-row tiles on AVX-512 VNNI: the format's kernels
+/// for 1 (`kernels.1`) and 2 to 8 tokens (`kernels.0`) where the tile's 16
+/// rows are in a row, else the row kernels, once per distinct row (a task's
+/// last rows repeat).
+#[cfg(target_arch = "x86_64")]
+fn drive_rows16<K: SuperBlock>(
+    shape: Shape,
+    y: &mut [f32],
+    kernels: (kquant::Rows16TokensFn, kquant::Rows16Fn),
+    acts: &QuantActs,
+    data: &[u8],
+    isa: Isa,
+) {
+    let (rb, n) = (shape.row_bytes, acts.n_tokens);
+    let row = |r: usize| data[r * rb..(r + 1) * rb].as_ptr();
+    let tokens = |r: &[usize; 16], t0: usize, o: &mut [[f32; 16]]| {
+        let width = (n - t0).min(o.len());
+        if in_a_row(r) {
+            // SAFETY: VNNI is the ISA (so AVX-512 F/BW/VL too); 16 whole
+            // rows from r[0], rb apart; t0 + width <= n_tokens; Q8_K
+            // activations, regrouped.
+            return unsafe { kernels.0(row(r[0]), rb, acts, t0, width, o) };
+        }
+        for i in 0..16 {
+            if i > 0 && r[i] == r[i - 1] {
+                continue;
+            }
+            // SAFETY: as above: a whole row, tokens below t_pad.
+            let dots = unsafe { kquant_dots::<K>(row(r[i]), acts, t0, width, isa) };
+            for (o, &v) in o.iter_mut().zip(&dots).take(width) {
+                o[i] = v;
+            }
+        }
+    };
+    let tile = |r: &[usize; 16], t0: usize, o: &mut [[f32; 16]; 8]| tokens(r, t0, o);
+    let narrow = |r: &[usize; 16], t0: usize, o: &mut [[f32; 16]; gemm::NARROW]| tokens(r, t0, o);
+    let single = |r: &[usize; 16], t: usize, o: &mut [[f32; 16]; 1]| {
+        if in_a_row(r) {
+            // SAFETY: as above, with t < n_tokens.
+            return unsafe { kernels.1(row(r[0]), rb, acts, t, o) };
+        }
+        tokens(r, t, o)
+    };
+    gemm::drive(
+        shape,
+        y,
+        gemm::Tiles {
+            tile: &tile,
+            narrow: Some(&narrow),
+            single: &single,
+            wide_min: 2,
+        },
+    )
+}
+
 fn run_kquant<K: SuperBlock>(
     w: &WeightMatrix<'_>,
     x: &[f32],
@@ -421,6 +476,10 @@ fn run_kquant<K: SuperBlock>(
             // whenever wide tiles run.
             unsafe { kquant::tokens8_avx2::<K, LMR>(r.map(|r| row(r).as_ptr()), acts, t0, 0, o) }
         };
+        let rows16_tokens = K::ROWS16_TOKENS_VNNI.filter(|_| rows16_fit(isa, rb));
+        if let (Some(kernel), Some(one)) = (rows16_tokens, K::ROWS16_VNNI) {
+            return drive_rows16::<K>(shape, y, (kernel, one), acts, data, isa);
+        }
         // 16 rows a call: the format's 512-bit kernel when they are 16 in a
         // row, else one row at a time (a linear stream through the weights),
         // once each (a task's last rows repeat)

@@ -19,6 +19,9 @@ impl SuperBlock for Q4K {
     const WIDE: Wide = Wide::Q4K;
     #[cfg(target_arch = "x86_64")]
     const ROWS16_VNNI: Option<super::kquant::Rows16Fn> = Some(super::q4_k512::rows16_vnni);
+    #[cfg(target_arch = "x86_64")]
+    const ROWS16_TOKENS_VNNI: Option<super::kquant::Rows16TokensFn> =
+        Some(super::q4_k512::rows16_tokens_vnni);
 
     fn unpack(b: &[u8], c: &mut Canon) {
         set_k4_scales(b, c);

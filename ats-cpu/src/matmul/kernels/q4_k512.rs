@@ -53,45 +53,74 @@ fn scale_words(h: __m512i) -> (__m512i, __m512i) {
     (_mm512_unpacklo_epi8(both, z), _mm512_unpackhi_epi8(both, z))
 }
 
-/// The integer sums of quad `g` (rows `4g..4g + 4` from `first`, `stride`
-/// apart) for their super-blocks at `off` against the token's 16 groups of
-/// 16 values `x`: `sum_j sc_j x S_j` in 4 partial sums per row (its 128-bit
-/// lane), with the rows' heads and their mins as words.
-///
-/// Each pair of sub-blocks' partial sums (below 2^15) is packed to words
-/// and scaled by one `vpdpwssd`, so every scale is applied once per row
-/// and the sums stay exact.
+/// Quad `g` (rows `4g..4g + 4` from `first`, `stride` apart) of the
+/// super-blocks at `off`, decoded once for every token: the rows' heads,
+/// their mins as words, each pair of sub-blocks' scales as
+/// [`_mm512_packs_epi32`] lays out their sums, and the nibbles of each
+/// 32-byte pair `p` as registers `4p..4p + 4` (low nibbles of its first
+/// and second 16 bytes, then the high ones), 16 bytes of each row in its
+/// 128-bit lane.
+struct Quad {
+    head: __m512i,
+    mins: __m512i,
+    pairs: [__m512i; 4],
+    nibbles: [__m512i; 16],
+}
+
+/// Decodes quad `g` of the super-blocks at `off` ([`Quad`]).
 ///
 /// # Safety
-/// The CPU must support AVX-512 F/BW/VL/VNNI; bytes `off..off + BYTES` of
-/// each of the quad's rows are readable; `x` points to a Q8_K block's 256
-/// values, 16-byte aligned.
+/// The CPU must support AVX-512 F/BW; bytes `off..off + BYTES` of each of
+/// the quad's rows are readable.
 #[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn quad_sums(
-    first: *const u8,
-    stride: usize,
-    off: usize,
-    g: usize,
-    x: *const __m128i,
-) -> (__m512i, __m512i, __m512i) {
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+unsafe fn quad_decode(first: *const u8, stride: usize, off: usize, g: usize) -> Quad {
     let m4 = _mm512_set1_epi8(0x0f);
     let q = first.wrapping_add(4 * g * stride + off);
     // SAFETY: 16 head bytes at each row (caller).
     let head = unsafe { lanes4(quad_rows(q, stride)) };
-    let (sc, mn) = scale_words(head);
+    let (sc, mins) = scale_words(head);
     let pairs = [
         scale_pair::<0>(sc),
         scale_pair::<1>(sc),
         scale_pair::<2>(sc),
         scale_pair::<3>(sc),
     ];
-    let z = _mm512_setzero_si512();
-    let mut sum = z;
+    let mut nibbles = [_mm512_setzero_si512(); 16];
     // A loop, not closures: closures are not inlined into kernels here.
-    for (p, pair) in pairs.into_iter().enumerate() {
+    for (p, n) in nibbles.chunks_exact_mut(4).enumerate() {
         // SAFETY: 32 nibble bytes of the super-block at each row (caller).
         let (lo, hi) = unsafe { halves4(quad_rows(q.wrapping_add(16 + 32 * p), stride)) };
+        n[0] = _mm512_and_si512(lo, m4);
+        n[1] = _mm512_and_si512(hi, m4);
+        n[2] = _mm512_and_si512(_mm512_srli_epi16::<4>(lo), m4);
+        n[3] = _mm512_and_si512(_mm512_srli_epi16::<4>(hi), m4);
+    }
+    Quad {
+        head,
+        mins,
+        pairs,
+        nibbles,
+    }
+}
+
+/// The integer sums of a decoded quad against one token's 16 groups of 16
+/// values `x`: `sum_j sc_j x S_j` in 4 partial sums per row (its 128-bit
+/// lane).
+///
+/// Each pair of sub-blocks' partial sums (at most 8 x 15 x 127, below
+/// 2^15) is packed to words and scaled by one `vpdpwssd`, so every scale is
+/// applied once per row and the sums stay exact.
+///
+/// # Safety
+/// The CPU must support AVX-512 F/BW/VL/VNNI; `x` points to a Q8_K block's
+/// 256 values, 16-byte aligned.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn quad_token(quad: &Quad, x: *const __m128i) -> __m512i {
+    let z = _mm512_setzero_si512();
+    let mut sum = z;
+    for (p, (n, pair)) in quad.nibbles.chunks_exact(4).zip(quad.pairs).enumerate() {
         // SAFETY: groups 4p..4p + 4 of the token's block (caller).
         let [x0, x1, y0, y1] = unsafe {
             [
@@ -101,20 +130,11 @@ unsafe fn quad_sums(
                 _mm512_broadcast_i32x4(_mm_load_si128(x.add(4 * p + 3))),
             ]
         };
-        let even = _mm512_dpbusd_epi32(
-            _mm512_dpbusd_epi32(z, _mm512_and_si512(lo, m4), x0),
-            _mm512_and_si512(hi, m4),
-            x1,
-        );
-        let odd = _mm512_dpbusd_epi32(
-            _mm512_dpbusd_epi32(z, _mm512_and_si512(_mm512_srli_epi16::<4>(lo), m4), y0),
-            _mm512_and_si512(_mm512_srli_epi16::<4>(hi), m4),
-            y1,
-        );
-        // below 2^15 (8 x 15 x 127), so the words are exact
+        let even = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, n[0], x0), n[1], x1);
+        let odd = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, n[2], y0), n[3], y1);
         sum = _mm512_dpwssd_epi32(sum, _mm512_packs_epi32(even, odd), pair);
     }
-    (head, sum, mn)
+    sum
 }
 
 /// Sub-blocks `2P` and `2P + 1`'s scales from a lane's 8 scale words, 4
@@ -173,8 +193,13 @@ pub(super) unsafe fn rows16_vnni(
         let z = _mm512_setzero_si512();
         let (mut heads, mut sums, mut mins) = ([z; 4], [z; 4], [z; 4]);
         for g in 0..4 {
-            // SAFETY: super-block b of each row is whole (caller).
-            (heads[g], sums[g], mins[g]) = unsafe { quad_sums(first, stride, off, g, x) };
+            // SAFETY: super-block b of each row is whole; x is the token's
+            // aligned Q8_K block (caller).
+            sums[g] = unsafe {
+                let quad = quad_decode(first, stride, off, g);
+                (heads[g], mins[g]) = (quad.head, quad.mins);
+                quad_token(&quad, x)
+            };
         }
         let isum = reduce(sums);
         let bw = block_sums(bs);
@@ -197,4 +222,72 @@ pub(super) unsafe fn rows16_vnni(
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(neg, dx), acc);
     }
     store_rows(acc, out);
+}
+
+/// Tokens one call of [`rows16_tokens_vnni`] takes at most.
+pub(super) const MAX_TOKENS: usize = 8;
+
+/// Dot products of 16 evenly spaced Q4_K rows with tokens `t0..t0 + width`
+/// (`width` up to [`MAX_TOKENS`]), token `t0 + n` into `out[n]`: each quad
+/// of rows is decoded once and met by every token, and each token's sums
+/// are those of [`rows16_vnni`], in the same order, so are its results.
+///
+/// # Safety
+/// As [`rows16_vnni`], for every token `t0..t0 + width`; `out` holds
+/// `width` rows of results.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn rows16_tokens_vnni(
+    first: *const u8,
+    stride: usize,
+    acts: &QuantActs,
+    t0: usize,
+    width: usize,
+    out: &mut [[f32; ROWS]],
+) {
+    let (nb, tp) = (acts.blocks, acts.t_pad);
+    let width = width.min(MAX_TOKENS).min(out.len());
+    debug_assert!(t0 + width <= acts.n_tokens && acts.qs.len() == tp * nb * 8);
+    let z = _mm512_setzero_si512();
+    let mut acc = [_mm512_setzero_ps(); MAX_TOKENS];
+    let mut sums = [[z; 4]; MAX_TOKENS];
+    for b in 0..nb {
+        let off = b * BYTES;
+        let (mut heads, mut mins) = ([z; 4], [z; 4]);
+        for g in 0..4 {
+            // SAFETY: super-block b of each row is whole (caller).
+            let quad = unsafe { quad_decode(first, stride, off, g) };
+            (heads[g], mins[g]) = (quad.head, quad.mins);
+            for (n, sums) in sums[..width].iter_mut().enumerate() {
+                // Q8_K block b of token t0 + n: 8 aligned Q8Blocks
+                let x = acts.qs[((t0 + n) * nb + b) * 8..].as_ptr() as *const __m128i;
+                // SAFETY: x is that block, below t_pad (caller).
+                sums[g] = unsafe { quad_token(&quad, x) };
+            }
+        }
+        prefetch_ahead::<false>(first.wrapping_add(ROWS * off), ROWS * BYTES);
+        let h = first_dwords(&heads);
+        let (d, dmin) = (f16_lanes::<0>(h), f16_lanes::<16>(h));
+        // -dmin, as the other paths negate it (the sign bit flipped)
+        let neg = _mm512_castsi512_ps(_mm512_xor_si512(
+            _mm512_castps_si512(dmin),
+            _mm512_set1_epi32(i32::MIN),
+        ));
+        for (n, (acc, sums)) in acc.iter_mut().zip(&sums).take(width).enumerate() {
+            let t = t0 + n;
+            let isum = reduce(*sums);
+            let bw = block_sums(&acts.bsums[t * nb + b]);
+            let msum = reduce([
+                _mm512_madd_epi16(mins[0], bw),
+                _mm512_madd_epi16(mins[1], bw),
+                _mm512_madd_epi16(mins[2], bw),
+                _mm512_madd_epi16(mins[3], bw),
+            ]);
+            let dx = _mm512_set1_ps(acts.d[b * tp + t]);
+            *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, dx), *acc);
+            *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(neg, dx), *acc);
+        }
+    }
+    for (acc, out) in acc.into_iter().zip(out.iter_mut()).take(width) {
+        store_rows(acc, std::array::from_mut(out));
+    }
 }
