@@ -41,16 +41,15 @@ struct Job<'a>(&'a (dyn Fn(usize) + Sync));
 
 /// What the caller and the members share.
 struct Shared {
-    /// Epoch, open flag and active count (see [`OPEN`]).
-    state: AtomicU64,
-    /// The open region's job, valid while the region is open or has members.
-    job: AtomicPtr<Job<'static>>,
+    /// What idle members poll, alone on its cache lines.
+    hot: Hot,
+    /// Whether `panic` holds a payload (read by the caller every region,
+    /// without the lock).
+    panicked: AtomicBool,
     /// Members parked, and the lock and condition they park on.
     sleepers: AtomicUsize,
     park: Mutex<()>,
     wake: Condvar,
-    /// Set when the team is dropped.
-    stop: AtomicBool,
     /// The first panic of a member in the current region.
     panic: Mutex<Option<Box<dyn Any + Send>>>,
     /// Threads, the caller included.
@@ -58,6 +57,25 @@ struct Shared {
     /// One region at a time.
     region: Mutex<()>,
 }
+
+/// The words idle members spin on, on cache lines of their own: a write
+/// to anything beside them (a lock, a reference count) would make every
+/// spinning member fetch the line again and the writer wait for it.
+#[repr(align(128))]
+struct Hot {
+    /// Epoch, open flag and active count (see [`OPEN`]).
+    state: AtomicU64,
+    /// The open region's job, valid while the region is open or has members
+    /// (what it holds after is never read: reading needs joining an open
+    /// region).
+    job: AtomicPtr<Job<'static>>,
+    /// Set when the team is dropped.
+    stop: AtomicBool,
+}
+
+/// One claim counter on cache lines of its own ([`Claims`]).
+#[repr(align(128))]
+struct Run(AtomicU64);
 
 /// A fixed set of threads for fork-join regions (see the module docs).
 pub struct Team {
@@ -75,12 +93,15 @@ impl Team {
     /// named `{name}-{i}`).
     pub fn new(threads: usize, name: &str) -> std::io::Result<Team> {
         let shared = Arc::new(Shared {
-            state: AtomicU64::new(0),
-            job: AtomicPtr::new(std::ptr::null_mut()),
+            hot: Hot {
+                state: AtomicU64::new(0),
+                job: AtomicPtr::new(std::ptr::null_mut()),
+                stop: AtomicBool::new(false),
+            },
+            panicked: AtomicBool::new(false),
             sleepers: AtomicUsize::new(0),
             park: Mutex::new(()),
             wake: Condvar::new(),
-            stop: AtomicBool::new(false),
             panic: Mutex::new(None),
             threads: threads.max(1),
             region: Mutex::new(()),
@@ -114,7 +135,7 @@ impl Team {
 
 impl Drop for Team {
     fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.hot.stop.store(true, Ordering::SeqCst);
         self.shared.wake_all();
         for m in self.members.drain(..) {
             let _ = m.join();
@@ -153,9 +174,9 @@ pub fn for_each(n: usize, f: impl Fn(usize) + Sync) {
 /// `init` once, before its first index, and passes the state to each `f`.
 pub fn for_each_init<S>(n: usize, init: impl Fn() -> S + Sync, f: impl Fn(&mut S, usize) + Sync) {
     // The current team, taken out so that a region inside a task is serial.
-    let team = CURRENT.with(|c| c.borrow_mut().take());
-    let _restore = Restore(team.clone());
-    let threads = team.as_ref().map_or(1, |t| t.threads);
+    let restore = Restore(CURRENT.with(|c| c.borrow_mut().take()));
+    let team = restore.0.as_deref();
+    let threads = team.map_or(1, |t| t.threads);
     if n <= 1 || threads <= 1 {
         let mut state = init();
         (0..n).for_each(|i| f(&mut state, i));
@@ -179,7 +200,7 @@ pub fn for_each_init<S>(n: usize, init: impl Fn() -> S + Sync, f: impl Fn(&mut S
 /// whose run is done takes the last index of another's.
 struct Claims {
     /// Per slot, the indices left: `lo << 32 | hi`.
-    runs: Vec<AtomicU64>,
+    runs: Vec<Run>,
 }
 
 impl Claims {
@@ -188,7 +209,7 @@ impl Claims {
         let runs = (0..slots)
             .map(|s| {
                 let (lo, hi) = (n * s / slots, n * (s + 1) / slots);
-                AtomicU64::new(((lo as u64) << 32) | hi as u64)
+                Run(AtomicU64::new(((lo as u64) << 32) | hi as u64))
             })
             .collect();
         Claims { runs }
@@ -204,7 +225,7 @@ impl Claims {
 
     /// Takes the first (`front`) or last index left in run `run`.
     fn take(&self, run: usize, front: bool) -> Option<usize> {
-        let cell = &self.runs[run];
+        let cell = &self.runs[run].0;
         let mut v = cell.load(Ordering::Relaxed);
         loop {
             let (lo, hi) = (v >> 32, v & u64::from(u32::MAX));
@@ -249,29 +270,32 @@ impl Shared {
     fn run(&self, share: &(dyn Fn(usize) + Sync)) {
         let _one = self.region.lock().unwrap_or_else(PoisonError::into_inner);
         let job = Job(share);
-        self.job.store(
+        self.hot.job.store(
             (&job as *const Job<'_>).cast_mut().cast(),
             Ordering::Relaxed,
         );
-        let epoch = (self.state.load(Ordering::Relaxed) >> EPOCH_SHIFT) + 1;
+        let epoch = (self.hot.state.load(Ordering::Relaxed) >> EPOCH_SHIFT) + 1;
         // No member is inside: the last region waited for them all.
-        self.state
+        self.hot
+            .state
             .store((epoch << EPOCH_SHIFT) | OPEN, Ordering::SeqCst);
         if self.sleepers.load(Ordering::SeqCst) > 0 {
             self.wake_all();
         }
         let mine = catch_unwind(AssertUnwindSafe(|| share(0)));
-        self.state.fetch_and(!OPEN, Ordering::SeqCst);
+        self.hot.state.fetch_and(!OPEN, Ordering::SeqCst);
         let mut spins = 0u32;
-        while self.state.load(Ordering::Acquire) & ACTIVE != 0 {
+        while self.hot.state.load(Ordering::Acquire) & ACTIVE != 0 {
             backoff(&mut spins);
         }
-        self.job.store(std::ptr::null_mut(), Ordering::Relaxed);
-        let theirs = self
-            .panic
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        // a member's panic is published by its leaving, which we saw
+        let theirs = if self.panicked.load(Ordering::Relaxed) {
+            self.panicked.store(false, Ordering::Relaxed);
+            let mut slot = self.panic.lock().unwrap_or_else(PoisonError::into_inner);
+            slot.take()
+        } else {
+            None
+        };
         if let Err(p) = mine {
             resume_unwind(p);
         }
@@ -287,7 +311,7 @@ impl Shared {
             if state & OPEN == 0 || state >> EPOCH_SHIFT != epoch {
                 return;
             }
-            match self.state.compare_exchange_weak(
+            match self.hot.state.compare_exchange_weak(
                 state,
                 state + 1,
                 Ordering::Acquire,
@@ -297,7 +321,7 @@ impl Shared {
                 Err(now) => state = now,
             }
         }
-        let job = self.job.load(Ordering::Relaxed);
+        let job = self.hot.job.load(Ordering::Relaxed);
         // SAFETY: joining succeeded while the region was open, after its
         // caller stored `job` (the SeqCst store of the state publishes it),
         // and that caller does not return, so `job` and what it borrows stay
@@ -307,8 +331,9 @@ impl Shared {
         if let Err(p) = catch_unwind(AssertUnwindSafe(|| share(slot))) {
             let mut slot = self.panic.lock().unwrap_or_else(PoisonError::into_inner);
             slot.get_or_insert(p);
+            self.panicked.store(true, Ordering::Relaxed);
         }
-        self.state.fetch_sub(1, Ordering::Release);
+        self.hot.state.fetch_sub(1, Ordering::Release);
     }
 
     /// Waits for a region newer than `epoch`: spins for [`SPIN`], then parks.
@@ -318,8 +343,8 @@ impl Shared {
         let start = Instant::now();
         let mut spins = 0u32;
         loop {
-            let s = self.state.load(Ordering::Acquire);
-            if self.stop.load(Ordering::Relaxed) {
+            let s = self.hot.state.load(Ordering::Acquire);
+            if self.hot.stop.load(Ordering::Relaxed) {
                 return None;
             }
             if fresh(s) {
@@ -334,10 +359,10 @@ impl Shared {
         let mut guard = self.park.lock().unwrap_or_else(PoisonError::into_inner);
         self.sleepers.fetch_add(1, Ordering::SeqCst);
         loop {
-            let s = self.state.load(Ordering::SeqCst);
-            if self.stop.load(Ordering::SeqCst) || fresh(s) {
+            let s = self.hot.state.load(Ordering::SeqCst);
+            if self.hot.stop.load(Ordering::SeqCst) || fresh(s) {
                 self.sleepers.fetch_sub(1, Ordering::SeqCst);
-                return (!self.stop.load(Ordering::SeqCst)).then_some(s);
+                return (!self.hot.stop.load(Ordering::SeqCst)).then_some(s);
             }
             guard = self
                 .wake
