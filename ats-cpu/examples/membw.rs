@@ -29,8 +29,8 @@ fn main() {
                 // four accumulators keep several loads in flight
                 let mut acc = [0u64; 4];
                 for q in c.chunks_exact(4) {
-                    for i in 0..4 {
-                        acc[i] = acc[i].wrapping_add(q[i]);
+                    for k in 0..4 {
+                        acc[k] = acc[k].wrapping_add(q[k]);
                     }
                 }
                 let sum = acc.iter().fold(0u64, |a, &b| a.wrapping_add(b));

@@ -175,23 +175,19 @@ pub fn for_each(n: usize, f: impl Fn(usize) + Sync) {
 pub fn for_each_init<S>(n: usize, init: impl Fn() -> S + Sync, f: impl Fn(&mut S, usize) + Sync) {
     // The current team, taken out so that a region inside a task is serial.
     let restore = Restore(CURRENT.with(|c| c.borrow_mut().take()));
-    let team = restore.0.as_deref();
-    let threads = team.map_or(1, |t| t.threads);
-    if n <= 1 || threads <= 1 {
+    let Some(shared) = restore.0.as_deref().filter(|t| n > 1 && t.threads > 1) else {
         let mut state = init();
         (0..n).for_each(|i| f(&mut state, i));
         return;
-    }
-    let claims = Claims::new(n, threads);
+    };
+    let claims = Claims::new(n, shared.threads);
     let share = |slot: usize| {
         let mut state = None;
         while let Some(i) = claims.next(slot) {
             f(state.get_or_insert_with(&init), i);
         }
     };
-    if let Some(shared) = team {
-        shared.run(&share)
-    }
+    shared.run(&share)
 }
 
 /// Who takes which index: slot `s` owns a contiguous run of indices and

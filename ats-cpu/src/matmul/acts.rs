@@ -148,11 +148,9 @@ impl QuantActs {
             } else {
                 (0..n_tokens).map(|_| Default::default()).collect()
             };
-            let mut rows: Vec<_> = rows.zip(bs).map(Some).collect();
-            team::for_each_mut(&mut rows, |row| {
-                if let Some(row) = row.take() {
-                    quant_one(row)
-                }
+            let mut rows: Vec<_> = rows.zip(bs).collect();
+            team::for_each_mut(&mut rows, |(((xr, qs), (d, s)), bs)| {
+                quantize_row(xr, qs, d, s, bs, format, isa)
             });
         } else if nb16 > 0 {
             rows.zip(self.bsums.chunks_exact_mut(nb16))

@@ -231,6 +231,8 @@ pub(super) const MAX_TOKENS: usize = 8;
 /// (`width` up to [`MAX_TOKENS`]), token `t0 + n` into `out[n]`: each quad
 /// of rows is decoded once and met by every token, and each token's sums
 /// are those of [`rows16_vnni`], in the same order, so are its results.
+/// (One body generic over the token count served both, but made the
+/// one-token kernel 18% slower: 37 -> 44 us for 1024 x 2048.)
 ///
 /// # Safety
 /// As [`rows16_vnni`], for every token `t0..t0 + width`; `out` holds
