@@ -29,6 +29,7 @@ pub(crate) mod tests;
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use tokenizers::models::bpe::BPE;
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
@@ -99,7 +100,8 @@ pub struct Tokenizer {
     model_kind: TokenizerModel,
     vocab: Vocab,
     bpe: BPE,
-    pre: Option<PreTokenizerWrapper>,
+    /// Shared: compiled once per process and kind ([`PreTokenizerKind::shared`]).
+    pre: Option<Arc<PreTokenizerWrapper>>,
     /// Decoded bytes of every token, concatenated; `piece_ends[i]` ends token i.
     pieces: Vec<u8>,
     piece_ends: Vec<usize>,
@@ -550,7 +552,7 @@ impl Tokenizer {
 struct Family {
     kind: TokenizerModel,
     bpe: BPE,
-    pre: Option<PreTokenizerWrapper>,
+    pre: Option<Arc<PreTokenizerWrapper>>,
     default_add_bos: bool,
     add_space_prefix: bool,
     unk: Option<u32>,
@@ -582,7 +584,7 @@ impl Family {
         Ok(Family {
             kind: TokenizerModel::Gpt2 { pre: spec.kind },
             bpe: model::gpt2(vocab, &merges, unk, spec.ignore_merges)?,
-            pre: Some(spec.kind.build()?),
+            pre: Some(spec.kind.shared()?),
             default_add_bos: spec.default_add_bos,
             add_space_prefix: false,
             unk,

@@ -290,9 +290,25 @@ fn pre_tokenizer_names() {
     ));
 }
 
+#[test]
+fn each_pre_tokenizer_is_compiled_once_and_shared() {
+    use PreTokenizerKind::*;
+    let kinds = [Default, Gpt2, SmolLm, Qwen2, Llama3, Gpt4o];
+    let first: Vec<_> = kinds.iter().map(|k| k.shared().unwrap()).collect();
+    for (k, a) in kinds.iter().zip(&first) {
+        assert!(std::sync::Arc::ptr_eq(a, &k.shared().unwrap()), "{k:?}");
+    }
+    // one compiled chain per kind, none handed to another kind
+    for (i, a) in first.iter().enumerate() {
+        for b in &first[i + 1..] {
+            assert!(!std::sync::Arc::ptr_eq(a, b));
+        }
+    }
+}
+
 /// Words each pre-tokenizer cuts a text into, as byte-level strings.
 fn words(kind: PreTokenizerKind, text: &str) -> Vec<String> {
-    let pre = kind.build().unwrap();
+    let pre = kind.shared().unwrap();
     let mut pts = PreTokenizedString::from(text);
     pre.pre_tokenize(&mut pts).unwrap();
     pts.get_splits(OffsetReferential::Original, OffsetType::Byte)
