@@ -207,9 +207,14 @@ impl Planner {
     /// re-scheduler, and proposes new plans when the audition or the
     /// measurements call for them.
     pub fn observe(&mut self, stats: &RoundStats, shape: RoundShape) -> Option<PlanChange> {
-        self.learn_costs(stats, shape);
         self.adapt.busy_secs += stats.total_secs.max(0.0);
-        if shape.n_tokens != 1 || self.gpu.is_none() {
+        if self.gpu.is_none() {
+            // Nothing to place or re-plan: learning every node's time
+            // would cost 2% of a small model's decode for no reader.
+            return None;
+        }
+        self.learn_costs(stats, shape);
+        if shape.n_tokens != 1 {
             return None;
         }
         self.adapt.rounds_since_move += 1;
