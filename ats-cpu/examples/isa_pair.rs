@@ -2,9 +2,11 @@
 //! alternating run by run so that load on the machine hits all alike;
 //! prints each set's minimum and median microseconds. One thread, weights
 //! in cache (SmolLM2's MLP in Q4_1 and a slice of its output in Q8_0 for 1 and 8
-//! tokens; a 1B model's 2048-wide rows in Q4_K, Q5_K and Q6_K for 1 to 16).
+//! tokens, and in the block formats for 64; a 1B model's 2048-wide rows in
+//! Q4_K, Q5_K and Q6_K for 1 to 16). A second argument keeps only the shapes
+//! whose name holds it.
 //!
-//!     cargo run --release -p ats-cpu --example isa_pair [ROUNDS]
+//!     cargo run --release -p ats-cpu --example isa_pair [ROUNDS [FILTER]]
 
 use std::time::Instant;
 
@@ -43,6 +45,7 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(400);
+    let filter = std::env::args().nth(2).unwrap_or_default();
     let isas: Vec<Isa> = Isa::available()
         .into_iter()
         .filter(|i| *i != Isa::Scalar)
@@ -63,7 +66,15 @@ fn main() {
         ("1024x2048 q6_k", DType::Q6K, 1024, 2048, 8),
         ("1024x2048 q6_k", DType::Q6K, 1024, 2048, 16),
         ("1024x2048 q5_k", DType::Q5K, 1024, 2048, 8),
+        ("prompt 1536x576 q4_0", DType::Q4_0, 1536, 576, 64),
+        ("prompt 1536x576 q4_1", DType::Q4_1, 1536, 576, 64),
+        ("prompt 1536x576 q8_0", DType::Q8_0, 1536, 576, 64),
+        ("prompt 1536x576 iq4_nl", DType::IQ4NL, 1536, 576, 64),
+        ("prompt 1536x576 mxfp4", DType::MXFP4, 1536, 576, 64),
     ] {
+        if !name.contains(&filter) {
+            continue;
+        }
         let data = weights(dtype, rows, cols);
         let w = WeightMatrix::new(dtype, rows, cols, &data).unwrap();
         let x: Vec<f32> = (0..n * cols)

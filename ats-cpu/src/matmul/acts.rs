@@ -6,15 +6,20 @@
 //! The values are stored token-major (`qs[t][block]`, what a kernel streams),
 //! the per-block scales block-major (`d[block][t]`, so that a tile of tokens
 //! loads its scales with one vector load). Token counts are padded to
-//! [`TOKEN_PAD`] with zero blocks, so tiles never read past the end.
+//! [`TOKEN_PAD`] (or [`TOKEN_PAD16`]) with zero blocks, so tiles never read
+//! past the end.
 
 use crate::team;
 use half::f16;
 
 use super::isa::Isa;
 
-/// Tokens are padded to a multiple of this (the widest token tile).
+/// Tokens are padded to a multiple of this (the 8-token tile)...
 pub(crate) const TOKEN_PAD: usize = 8;
+/// ...or of this from this many tokens on, where 16-token tiles may run
+/// (padding every product to 16 would zero twice the blocks per decode
+/// step).
+pub(crate) const TOKEN_PAD16: usize = 16;
 /// Elements per Q8_0 / Q8_1 block.
 pub(crate) const QK8: usize = 32;
 /// Elements per Q8_K super-block.
@@ -49,6 +54,11 @@ impl ActFormat {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Q8Block(pub(crate) [i8; 32]);
 
+/// 16 tokens' 4-value groups, one 512-bit load.
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Q8x16(pub(crate) [u32; 16]);
+
 /// Quantised activations of one matmul call; the buffers are kept and reused.
 #[derive(Debug, Default)]
 pub(crate) struct QuantActs {
@@ -56,7 +66,8 @@ pub(crate) struct QuantActs {
     pub format: Option<ActFormat>,
     /// Real tokens.
     pub n_tokens: usize,
-    /// Tokens with padding (a multiple of [`TOKEN_PAD`]).
+    /// Tokens with padding (a multiple of [`TOKEN_PAD`], and of
+    /// [`TOKEN_PAD16`] from that many tokens on).
     pub t_pad: usize,
     /// Scale blocks per token (32- or 256-element).
     pub blocks: usize,
@@ -67,6 +78,9 @@ pub(crate) struct QuantActs {
     /// The values interleaved by groups of 8 tokens (see [`QuantActs::interleave8`]),
     /// `[t_pad / 8][qblocks][8]`; empty unless built.
     pub qs8: Vec<Q8Block>,
+    /// The values interleaved by groups of 16 tokens (see
+    /// [`QuantActs::interleave16`]), `[t_pad / 16][qblocks][8]`; empty unless built.
+    pub qs16: Vec<Q8x16>,
     /// Q8_K values regrouped for the 512-bit K-quant kernels (see
     /// [`QuantActs::regroup_subblocks`]), laid out like `qs`; empty unless built.
     pub qsp: Vec<Q8Block>,
@@ -109,7 +123,12 @@ impl QuantActs {
         debug_assert_eq!(x.len(), n_tokens * cols);
         let blocks = cols / format.block();
         let qblocks = cols / QK8;
-        let t_pad = n_tokens.div_ceil(TOKEN_PAD) * TOKEN_PAD;
+        let pad = if n_tokens >= TOKEN_PAD16 {
+            TOKEN_PAD16
+        } else {
+            TOKEN_PAD
+        };
+        let t_pad = n_tokens.div_ceil(pad) * pad;
         self.format = Some(format);
         self.n_tokens = n_tokens;
         self.t_pad = t_pad;
@@ -120,6 +139,7 @@ impl QuantActs {
         self.qs.resize(t_pad * qblocks, Q8Block::default());
         // the interleaved copies are built on demand, for these values only
         self.qs8.clear();
+        self.qs16.clear();
         self.xsums.clear();
         self.bsums8.clear();
         self.qsp.clear();
@@ -211,6 +231,27 @@ impl QuantActs {
             }
         }
         self.interleave_bsums8();
+    }
+
+    /// Builds [`QuantActs::qs16`]: [`QuantActs::interleave8`]'s layout for
+    /// groups of 16 tokens (vector `v` of a block: values `4v..4v + 4` of
+    /// the 16 tokens in turn). Needs [`TOKEN_PAD16`] padding.
+    pub(crate) fn interleave16(&mut self) {
+        let qb = self.qblocks;
+        debug_assert!(self.t_pad.is_multiple_of(TOKEN_PAD16));
+        self.qs16.clear();
+        self.qs16
+            .resize(self.t_pad / TOKEN_PAD16 * qb * 8, Q8x16::default());
+        for (g, dst) in self.qs16.chunks_exact_mut(8 * qb.max(1)).enumerate() {
+            let src = &self.qs[16 * g * qb..16 * (g + 1) * qb];
+            for (b, dst) in dst.chunks_exact_mut(8).enumerate() {
+                let words: [[u32; 8]; 16] =
+                    std::array::from_fn(|t| bytemuck::cast(src[t * qb + b].0));
+                for (v, d) in dst.iter_mut().enumerate() {
+                    d.0 = std::array::from_fn(|t| words[t][v]);
+                }
+            }
+        }
     }
 
     /// Builds [`QuantActs::qsp`] (Q8_K; nothing otherwise): the 256 values of

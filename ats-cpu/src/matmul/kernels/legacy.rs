@@ -129,7 +129,7 @@ pub(super) fn dot_scalar<B: LegacyBlock>(row: &[u8], acts: &QuantActs, t: usize)
     acc
 }
 
-#[cfg(all(test, target_arch = "x86_64"))]
+#[cfg(target_arch = "x86_64")]
 pub(super) use avx2::scales4 as scales4_avx2;
 #[cfg(target_arch = "x86_64")]
 pub(super) use avx2::{

@@ -23,6 +23,8 @@ mod kquant512;
 mod legacy;
 #[cfg(target_arch = "x86_64")]
 mod legacy512;
+#[cfg(target_arch = "x86_64")]
+mod legacy_tokens16;
 mod mxfp4;
 mod q2_k;
 mod q3_k;
@@ -182,6 +184,10 @@ fn tile_prefetch(n_tokens: usize) -> usize {
 /// activation vectors of a block and 4 accumulators fill the registers.
 #[cfg(target_arch = "x86_64")]
 const LMR: usize = 4;
+/// Fewest tokens of a product that runs the 16-token tiles of the block
+/// formats on AVX-512 VNNI (a round of a few sequences' decode tokens keeps
+/// the 8-token tile, which streams its weights once).
+const TOKENS16_MIN: usize = crate::matmul::acts::TOKEN_PAD16;
 /// Fewest tokens in a tile worth the 8-token kernel (below, the one-token
 /// kernel runs per token: a padded tile costs about 3 one-token passes).
 const WIDE_MIN: usize = 3;
@@ -195,10 +201,15 @@ fn run_legacy<B: LegacyBlock>(
     acts: &mut QuantActs,
 ) {
     acts.quantize(x, n_tokens, w.cols, B::ACTS, isa);
-    // The last token tile: narrow (2-4 tokens) or full (the 8-token tile).
-    let last = n_tokens.div_ceil(8).saturating_sub(1) * 8;
+    // Prompts on AVX-512 VNNI run 16-token tiles, the rest 8-token ones.
+    let wide16 = isa == Isa::Avx512Vnni && n_tokens >= TOKENS16_MIN;
+    let nr = if wide16 { 16 } else { 8 };
+    // The last token tile: narrow (2-4 tokens) or full.
+    let last = n_tokens.div_ceil(nr).saturating_sub(1) * nr;
     let narrow_last = isa.has_avx2() && (2..=gemm::NARROW).contains(&(n_tokens - last));
-    if isa.has_avx2() && (n_tokens > 8 || (n_tokens >= WIDE_MIN && !narrow_last)) {
+    if wide16 {
+        acts.interleave16();
+    } else if isa.has_avx2() && (n_tokens > 8 || (n_tokens >= WIDE_MIN && !narrow_last)) {
         acts.interleave8();
     }
     if narrow_last {
@@ -268,6 +279,27 @@ fn run_legacy<B: LegacyBlock>(
             unsafe { legacy::tokens4_avx2::<B>(r.map(|r| row(r).as_ptr()), acts, t0, pf8, o) }
         };
         let narrow: Option<gemm::TileFn<'_, LMR, { gemm::NARROW }>> = Some(&quad);
+        if wide16 {
+            let tile16 = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]; 16]| {
+                let r = r.map(|r| row(r).as_ptr());
+                // SAFETY: VNNI is the ISA (so AVX-512 F/BW/VL too); each
+                // row holds `acts.blocks` whole blocks; the driver passes
+                // t0 multiple of 16 with t0 + 16 <= t_pad (padded to 16
+                // from TOKENS16_MIN tokens); `qs16` is built, and `xsums`
+                // (VNNI).
+                unsafe { legacy_tokens16::tokens16_vnni::<B, LMR>(r, acts, t0, o) }
+            };
+            return gemm::drive(
+                shape,
+                y,
+                gemm::Tiles {
+                    tile: &tile16,
+                    narrow,
+                    single: &single,
+                    wide_min: WIDE_MIN,
+                },
+            );
+        }
         return gemm::drive(
             shape,
             y,
