@@ -71,6 +71,7 @@ fn main() {
         ("prompt 1536x576 q8_0", DType::Q8_0, 1536, 576, 64),
         ("prompt 1536x576 iq4_nl", DType::IQ4NL, 1536, 576, 64),
         ("prompt 1536x576 mxfp4", DType::MXFP4, 1536, 576, 64),
+        ("prompt 1024x2048 iq4_xs", DType::IQ4XS, 1024, 2048, 64),
     ] {
         if !name.contains(&filter) {
             continue;

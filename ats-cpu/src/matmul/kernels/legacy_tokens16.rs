@@ -68,7 +68,11 @@ pub(super) unsafe fn tokens16_vnni<B: LegacyBlock, const MR: usize>(
             let x = unsafe { _mm512_load_si512(x16.add(8 * b + v) as *const _) };
             for i in 0..MR {
                 let w = _mm512_set1_epi32(wm[i][v] as i32);
-                let a = if v % 2 == 0 { &mut even[i] } else { &mut odd[i] };
+                let a = if v % 2 == 0 {
+                    &mut even[i]
+                } else {
+                    &mut odd[i]
+                };
                 *a = _mm512_dpbusd_epi32(*a, w, x);
             }
         }
@@ -76,7 +80,8 @@ pub(super) unsafe fn tokens16_vnni<B: LegacyBlock, const MR: usize>(
         if B::SIGNED {
             // the bias's share, 128 x sum(x) per token
             // SAFETY: 16 ints of block b's sums (`xsums` built, caller).
-            let xs = unsafe { _mm512_loadu_si512(acts.xsums[b * tp + t0..][..16].as_ptr() as *const _) };
+            let xs =
+                unsafe { _mm512_loadu_si512(acts.xsums[b * tp + t0..][..16].as_ptr() as *const _) };
             let xs = _mm512_slli_epi32::<7>(xs);
             for s in &mut isum {
                 *s = _mm512_sub_epi32(*s, xs);

@@ -445,6 +445,51 @@ fn drive_rows16<K: SuperBlock>(
     )
 }
 
+/// [`run_kquant`] with the format's 16-token prompt tile (`kernel`), the
+/// row kernels for a last tile of 2-4 tokens (`narrow`) and the one-token
+/// kernels for single tokens.
+#[cfg(target_arch = "x86_64")]
+fn drive_tokens16<K: SuperBlock>(
+    shape: Shape,
+    y: &mut [f32],
+    kernel: kquant::Tokens16Fn,
+    narrow: gemm::TileFn<'_, LMR, { gemm::NARROW }>,
+    acts: &QuantActs,
+    data: &[u8],
+    isa: Isa,
+) {
+    let rb = shape.row_bytes;
+    let row = |r: usize| data[r * rb..(r + 1) * rb].as_ptr();
+    let tile = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]; 16]| {
+        // SAFETY: VNNI is the ISA (so AVX-512 F/BW/VL too); whole rows;
+        // the driver passes t0 multiple of 16 with t0 + 16 <= t_pad (padded
+        // to 16 from TOKENS16_MIN tokens); `qs16` and `xsums` are built.
+        unsafe { kernel(r.map(row), acts, t0, o) }
+    };
+    let rows16 = K::ROWS16_VNNI.filter(|_| rows16_fit(isa, rb));
+    let single = |r: &[usize; 16], t: usize, o: &mut [[f32; 16]; 1]| {
+        if let (Some(kernel), true) = (rows16, in_a_row(r)) {
+            // SAFETY: VNNI is the ISA; 16 whole rows from r[0], rb apart;
+            // t < n_tokens; Q8_K activations.
+            return unsafe { kernel(row(r[0]), rb, acts, t, o) };
+        }
+        for i in 0..16 {
+            // SAFETY: a whole row; t < n_tokens.
+            o[0][i] = unsafe { kquant_row::<K, 1>(row(r[i]), acts, t, isa) }[0];
+        }
+    };
+    gemm::drive(
+        shape,
+        y,
+        gemm::Tiles {
+            tile: &tile,
+            narrow: Some(narrow),
+            single: &single,
+            wide_min: WIDE_MIN,
+        },
+    )
+}
+
 fn run_kquant<K: SuperBlock>(
     w: &WeightMatrix<'_>,
     x: &[f32],
@@ -470,6 +515,13 @@ fn run_kquant<K: SuperBlock>(
             // the 512-bit row kernels sum whole tiles' mins with tokens in lanes
             acts.interleave_bsums8();
         }
+    }
+    #[cfg(target_arch = "x86_64")]
+    let tokens16 = K::TOKENS16_VNNI.filter(|_| isa == Isa::Avx512Vnni && n_tokens >= TOKENS16_MIN);
+    #[cfg(target_arch = "x86_64")]
+    if tokens16.is_some() {
+        acts.interleave16();
+        acts.group_sums();
     } else if isa.has_avx2() && n_tokens >= kquant256::MIN_TOKENS {
         acts.regroup_subblocks();
     }
@@ -508,6 +560,12 @@ fn run_kquant<K: SuperBlock>(
             // whenever wide tiles run.
             unsafe { kquant::tokens8_avx2::<K, LMR>(r.map(|r| row(r).as_ptr()), acts, t0, 0, o) }
         };
+        // The last tile of 2-4 tokens.
+        let narrow =
+            |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]; gemm::NARROW]| rows_direct(r, t0, o);
+        if let Some(kernel) = tokens16 {
+            return drive_tokens16::<K>(shape, y, kernel, &narrow, acts, data, isa);
+        }
         let rows16_tokens = K::ROWS16_TOKENS_VNNI.filter(|_| rows16_fit(isa, rb));
         if let (Some(kernel), Some(one)) = (rows16_tokens, K::ROWS16_VNNI) {
             return drive_rows16::<K>(shape, y, (kernel, one), acts, data, isa);
@@ -532,9 +590,6 @@ fn run_kquant<K: SuperBlock>(
                 };
             }
         };
-        // The last tile of 2-4 tokens.
-        let narrow =
-            |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]; gemm::NARROW]| rows_direct(r, t0, o);
         return gemm::drive(
             shape,
             y,
