@@ -208,11 +208,9 @@ impl Planner {
     /// measurements call for them.
     pub fn observe(&mut self, stats: &RoundStats, shape: RoundShape) -> Option<PlanChange> {
         self.adapt.busy_secs += stats.total_secs.max(0.0);
-        if self.gpu.is_none() {
-            // Nothing to place or re-plan: learning every node's time
-            // would cost 2% of a small model's decode for no reader.
-            return None;
-        }
+        // Without a GPU there is nothing to place or re-plan: learning every
+        // node's time would cost 2% of a small model's decode for no reader.
+        self.gpu.as_ref()?;
         self.learn_costs(stats, shape);
         if shape.n_tokens != 1 {
             return None;
