@@ -94,6 +94,10 @@ pub(crate) struct QuantActs {
     /// [`QuantActs::interleave8`]): `[t_pad / 8][blocks][8]`, vector `p` holding
     /// sums `2p, 2p + 1` of the 8 tokens in turn.
     pub bsums8: Vec<[i16; 16]>,
+    /// The sums interleaved by groups of 16 tokens (Q8_K, see
+    /// [`QuantActs::interleave_bsums16`]): `[t_pad / 16][blocks][16]`, vector
+    /// `g` holding sum `g` of the 16 tokens as int32 lanes.
+    pub bsums16: Vec<Q8x16>,
     /// Tokens `quad_t0..quad_t0 + 4`, each token's 4-value groups twice (see
     /// [`QuantActs::interleave4_pairs`]), `[qblocks][8]`; empty unless built.
     pub qs4: Vec<Q8Block>,
@@ -140,6 +144,7 @@ impl QuantActs {
         // the interleaved copies are built on demand, for these values only
         self.qs8.clear();
         self.qs16.clear();
+        self.bsums16.clear();
         self.xsums.clear();
         self.bsums8.clear();
         self.qsp.clear();
@@ -249,6 +254,27 @@ impl QuantActs {
                     std::array::from_fn(|t| bytemuck::cast(src[t * qb + b].0));
                 for (v, d) in dst.iter_mut().enumerate() {
                     d.0 = std::array::from_fn(|t| words[t][v]);
+                }
+            }
+        }
+    }
+
+    /// Builds [`QuantActs::bsums16`] (Q8_K; nothing otherwise): each sum of
+    /// 16 values, for 16 tokens at once. Needs [`TOKEN_PAD16`] padding.
+    pub(crate) fn interleave_bsums16(&mut self) {
+        let nb = self.blocks;
+        self.bsums16.clear();
+        if self.format != Some(ActFormat::Q8K) {
+            return;
+        }
+        debug_assert!(self.t_pad.is_multiple_of(TOKEN_PAD16));
+        self.bsums16
+            .resize(self.t_pad / TOKEN_PAD16 * nb * 16, Q8x16::default());
+        for (g, dst) in self.bsums16.chunks_exact_mut(16 * nb.max(1)).enumerate() {
+            let src = &self.bsums[16 * g * nb..16 * (g + 1) * nb];
+            for (b, dst) in dst.chunks_exact_mut(16).enumerate() {
+                for (j, d) in dst.iter_mut().enumerate() {
+                    d.0 = std::array::from_fn(|t| i32::from(src[t * nb + b][j]) as u32);
                 }
             }
         }

@@ -37,6 +37,8 @@ mod q5_0;
 mod q5_1;
 mod q5_k;
 mod q6_k;
+#[cfg(target_arch = "x86_64")]
+mod q6_k512;
 mod q8_0;
 #[cfg(target_arch = "x86_64")]
 mod simd;
@@ -520,8 +522,11 @@ fn run_kquant<K: SuperBlock>(
     let tokens16 = K::TOKENS16_VNNI.filter(|_| isa == Isa::Avx512Vnni && n_tokens >= TOKENS16_MIN);
     #[cfg(target_arch = "x86_64")]
     if tokens16.is_some() {
+        // what the formats' tiles read: the values by 16 tokens, the sums
+        // of 32 (IQ4_XS's bias) and of 16 (Q6_K's offset)
         acts.interleave16();
         acts.group_sums();
+        acts.interleave_bsums16();
     } else if isa.has_avx2() && n_tokens >= kquant256::MIN_TOKENS {
         acts.regroup_subblocks();
     }

@@ -33,7 +33,7 @@ fn scales(b: &[u8], c: &mut Canon) {
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn half_runs(p: *const u8, n: usize) -> [std::arch::x86_64::__m256i; 4] {
+pub(super) unsafe fn half_runs(p: *const u8, n: usize) -> [std::arch::x86_64::__m256i; 4] {
     use std::arch::x86_64::*;
     let (m, three) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(3));
     // SAFETY: nibble bytes 64n..64n + 64 and high bytes 128 + 32n .. 160 + 32n
@@ -61,6 +61,9 @@ impl SuperBlock for Q6K {
     const BYTES: usize = 210;
     const I16_SUMS: usize = 2;
     const WIDE: Wide = Wide::Q6K;
+    #[cfg(target_arch = "x86_64")]
+    const TOKENS16_VNNI: Option<super::kquant::Tokens16Fn> =
+        Some(super::q6_k512::tokens16_vnni::<4>);
 
     fn unpack(b: &[u8], c: &mut Canon) {
         scales(b, c);
