@@ -73,6 +73,8 @@ fn main() {
         ("prompt 1536x576 mxfp4", DType::MXFP4, 1536, 576, 64),
         ("prompt 1024x2048 iq4_xs", DType::IQ4XS, 1024, 2048, 64),
         ("prompt 1024x2048 q6_k", DType::Q6K, 1024, 2048, 64),
+        ("prompt 1024x2048 q5_k", DType::Q5K, 1024, 2048, 64),
+        ("prompt 1024x2048 q4_k", DType::Q4K, 1024, 2048, 64),
         ("down 576x1536 iq4_nl", DType::IQ4NL, 576, 1536, 1),
         ("down 576x1536 iq4_xs", DType::IQ4XS, 576, 1536, 1),
         ("mlp 1536x576 iq4_nl", DType::IQ4NL, 1536, 576, 1),

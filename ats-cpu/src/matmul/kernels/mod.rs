@@ -15,6 +15,8 @@ mod iq4_nl;
 mod iq4_xs;
 #[cfg(target_arch = "x86_64")]
 mod iq4_xs512;
+#[cfg(target_arch = "x86_64")]
+mod k4_tokens16;
 mod kquant;
 #[cfg(target_arch = "x86_64")]
 mod kquant256;
