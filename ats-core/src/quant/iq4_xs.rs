@@ -39,6 +39,8 @@ pub const OFF_SCALES_L: usize = 4;
 pub const OFF_QS: usize = 8;
 
 /// The eight 6-bit scales `ls` (0..64) of a block, one per sub-block.
+/// (Inlined: the CPU kernels call it per row and tile of tokens.)
+#[inline]
 pub fn unpack_scales(block: &[u8]) -> [u8; 8] {
     let h = u16::from_le_bytes([block[OFF_SCALES_H], block[OFF_SCALES_H + 1]]);
     std::array::from_fn(|j| {

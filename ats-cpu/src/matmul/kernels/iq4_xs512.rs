@@ -154,11 +154,14 @@ pub(super) unsafe fn tokens16_vnni<const MR: usize>(
     let x16 = acts.qs16[t0 / TOKENS * qb * 8..].as_ptr() as *const __m512i;
     let mut acc = [_mm512_setzero_ps(); MR];
     for b in 0..nb {
-        let blk: [*const u8; MR] = std::array::from_fn(|i| rows[i].wrapping_add(b * BYTES));
-        // SAFETY: super-block b of each row is whole (caller).
-        let ls: [[u8; 8]; MR] = std::array::from_fn(|i| {
-            unpack_scales(unsafe { std::slice::from_raw_parts(blk[i], BYTES) })
-        });
+        // Loops, not closures: closures are not inlined into kernels here.
+        let mut blk = [std::ptr::null::<u8>(); MR];
+        let mut ls = [[0u8; 8]; MR];
+        for i in 0..MR {
+            blk[i] = rows[i].wrapping_add(b * BYTES);
+            // SAFETY: super-block b of each row is whole (caller).
+            ls[i] = unpack_scales(unsafe { std::slice::from_raw_parts(blk[i], BYTES) });
+        }
         let mut isum = [_mm512_setzero_si512(); MR];
         for j in 0..8 {
             let g = 8 * b + j;

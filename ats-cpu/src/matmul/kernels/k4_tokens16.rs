@@ -44,11 +44,14 @@ pub(super) unsafe fn tokens16_vnni<const FIVE: bool, const MR: usize>(
     let (m4, one) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(1));
     let mut acc = [_mm512_setzero_ps(); MR];
     for b in 0..nb {
-        let blk: [*const u8; MR] = std::array::from_fn(|i| rows[i].wrapping_add(b * bytes));
-        // SAFETY: the 12 scale bytes at 4..16 of each super-block (caller).
-        let scm: [([u8; 8], [u8; 8]); MR] = std::array::from_fn(|i| {
-            scales_k4(unsafe { std::slice::from_raw_parts(blk[i].add(4), 12) })
-        });
+        // Loops, not closures: closures are not inlined into kernels here.
+        let mut blk = [std::ptr::null::<u8>(); MR];
+        let mut scm = [([0u8; 8], [0u8; 8]); MR];
+        for i in 0..MR {
+            blk[i] = rows[i].wrapping_add(b * bytes);
+            // SAFETY: the 12 scale bytes at 4..16 of each super-block (caller).
+            scm[i] = scales_k4(unsafe { std::slice::from_raw_parts(blk[i].add(4), 12) });
+        }
         let mut isum = [_mm512_setzero_si512(); MR];
         let mut msum = [_mm512_setzero_si512(); MR];
         for p in 0..4 {

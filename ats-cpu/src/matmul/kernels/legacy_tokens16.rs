@@ -41,10 +41,11 @@ pub(super) unsafe fn tokens16_vnni<B: LegacyBlock, const MR: usize>(
     let mut acc = [_mm512_setzero_ps(); MR];
     let x16 = acts.qs16[t0 / TOKENS * nb * 8..].as_ptr() as *const __m512i;
     for b in 0..nb {
-        let blk: [*const u8; MR] = std::array::from_fn(|i| {
-            // SAFETY: block `b` of row `i` lies inside the row (caller).
-            unsafe { rows[i].add(b * B::BYTES) }
-        });
+        // A loop, not a closure: closures are not inlined into kernels here.
+        let mut blk = [std::ptr::null::<u8>(); MR];
+        for i in 0..MR {
+            blk[i] = rows[i].wrapping_add(b * B::BYTES);
+        }
         // The unpacked weights go through memory, to be broadcast 4 bytes
         // at a time by the load unit, as in the 8-token tile (`black_box`
         // keeps LLVM from turning the broadcasts into shuffles).
@@ -76,7 +77,10 @@ pub(super) unsafe fn tokens16_vnni<B: LegacyBlock, const MR: usize>(
                 *a = _mm512_dpbusd_epi32(*a, w, x);
             }
         }
-        let mut isum: [__m512i; MR] = std::array::from_fn(|i| _mm512_add_epi32(even[i], odd[i]));
+        let mut isum = even;
+        for i in 0..MR {
+            isum[i] = _mm512_add_epi32(even[i], odd[i]);
+        }
         if B::SIGNED {
             // the bias's share, 128 x sum(x) per token
             // SAFETY: 16 ints of block b's sums (`xsums` built, caller).

@@ -43,10 +43,14 @@ pub(super) unsafe fn tokens16_vnni<const MR: usize>(
     let b16 = acts.bsums16[t0 / TOKENS * nb * 16..].as_ptr() as *const __m512i;
     let mut acc = [_mm512_setzero_ps(); MR];
     for b in 0..nb {
-        let blk: [*const u8; MR] = std::array::from_fn(|i| rows[i].wrapping_add(b * BYTES));
-        // SAFETY: the 16 scales at 192..208 of each super-block (caller).
-        let sc: [[i8; 16]; MR] =
-            std::array::from_fn(|i| unsafe { *(blk[i].add(192) as *const [i8; 16]) });
+        // Loops, not closures: closures are not inlined into kernels here.
+        let mut blk = [std::ptr::null::<u8>(); MR];
+        let mut sc = [[0i8; 16]; MR];
+        for i in 0..MR {
+            blk[i] = rows[i].wrapping_add(b * BYTES);
+            // SAFETY: the 16 scales at 192..208 of each super-block (caller).
+            sc[i] = unsafe { (blk[i].add(192) as *const [i8; 16]).read_unaligned() };
+        }
         let mut isum = [_mm512_setzero_si512(); MR];
         let mut msum = [_mm512_setzero_si512(); MR];
         for n in 0..2 {
