@@ -14,12 +14,22 @@ use half::f16;
 
 use super::isa::Isa;
 
-/// Tokens are padded to a multiple of this (the 8-token tile)...
+/// Tokens are padded to a multiple of this (the 8-token tile), or of the
+/// prompt tiles' 16 or 32 tokens where they may run ([`token_pad`]).
 pub(crate) const TOKEN_PAD: usize = 8;
-/// ...or of this from this many tokens on, where 16-token tiles may run
-/// (padding every product to 16 would zero twice the blocks per decode
-/// step).
+/// The 16-token prompt tile, and the interleaving by 16 of [`QuantActs::qs16`].
 pub(crate) const TOKEN_PAD16: usize = 16;
+
+/// The padding of `n_tokens` tokens: to the widest tile that can run on
+/// them (padding every product to 32 would zero four times the blocks per
+/// decode step).
+fn token_pad(n_tokens: usize) -> usize {
+    match n_tokens {
+        0..16 => TOKEN_PAD,
+        16..32 => TOKEN_PAD16,
+        _ => 2 * TOKEN_PAD16,
+    }
+}
 /// Elements per Q8_0 / Q8_1 block.
 pub(crate) const QK8: usize = 32;
 /// Elements per Q8_K super-block.
@@ -66,8 +76,8 @@ pub(crate) struct QuantActs {
     pub format: Option<ActFormat>,
     /// Real tokens.
     pub n_tokens: usize,
-    /// Tokens with padding (a multiple of [`TOKEN_PAD`], and of
-    /// [`TOKEN_PAD16`] from that many tokens on).
+    /// Tokens with padding (a multiple of [`TOKEN_PAD`], and from 16 and 32
+    /// tokens of 16 and 32).
     pub t_pad: usize,
     /// Scale blocks per token (32- or 256-element).
     pub blocks: usize,
@@ -127,12 +137,7 @@ impl QuantActs {
         debug_assert_eq!(x.len(), n_tokens * cols);
         let blocks = cols / format.block();
         let qblocks = cols / QK8;
-        let pad = if n_tokens >= TOKEN_PAD16 {
-            TOKEN_PAD16
-        } else {
-            TOKEN_PAD
-        };
-        let t_pad = n_tokens.div_ceil(pad) * pad;
+        let t_pad = n_tokens.div_ceil(token_pad(n_tokens)) * token_pad(n_tokens);
         self.format = Some(format);
         self.n_tokens = n_tokens;
         self.t_pad = t_pad;

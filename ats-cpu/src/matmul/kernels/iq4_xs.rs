@@ -37,8 +37,10 @@ impl SuperBlock for Iq4Xs {
     #[cfg(target_arch = "x86_64")]
     const ROWS16_VNNI: Option<super::kquant::Rows16Fn> = Some(super::iq4_xs512::rows16_vnni);
     #[cfg(target_arch = "x86_64")]
-    const TOKENS16_VNNI: Option<super::kquant::Tokens16Fn> =
-        Some(super::iq4_xs512::tokens16_vnni::<4>);
+    const PROMPT_TILES_VNNI: Option<super::prompt_tiles::Tiles> = Some([
+        super::iq4_xs512::tokens_vnni::<1, 4>,
+        super::iq4_xs512::tokens_vnni::<2, 4>,
+    ]);
 
     fn unpack(b: &[u8], c: &mut Canon) {
         scales(b, c);

@@ -1,7 +1,7 @@
 //! IQ4_XS's kernels on AVX-512 VNNI: the one-token (decode) kernel, 16
 //! rows at once, as [`super::legacy512`] does for IQ4_NL, a super-block's 8
-//! sub-blocks in turn; and the 16-token prompt tile, as
-//! [`super::legacy_tokens16`] does for IQ4_NL, with each sub-block's scale.
+//! sub-blocks in turn; and the prompt tiles, as [`super::legacy_tiles`]
+//! does for IQ4_NL, with each sub-block's scale.
 //!
 //! Each sub-block is an IQ4_NL block without its own scale: its 16 rows'
 //! sums come from [`super::legacy512::quad_sums`] and [`super::legacy512::reduce`] (the
@@ -22,6 +22,7 @@ use super::legacy512::{
     ROWS, f16_lanes, head_offsets, heads16, prefetch_ahead, quad_rows, quad_sums, reduce,
     store_rows, unsigned_levels,
 };
+use super::prompt_tiles::{store_tokens, token_vectors};
 use super::simd::table_nibbles;
 use crate::matmul::acts::QuantActs;
 
@@ -124,35 +125,35 @@ pub(super) unsafe fn rows16_vnni(
     store_rows(acc, out);
 }
 
-/// Tokens per prompt tile.
-const TOKENS: usize = 16;
-
-/// Dot products of `MR` IQ4_XS rows with tokens `t0..t0 + 16`, token
+/// Dot products of `MR` IQ4_XS rows with tokens `t0..t0 + 16 * NT`, token
 /// `t0 + n`'s into `out[n]`: per sub-block, its levels biased by 128 meet
-/// the 16 tokens' values in the lanes of 512-bit registers, the bias's
-/// share (`128 x` the group sums) comes off, and the sum is scaled by
-/// `ls - 32`; the super-block's integer is that of the other paths, and so
-/// is its single FMA.
+/// the tokens' values in the lanes of 512-bit registers, the bias's share
+/// (`128 x` the group sums) comes off, and the sum is scaled by `ls - 32`;
+/// the super-block's integer is that of the other paths, and so is its
+/// single FMA.
 ///
 /// # Safety
 /// The CPU must support AVX2/FMA/F16C and AVX-512 F/BW/VL/VNNI; each
-/// `rows[i]` holds `acts.blocks` whole super-blocks; `t0` is a multiple of
-/// 16 with `t0 + 16 <= acts.t_pad`; `acts` holds Q8_K values with `qs16`
-/// and `xsums` built.
-// `v` and `i` index several arrays at once.
+/// `rows[i]` holds `acts.blocks` whole super-blocks; `out` holds `16 * NT`
+/// tokens; `t0` is a multiple of 16 with `t0 + 16 * NT <= acts.t_pad`;
+/// `acts` holds Q8_K values with `qs16` and `xsums` built.
+// `v`, `k` and `i` index several arrays at once.
 #[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) unsafe fn tokens16_vnni<const MR: usize>(
+pub(super) unsafe fn tokens_vnni<const NT: usize, const MR: usize>(
     rows: [*const u8; MR],
     acts: &QuantActs,
     t0: usize,
-    out: &mut [[f32; MR]; TOKENS],
+    out: &mut [[f32; MR]],
 ) {
     let (nb, tp, qb) = (acts.blocks, acts.t_pad, acts.qblocks);
-    debug_assert!(t0.is_multiple_of(TOKENS) && t0 + TOKENS <= tp && qb == 8 * nb);
-    debug_assert!(acts.qs16.len() == tp / TOKENS * qb * 8 && acts.xsums.len() == tp * qb);
-    let x16 = acts.qs16[t0 / TOKENS * qb * 8..].as_ptr() as *const __m512i;
-    let mut acc = [_mm512_setzero_ps(); MR];
+    debug_assert!(out.len() == 16 * NT && t0.is_multiple_of(16) && t0 + 16 * NT <= tp);
+    debug_assert!(qb == 8 * nb && acts.qs16.len() == tp / 16 * qb * 8);
+    debug_assert!(acts.xsums.len() == tp * qb);
+    let x16 = token_vectors(acts, t0);
+    // the next 16 tokens' vectors
+    let next = qb * 8;
+    let mut acc = [[_mm512_setzero_ps(); MR]; NT];
     for b in 0..nb {
         // Loops, not closures: closures are not inlined into kernels here.
         let mut blk = [std::ptr::null::<u8>(); MR];
@@ -162,7 +163,7 @@ pub(super) unsafe fn tokens16_vnni<const MR: usize>(
             // SAFETY: super-block b of each row is whole (caller).
             ls[i] = unpack_scales(unsafe { std::slice::from_raw_parts(blk[i], BYTES) });
         }
-        let mut isum = [_mm512_setzero_si512(); MR];
+        let mut isum = [[_mm512_setzero_si512(); MR]; NT];
         for j in 0..8 {
             let g = 8 * b + j;
             // Through memory, to be broadcast by the load unit (as in the
@@ -178,46 +179,44 @@ pub(super) unsafe fn tokens16_vnni<const MR: usize>(
                 }
             }
             let wm = std::hint::black_box(&wm);
-            let mut even = [_mm512_setzero_si512(); MR];
-            let mut odd = [_mm512_setzero_si512(); MR];
+            let mut s = [[_mm512_setzero_si512(); MR]; NT];
             for v in 0..8 {
-                // SAFETY: vector v of group g of this token group; aligned.
-                let x = unsafe { _mm512_load_si512(x16.add(8 * g + v) as *const _) };
+                let mut x = [_mm512_setzero_si512(); NT];
+                for k in 0..NT {
+                    // SAFETY: vector v of group g of token group k; aligned.
+                    x[k] = unsafe { _mm512_load_si512(x16.add(k * next + 8 * g + v) as *const _) };
+                }
                 for i in 0..MR {
                     let w = _mm512_set1_epi32(wm[i][v] as i32);
-                    let a = if v % 2 == 0 {
-                        &mut even[i]
-                    } else {
-                        &mut odd[i]
-                    };
-                    *a = _mm512_dpbusd_epi32(*a, w, x);
+                    for k in 0..NT {
+                        s[k][i] = _mm512_dpbusd_epi32(s[k][i], w, x[k]);
+                    }
                 }
             }
-            // SAFETY: 16 ints of group g's sums (`xsums` built, caller).
-            let xs =
-                unsafe { _mm512_loadu_si512(acts.xsums[g * tp + t0..][..16].as_ptr() as *const _) };
-            let xs = _mm512_slli_epi32::<7>(xs);
-            for i in 0..MR {
-                let s = _mm512_sub_epi32(_mm512_add_epi32(even[i], odd[i]), xs);
-                let sc = _mm512_set1_epi32(i32::from(ls[i][j]) - 32);
-                isum[i] = _mm512_add_epi32(isum[i], _mm512_mullo_epi32(s, sc));
+            for k in 0..NT {
+                let t = t0 + 16 * k;
+                // SAFETY: 16 ints of group g's sums (`xsums` built, caller).
+                let xs = unsafe {
+                    _mm512_loadu_si512(acts.xsums[g * tp + t..][..16].as_ptr() as *const _)
+                };
+                let xs = _mm512_slli_epi32::<7>(xs);
+                for i in 0..MR {
+                    let sc = _mm512_set1_epi32(i32::from(ls[i][j]) - 32);
+                    let d = _mm512_sub_epi32(s[k][i], xs);
+                    isum[k][i] = _mm512_add_epi32(isum[k][i], _mm512_mullo_epi32(d, sc));
+                }
             }
         }
-        // SAFETY: 16 floats of block b's token scales.
-        let xd = unsafe { _mm512_loadu_ps(acts.d[b * tp + t0..][..16].as_ptr()) };
-        for i in 0..MR {
-            // SAFETY: the super-block's first two bytes (caller).
-            let d = f16_at(unsafe { std::slice::from_raw_parts(blk[i], 2) }, 0);
-            let dd = _mm512_mul_ps(_mm512_set1_ps(d), xd);
-            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i]), dd, acc[i]);
+        for k in 0..NT {
+            // SAFETY: 16 floats of block b's token scales.
+            let xd = unsafe { _mm512_loadu_ps(acts.d[b * tp + t0 + 16 * k..][..16].as_ptr()) };
+            for i in 0..MR {
+                // SAFETY: the super-block's first two bytes (caller).
+                let d = f16_at(unsafe { std::slice::from_raw_parts(blk[i], 2) }, 0);
+                let dd = _mm512_mul_ps(_mm512_set1_ps(d), xd);
+                acc[k][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[k][i]), dd, acc[k][i]);
+            }
         }
     }
-    for (i, a) in acc.into_iter().enumerate() {
-        let mut v = [0f32; TOKENS];
-        // SAFETY: 16 floats.
-        unsafe { _mm512_storeu_ps(v.as_mut_ptr(), a) };
-        for (o, v) in out.iter_mut().zip(v) {
-            o[i] = v;
-        }
-    }
+    store_tokens(&acc, out);
 }

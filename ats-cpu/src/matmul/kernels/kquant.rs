@@ -111,14 +111,6 @@ pub(super) type Rows16Fn = unsafe fn(
     out: &mut [[f32; 16]; 1],
 );
 
-/// A prompt tile: 4 rows against tokens `t0..t0 + 16`, token `t0 + n`
-/// into `out[n]`.
-///
-/// Safety: as the kernel's own contract states.
-#[cfg(target_arch = "x86_64")]
-pub(super) type Tokens16Fn =
-    unsafe fn(rows: [*const u8; 4], acts: &QuantActs, t0: usize, out: &mut [[f32; 4]; 16]);
-
 /// A K-quant super-block format.
 pub(super) trait SuperBlock {
     /// Bytes per super-block.
@@ -141,11 +133,10 @@ pub(super) trait SuperBlock {
     /// ([`super::q4_k512::rows16_tokens_vnni`]).
     #[cfg(target_arch = "x86_64")]
     const ROWS16_TOKENS_VNNI: Option<Rows16TokensFn> = None;
-    /// Its 16-token prompt tile on AVX-512 VNNI, if any
-    /// ([`super::iq4_xs512::tokens16_vnni`]), on 16-token interleaved
-    /// activations and their 32-value group sums.
+    /// Its prompt tiles of 16 and 32 tokens on AVX-512 VNNI, if any
+    /// ([`super::prompt_tiles`]).
     #[cfg(target_arch = "x86_64")]
-    const TOKENS16_VNNI: Option<Tokens16Fn> = None;
+    const PROMPT_TILES_VNNI: Option<super::prompt_tiles::Tiles> = None;
 
     /// Unpacks one super-block into `c`.
     fn unpack(block: &[u8], c: &mut Canon);

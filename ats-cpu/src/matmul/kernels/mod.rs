@@ -16,7 +16,7 @@ mod iq4_xs;
 #[cfg(target_arch = "x86_64")]
 mod iq4_xs512;
 #[cfg(target_arch = "x86_64")]
-mod k4_tokens16;
+mod k4_tiles;
 mod kquant;
 #[cfg(target_arch = "x86_64")]
 mod kquant256;
@@ -26,8 +26,10 @@ mod legacy;
 #[cfg(target_arch = "x86_64")]
 mod legacy512;
 #[cfg(target_arch = "x86_64")]
-mod legacy_tokens16;
+mod legacy_tiles;
 mod mxfp4;
+#[cfg(target_arch = "x86_64")]
+mod prompt_tiles;
 mod q2_k;
 mod q3_k;
 mod q4_0;
@@ -188,10 +190,49 @@ fn tile_prefetch(n_tokens: usize) -> usize {
 /// activation vectors of a block and 4 accumulators fill the registers.
 #[cfg(target_arch = "x86_64")]
 const LMR: usize = 4;
-/// Fewest tokens of a product that runs the 16-token tiles of the block
-/// formats on AVX-512 VNNI (a round of a few sequences' decode tokens keeps
-/// the 8-token tile, which streams its weights once).
-const TOKENS16_MIN: usize = crate::matmul::acts::TOKEN_PAD16;
+/// Fewest tokens of a product that runs the 16-token prompt tiles on
+/// AVX-512 VNNI (a round of a few sequences' decode tokens keeps the
+/// 8-token tile, which streams its weights once)...
+const TOKENS16_MIN: usize = 16;
+/// ...and the 32-token ones, whose broadcast weights each serve two
+/// `vpdpbusd` (IQ4_XS 64 tokens: 1225 -> 926-958 us in `isa_pair`).
+const TOKENS32_MIN: usize = 32;
+
+/// A prompt tile of 4 rows and as many tokens as its output holds.
+#[cfg(target_arch = "x86_64")]
+type PromptTile<'a> = &'a (dyn Fn(&[usize; LMR], usize, &mut [[f32; LMR]]) + Sync);
+
+/// Runs a product with the prompt tile `tile` 32 tokens wide from
+/// [`TOKENS32_MIN`] tokens, else 16 (the activations are padded to match),
+/// `narrow` for a last tile of 2-4 tokens and `single` for single tokens.
+#[cfg(target_arch = "x86_64")]
+fn drive_prompt<const MRD: usize>(
+    shape: Shape,
+    y: &mut [f32],
+    tile: PromptTile<'_>,
+    narrow: Option<gemm::TileFn<'_, LMR, { gemm::NARROW }>>,
+    single: gemm::TileFn<'_, MRD, 1>,
+) {
+    let wide_min = WIDE_MIN;
+    if shape.n_tokens >= TOKENS32_MIN {
+        let t32 = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]; 32]| tile(r, t0, o);
+        let tiles = gemm::Tiles {
+            tile: &t32,
+            narrow,
+            single,
+            wide_min,
+        };
+        return gemm::drive(shape, y, tiles);
+    }
+    let t16 = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]; 16]| tile(r, t0, o);
+    let tiles = gemm::Tiles {
+        tile: &t16,
+        narrow,
+        single,
+        wide_min,
+    };
+    gemm::drive(shape, y, tiles)
+}
 /// Fewest tokens in a tile worth the 8-token kernel (below, the one-token
 /// kernel runs per token: a padded tile costs about 3 one-token passes).
 const WIDE_MIN: usize = 3;
@@ -205,9 +246,13 @@ fn run_legacy<B: LegacyBlock>(
     acts: &mut QuantActs,
 ) {
     acts.quantize(x, n_tokens, w.cols, B::ACTS, isa);
-    // Prompts on AVX-512 VNNI run 16-token tiles, the rest 8-token ones.
+    // Prompts on AVX-512 VNNI run 16- or 32-token tiles, the rest 8-token ones.
     let wide16 = isa == Isa::Avx512Vnni && n_tokens >= TOKENS16_MIN;
-    let nr = if wide16 { 16 } else { 8 };
+    let nr = match (wide16, n_tokens >= TOKENS32_MIN) {
+        (true, true) => 32,
+        (true, false) => 16,
+        _ => 8,
+    };
     // The last token tile: narrow (2-4 tokens) or full.
     let last = n_tokens.div_ceil(nr).saturating_sub(1) * nr;
     let narrow_last = isa.has_avx2() && (2..=gemm::NARROW).contains(&(n_tokens - last));
@@ -284,25 +329,21 @@ fn run_legacy<B: LegacyBlock>(
         };
         let narrow: Option<gemm::TileFn<'_, LMR, { gemm::NARROW }>> = Some(&quad);
         if wide16 {
-            let tile16 = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]; 16]| {
+            let tile = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]]| {
                 let r = r.map(|r| row(r).as_ptr());
                 // SAFETY: VNNI is the ISA (so AVX-512 F/BW/VL too); each
                 // row holds `acts.blocks` whole blocks; the driver passes
-                // t0 multiple of 16 with t0 + 16 <= t_pad (padded to 16
-                // from TOKENS16_MIN tokens); `qs16` is built, and `xsums`
-                // (VNNI).
-                unsafe { legacy_tokens16::tokens16_vnni::<B, LMR>(r, acts, t0, o) }
+                // t0 multiple of the tile with t0 + tile <= t_pad (padded
+                // to the tile); `qs16` is built, and `xsums` (VNNI).
+                unsafe {
+                    if o.len() == 32 {
+                        legacy_tiles::tokens_vnni::<B, 2, LMR>(r, acts, t0, o)
+                    } else {
+                        legacy_tiles::tokens_vnni::<B, 1, LMR>(r, acts, t0, o)
+                    }
+                }
             };
-            return gemm::drive(
-                shape,
-                y,
-                gemm::Tiles {
-                    tile: &tile16,
-                    narrow,
-                    single: &single,
-                    wide_min: WIDE_MIN,
-                },
-            );
+            return drive_prompt(shape, y, &tile, narrow, &single);
         }
         return gemm::drive(
             shape,
@@ -449,14 +490,14 @@ fn drive_rows16<K: SuperBlock>(
     )
 }
 
-/// [`run_kquant`] with the format's 16-token prompt tile (`kernel`), the
-/// row kernels for a last tile of 2-4 tokens (`narrow`) and the one-token
-/// kernels for single tokens.
+/// [`run_kquant`] with the format's prompt tiles (`kernels`: 16 and 32
+/// tokens), the row kernels for a last tile of 2-4 tokens (`narrow`) and
+/// the one-token kernels for single tokens.
 #[cfg(target_arch = "x86_64")]
-fn drive_tokens16<K: SuperBlock>(
+fn drive_kquant_prompt<K: SuperBlock>(
     shape: Shape,
     y: &mut [f32],
-    kernel: kquant::Tokens16Fn,
+    kernels: prompt_tiles::Tiles,
     narrow: gemm::TileFn<'_, LMR, { gemm::NARROW }>,
     acts: &QuantActs,
     data: &[u8],
@@ -464,10 +505,15 @@ fn drive_tokens16<K: SuperBlock>(
 ) {
     let rb = shape.row_bytes;
     let row = |r: usize| data[r * rb..(r + 1) * rb].as_ptr();
-    let tile = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]; 16]| {
+    let tile = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]]| {
+        let kernel = if o.len() == 32 {
+            kernels[1]
+        } else {
+            kernels[0]
+        };
         // SAFETY: VNNI is the ISA (so AVX-512 F/BW/VL too); whole rows;
-        // the driver passes t0 multiple of 16 with t0 + 16 <= t_pad (padded
-        // to 16 from TOKENS16_MIN tokens); `qs16` and `xsums` are built.
+        // the driver passes t0 multiple of the tile with t0 + tile <= t_pad
+        // (padded to the tile); `qs16`, `xsums` and `bsums16` are built.
         unsafe { kernel(r.map(row), acts, t0, o) }
     };
     let rows16 = K::ROWS16_VNNI.filter(|_| rows16_fit(isa, rb));
@@ -482,16 +528,7 @@ fn drive_tokens16<K: SuperBlock>(
             o[0][i] = unsafe { kquant_row::<K, 1>(row(r[i]), acts, t, isa) }[0];
         }
     };
-    gemm::drive(
-        shape,
-        y,
-        gemm::Tiles {
-            tile: &tile,
-            narrow: Some(narrow),
-            single: &single,
-            wide_min: WIDE_MIN,
-        },
-    )
+    drive_prompt(shape, y, &tile, Some(narrow), &single)
 }
 
 fn run_kquant<K: SuperBlock>(
@@ -521,9 +558,10 @@ fn run_kquant<K: SuperBlock>(
         }
     }
     #[cfg(target_arch = "x86_64")]
-    let tokens16 = K::TOKENS16_VNNI.filter(|_| isa == Isa::Avx512Vnni && n_tokens >= TOKENS16_MIN);
+    let prompt =
+        K::PROMPT_TILES_VNNI.filter(|_| isa == Isa::Avx512Vnni && n_tokens >= TOKENS16_MIN);
     #[cfg(target_arch = "x86_64")]
-    if tokens16.is_some() {
+    if prompt.is_some() {
         // what the formats' tiles read: the values by 16 tokens, the sums
         // of 32 (IQ4_XS's bias) and of 16 (Q6_K's offset)
         acts.interleave16();
@@ -570,8 +608,8 @@ fn run_kquant<K: SuperBlock>(
         // The last tile of 2-4 tokens.
         let narrow =
             |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]; gemm::NARROW]| rows_direct(r, t0, o);
-        if let Some(kernel) = tokens16 {
-            return drive_tokens16::<K>(shape, y, kernel, &narrow, acts, data, isa);
+        if let Some(kernels) = prompt {
+            return drive_kquant_prompt::<K>(shape, y, kernels, &narrow, acts, data, isa);
         }
         let rows16_tokens = K::ROWS16_TOKENS_VNNI.filter(|_| rows16_fit(isa, rb));
         if let (Some(kernel), Some(one)) = (rows16_tokens, K::ROWS16_VNNI) {

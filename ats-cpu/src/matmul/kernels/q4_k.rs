@@ -23,8 +23,10 @@ impl SuperBlock for Q4K {
     const ROWS16_TOKENS_VNNI: Option<super::kquant::Rows16TokensFn> =
         Some(super::q4_k512::rows16_tokens_vnni);
     #[cfg(target_arch = "x86_64")]
-    const TOKENS16_VNNI: Option<super::kquant::Tokens16Fn> =
-        Some(super::k4_tokens16::tokens16_vnni::<false, 4>);
+    const PROMPT_TILES_VNNI: Option<super::prompt_tiles::Tiles> = Some([
+        super::k4_tiles::tokens_vnni::<false, 1, 4>,
+        super::k4_tiles::tokens_vnni::<false, 2, 4>,
+    ]);
 
     fn unpack(b: &[u8], c: &mut Canon) {
         set_k4_scales(b, c);

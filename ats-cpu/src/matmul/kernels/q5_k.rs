@@ -17,8 +17,10 @@ impl SuperBlock for Q5K {
     const I16_SUMS: usize = 4;
     const WIDE: Wide = Wide::Q5K;
     #[cfg(target_arch = "x86_64")]
-    const TOKENS16_VNNI: Option<super::kquant::Tokens16Fn> =
-        Some(super::k4_tokens16::tokens16_vnni::<true, 4>);
+    const PROMPT_TILES_VNNI: Option<super::prompt_tiles::Tiles> = Some([
+        super::k4_tiles::tokens_vnni::<true, 1, 4>,
+        super::k4_tiles::tokens_vnni::<true, 2, 4>,
+    ]);
 
     fn unpack(b: &[u8], c: &mut Canon) {
         set_k4_scales(b, c);

@@ -62,8 +62,10 @@ impl SuperBlock for Q6K {
     const I16_SUMS: usize = 2;
     const WIDE: Wide = Wide::Q6K;
     #[cfg(target_arch = "x86_64")]
-    const TOKENS16_VNNI: Option<super::kquant::Tokens16Fn> =
-        Some(super::q6_k512::tokens16_vnni::<4>);
+    const PROMPT_TILES_VNNI: Option<super::prompt_tiles::Tiles> = Some([
+        super::q6_k512::tokens_vnni::<1, 4>,
+        super::q6_k512::tokens_vnni::<2, 4>,
+    ]);
 
     fn unpack(b: &[u8], c: &mut Canon) {
         scales(b, c);

@@ -1,7 +1,6 @@
-//! Q6_K's 16-token prompt tile on AVX-512 VNNI, as
-//! [`super::legacy_tokens16`] does for the block formats: each row's
-//! six-bit values (unsigned, `0..64`) meet 16 tokens in the lanes of
-//! 512-bit registers, each group of 16's sum is scaled by its int8 scale,
+//! Q6_K's prompt tiles on AVX-512 VNNI, as [`super::legacy_tiles`] does
+//! for the block formats: each row's six-bit values (unsigned, `0..64`)
+//! meet 16 or 32 tokens in the lanes of 512-bit registers, each group of 16's sum is scaled by its int8 scale,
 //! and the offset 32 is the canonical form's min (`32 x sc` against the
 //! tokens' sums of 16), so the two integers and the two FMAs per
 //! super-block are those of every other path.
@@ -9,39 +8,39 @@
 use std::arch::x86_64::*;
 
 use super::kquant::f16_at;
+use super::prompt_tiles::{store_tokens, token_vectors};
 use super::q6_k::half_runs;
 use crate::matmul::acts::QuantActs;
 
 /// Bytes per super-block: nibbles 0..128, high bits 128..192, scales
 /// 192..208, d 208.
 const BYTES: usize = 210;
-/// Tokens per tile.
-const TOKENS: usize = 16;
-
-/// Dot products of `MR` Q6_K rows with tokens `t0..t0 + 16`, token `t0 + n`'s
-/// into `out[n]`.
+/// Dot products of `MR` Q6_K rows with tokens `t0..t0 + 16 * NT`, token
+/// `t0 + n`'s into `out[n]`.
 ///
 /// # Safety
 /// The CPU must support AVX2/FMA/F16C and AVX-512 F/BW/VL/VNNI; each
-/// `rows[i]` holds `acts.blocks` whole super-blocks; `t0` is a multiple of
-/// 16 with `t0 + 16 <= acts.t_pad`; `acts` holds Q8_K values with `qs16`
-/// and `bsums16` built.
-// `v`, `i` and `r` index several arrays at once.
+/// `rows[i]` holds `acts.blocks` whole super-blocks; `out` holds `16 * NT`
+/// tokens; `t0` is a multiple of 16 with `t0 + 16 * NT <= acts.t_pad`;
+/// `acts` holds Q8_K values with `qs16` and `bsums16` built.
+// `v`, `k`, `i` and `r` index several arrays at once.
 #[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) unsafe fn tokens16_vnni<const MR: usize>(
+pub(super) unsafe fn tokens_vnni<const NT: usize, const MR: usize>(
     rows: [*const u8; MR],
     acts: &QuantActs,
     t0: usize,
-    out: &mut [[f32; MR]; TOKENS],
+    out: &mut [[f32; MR]],
 ) {
     let (nb, tp, qb) = (acts.blocks, acts.t_pad, acts.qblocks);
-    debug_assert!(t0.is_multiple_of(TOKENS) && t0 + TOKENS <= tp && qb == 8 * nb);
-    debug_assert!(acts.qs16.len() == tp / TOKENS * qb * 8);
-    debug_assert!(acts.bsums16.len() == tp / TOKENS * nb * 16);
-    let x16 = acts.qs16[t0 / TOKENS * qb * 8..].as_ptr() as *const __m512i;
-    let b16 = acts.bsums16[t0 / TOKENS * nb * 16..].as_ptr() as *const __m512i;
-    let mut acc = [_mm512_setzero_ps(); MR];
+    debug_assert!(out.len() == 16 * NT && t0.is_multiple_of(16) && t0 + 16 * NT <= tp);
+    debug_assert!(qb == 8 * nb && acts.qs16.len() == tp / 16 * qb * 8);
+    debug_assert!(acts.bsums16.len() == tp / 16 * nb * 16);
+    let x16 = token_vectors(acts, t0);
+    let b16 = acts.bsums16[t0 / 16 * nb * 16..].as_ptr() as *const __m512i;
+    // the next 16 tokens' vectors and sums
+    let (next, next_sums) = (qb * 8, nb * 16);
+    let mut acc = [[_mm512_setzero_ps(); MR]; NT];
     for b in 0..nb {
         // Loops, not closures: closures are not inlined into kernels here.
         let mut blk = [std::ptr::null::<u8>(); MR];
@@ -51,8 +50,8 @@ pub(super) unsafe fn tokens16_vnni<const MR: usize>(
             // SAFETY: the 16 scales at 192..208 of each super-block (caller).
             sc[i] = unsafe { (blk[i].add(192) as *const [i8; 16]).read_unaligned() };
         }
-        let mut isum = [_mm512_setzero_si512(); MR];
-        let mut msum = [_mm512_setzero_si512(); MR];
+        let mut isum = [[_mm512_setzero_si512(); MR]; NT];
+        let mut msum = [[_mm512_setzero_si512(); MR]; NT];
         for n in 0..2 {
             // Through memory, to be broadcast by the load unit.
             let mut wm = [[[0u32; 8]; 4]; MR];
@@ -71,49 +70,51 @@ pub(super) unsafe fn tokens16_vnni<const MR: usize>(
                 let gq = 8 * b + q;
                 for half in 0..2 {
                     let g = 2 * q + half;
-                    let mut s = [_mm512_setzero_si512(); MR];
+                    let mut s = [[_mm512_setzero_si512(); MR]; NT];
                     for v in 4 * half..4 * half + 4 {
-                        // SAFETY: vector v of group gq of this token group; aligned.
-                        let x = unsafe { _mm512_load_si512(x16.add(8 * gq + v) as *const _) };
+                        let mut x = [_mm512_setzero_si512(); NT];
+                        for k in 0..NT {
+                            // SAFETY: vector v of group gq of token group k; aligned.
+                            x[k] = unsafe {
+                                _mm512_load_si512(x16.add(k * next + 8 * gq + v) as *const _)
+                            };
+                        }
                         for i in 0..MR {
                             let w = _mm512_set1_epi32(wm[i][r][v] as i32);
-                            s[i] = _mm512_dpbusd_epi32(s[i], w, x);
+                            for k in 0..NT {
+                                s[k][i] = _mm512_dpbusd_epi32(s[k][i], w, x[k]);
+                            }
                         }
                     }
-                    // SAFETY: the 16 tokens' sums g of super-block b; aligned.
-                    let bs = unsafe { _mm512_load_si512(b16.add(16 * b + g) as *const _) };
-                    for i in 0..MR {
-                        let scale = i32::from(sc[i][g]);
-                        isum[i] = _mm512_add_epi32(
-                            isum[i],
-                            _mm512_mullo_epi32(s[i], _mm512_set1_epi32(scale)),
-                        );
-                        msum[i] = _mm512_add_epi32(
-                            msum[i],
-                            _mm512_mullo_epi32(bs, _mm512_set1_epi32(32 * scale)),
-                        );
+                    for k in 0..NT {
+                        // SAFETY: token group k's sums g of super-block b; aligned.
+                        let bs = unsafe {
+                            _mm512_load_si512(b16.add(k * next_sums + 16 * b + g) as *const _)
+                        };
+                        for i in 0..MR {
+                            let scale = i32::from(sc[i][g]);
+                            let sv = _mm512_mullo_epi32(s[k][i], _mm512_set1_epi32(scale));
+                            isum[k][i] = _mm512_add_epi32(isum[k][i], sv);
+                            let mv = _mm512_mullo_epi32(bs, _mm512_set1_epi32(32 * scale));
+                            msum[k][i] = _mm512_add_epi32(msum[k][i], mv);
+                        }
                     }
                 }
             }
         }
-        // SAFETY: 16 floats of block b's token scales.
-        let xd = unsafe { _mm512_loadu_ps(acts.d[b * tp + t0..][..16].as_ptr()) };
-        for i in 0..MR {
-            // SAFETY: the super-block's d at 208..210 (caller).
-            let d = f16_at(unsafe { std::slice::from_raw_parts(blk[i], BYTES) }, 208);
-            let dd = _mm512_mul_ps(_mm512_set1_ps(d), xd);
-            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i]), dd, acc[i]);
-            // the offset, a min with factor d (negated, as the other paths)
-            let nd = _mm512_mul_ps(_mm512_set1_ps(-d), xd);
-            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum[i]), nd, acc[i]);
+        for k in 0..NT {
+            // SAFETY: 16 floats of block b's token scales.
+            let xd = unsafe { _mm512_loadu_ps(acts.d[b * tp + t0 + 16 * k..][..16].as_ptr()) };
+            for i in 0..MR {
+                // SAFETY: the super-block's d at 208..210 (caller).
+                let d = f16_at(unsafe { std::slice::from_raw_parts(blk[i], BYTES) }, 208);
+                let dd = _mm512_mul_ps(_mm512_set1_ps(d), xd);
+                acc[k][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[k][i]), dd, acc[k][i]);
+                // the offset, a min with factor d (negated, as the other paths)
+                let nd = _mm512_mul_ps(_mm512_set1_ps(-d), xd);
+                acc[k][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum[k][i]), nd, acc[k][i]);
+            }
         }
     }
-    for (i, a) in acc.into_iter().enumerate() {
-        let mut v = [0f32; TOKENS];
-        // SAFETY: 16 floats.
-        unsafe { _mm512_storeu_ps(v.as_mut_ptr(), a) };
-        for (o, v) in out.iter_mut().zip(v) {
-            o[i] = v;
-        }
-    }
+    store_tokens(&acc, out);
 }
