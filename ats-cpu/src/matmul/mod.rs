@@ -21,10 +21,11 @@
 //! Decode (one token) is bound by memory bandwidth: its kernels put 4 rows in
 //! the vector lanes, read the weights as one linear stream and prefetch
 //! ahead. Prefill is bound by compute: its kernels put 8 tokens in the lanes
-//! (token-interleaved activations, quantised once per call) and reuse each
-//! unpacked weight block for all of them. Work is split over output rows
-//! and tokens on the *current* [`crate::team`]. Kernels are chosen by
-//! [`Isa`], detected at run time; [`Isa::Scalar`] runs anywhere.
+//! (16 or 32 on AVX-512 VNNI; token-interleaved activations, quantised once
+//! per call) and reuse each unpacked weight block for all of them. Work is
+//! split over output rows and tokens on the *current* [`crate::team`].
+//! Kernels are chosen by [`Isa`], detected at run time; [`Isa::Scalar`]
+//! runs anywhere.
 
 mod acts;
 mod gemm;

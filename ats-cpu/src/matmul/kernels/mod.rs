@@ -5,7 +5,9 @@
 //! the loops around it are shared by family: [`float`] (F32, F16, BF16),
 //! [`legacy`] (32-element blocks, IQ4_NL and MXFP4 among them; with
 //! [`legacy512`] their one-token kernel on AVX-512 VNNI) and [`kquant`]
-//! (256-element super-blocks, IQ4_XS among them).
+//! (256-element super-blocks, IQ4_XS among them). On AVX-512 VNNI, prompts
+//! of 16 tokens or more run the prompt tiles ([`prompt_tiles`]:
+//! [`legacy_tiles`], [`k4_tiles`], [`q6_k512`], IQ4_XS's in [`iq4_xs512`]).
 
 mod bf16;
 mod f16;
