@@ -22,7 +22,7 @@ use super::legacy512::{
     ROWS, f16_lanes, head_offsets, heads16, prefetch_ahead, quad_rows, quad_sums, reduce,
     store_rows, unsigned_levels,
 };
-use super::prompt_tiles::{store_tokens, token_vectors};
+use super::prompt_tiles::{dot_step, store_tokens, token_vectors};
 use super::simd::table_nibbles;
 use crate::matmul::acts::QuantActs;
 
@@ -181,17 +181,9 @@ pub(super) unsafe fn tokens_vnni<const NT: usize, const MR: usize>(
             let wm = std::hint::black_box(&wm);
             let mut s = [[_mm512_setzero_si512(); MR]; NT];
             for v in 0..8 {
-                let mut x = [_mm512_setzero_si512(); NT];
-                for k in 0..NT {
-                    // SAFETY: vector v of group g of token group k; aligned.
-                    x[k] = unsafe { _mm512_load_si512(x16.add(k * next + 8 * g + v) as *const _) };
-                }
-                for i in 0..MR {
-                    let w = _mm512_set1_epi32(wm[i][v] as i32);
-                    for k in 0..NT {
-                        s[k][i] = _mm512_dpbusd_epi32(s[k][i], w, x[k]);
-                    }
-                }
+                // SAFETY: vector v of the group of each token group; the
+                // features are enabled here.
+                unsafe { dot_step(&mut s, wm, v, x16, 8 * g + v, next) };
             }
             for k in 0..NT {
                 let t = t0 + 16 * k;

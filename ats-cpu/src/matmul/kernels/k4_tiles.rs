@@ -9,7 +9,7 @@
 use std::arch::x86_64::*;
 
 use super::kquant::{f16_at, scales_k4};
-use super::prompt_tiles::{store_tokens, token_vectors};
+use super::prompt_tiles::{dot_step, store_tokens, token_sums, token_vectors};
 use crate::matmul::acts::QuantActs;
 
 /// Dot products of `MR` Q4_K (`FIVE` false, 144-byte super-blocks) or Q5_K
@@ -39,7 +39,7 @@ pub(super) unsafe fn tokens_vnni<const FIVE: bool, const NT: usize, const MR: us
     debug_assert!(qb == 8 * nb && acts.qs16.len() == tp / 16 * qb * 8);
     debug_assert!(acts.bsums16.len() == tp / 16 * nb * 16);
     let x16 = token_vectors(acts, t0);
-    let b16 = acts.bsums16[t0 / 16 * nb * 16..].as_ptr() as *const __m512i;
+    let b16 = token_sums(acts, t0);
     // the next 16 tokens' vectors and sums
     let (next, next_sums) = (qb * 8, nb * 16);
     let (m4, one) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(1));
@@ -58,8 +58,8 @@ pub(super) unsafe fn tokens_vnni<const FIVE: bool, const NT: usize, const MR: us
         for p in 0..4 {
             // sub-blocks 2p (low nibbles) and 2p + 1 (high) of each row,
             // through memory, to be broadcast by the load unit
-            let mut wm = [[[0u32; 8]; 2]; MR];
-            for (i, wm) in wm.iter_mut().enumerate() {
+            let mut wm = [[[0u32; 8]; MR]; 2];
+            for i in 0..MR {
                 // SAFETY: 32 nibble bytes (and the 32 fifth-bit bytes) of
                 // the super-block (caller); 32-byte stores into 8 u32.
                 unsafe {
@@ -75,8 +75,8 @@ pub(super) unsafe fn tokens_vnni<const FIVE: bool, const NT: usize, const MR: us
                         lo = _mm256_or_si256(lo, _mm256_slli_epi16::<4>(b0));
                         hi = _mm256_or_si256(hi, _mm256_slli_epi16::<4>(b1));
                     }
-                    _mm256_storeu_si256(wm[0].as_mut_ptr() as *mut __m256i, lo);
-                    _mm256_storeu_si256(wm[1].as_mut_ptr() as *mut __m256i, hi);
+                    _mm256_storeu_si256(wm[0][i].as_mut_ptr() as *mut __m256i, lo);
+                    _mm256_storeu_si256(wm[1][i].as_mut_ptr() as *mut __m256i, hi);
                 }
             }
             let wm = std::hint::black_box(&wm);
@@ -85,19 +85,9 @@ pub(super) unsafe fn tokens_vnni<const FIVE: bool, const NT: usize, const MR: us
                 let gq = 8 * b + j;
                 let mut s = [[_mm512_setzero_si512(); MR]; NT];
                 for v in 0..8 {
-                    let mut x = [_mm512_setzero_si512(); NT];
-                    for k in 0..NT {
-                        // SAFETY: vector v of group gq of token group k; aligned.
-                        x[k] = unsafe {
-                            _mm512_load_si512(x16.add(k * next + 8 * gq + v) as *const _)
-                        };
-                    }
-                    for i in 0..MR {
-                        let w = _mm512_set1_epi32(wm[i][h][v] as i32);
-                        for k in 0..NT {
-                            s[k][i] = _mm512_dpbusd_epi32(s[k][i], w, x[k]);
-                        }
-                    }
+                    // SAFETY: vector v of the group of each token group; the
+                    // features are enabled here.
+                    unsafe { dot_step(&mut s, &wm[h], v, x16, 8 * gq + v, next) };
                 }
                 for k in 0..NT {
                     // SAFETY: token group k's sums 2j and 2j + 1 of super-block b; aligned.

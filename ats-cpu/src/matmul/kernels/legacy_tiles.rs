@@ -14,7 +14,7 @@
 use std::arch::x86_64::*;
 
 use super::legacy::{LegacyBlock, has_c, scales4_avx2 as scales4};
-use super::prompt_tiles::{store_tokens, token_vectors};
+use super::prompt_tiles::{dot_step, store_tokens, token_vectors};
 use crate::matmul::acts::QuantActs;
 
 /// Dot products of `MR` weight rows with tokens `t0..t0 + 16 * NT`, token
@@ -65,17 +65,9 @@ pub(super) unsafe fn tokens_vnni<B: LegacyBlock, const NT: usize, const MR: usiz
         let wm = std::hint::black_box(&wm);
         let mut isum = [[_mm512_setzero_si512(); MR]; NT];
         for v in 0..8 {
-            let mut x = [_mm512_setzero_si512(); NT];
-            for k in 0..NT {
-                // SAFETY: vector v of block b of token group k; aligned.
-                x[k] = unsafe { _mm512_load_si512(x16.add(k * next + 8 * b + v) as *const _) };
-            }
-            for i in 0..MR {
-                let w = _mm512_set1_epi32(wm[i][v] as i32);
-                for k in 0..NT {
-                    isum[k][i] = _mm512_dpbusd_epi32(isum[k][i], w, x[k]);
-                }
-            }
+            // SAFETY: vector v of block b of each token group; the
+            // features are enabled here.
+            unsafe { dot_step(&mut isum, wm, v, x16, 8 * b + v, next) };
         }
         for k in 0..NT {
             let t = t0 + 16 * k;

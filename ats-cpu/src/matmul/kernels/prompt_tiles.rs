@@ -24,6 +24,43 @@ pub(super) fn token_vectors(acts: &QuantActs, t0: usize) -> *const __m512i {
     acts.qs16[t0 / 16 * acts.qblocks * 8..].as_ptr() as *const __m512i
 }
 
+/// The first of the 16-token sums of 16 values ([`QuantActs::bsums16`],
+/// built) of the group holding token `t0` (a multiple of 16).
+#[inline]
+pub(super) fn token_sums(acts: &QuantActs, t0: usize) -> *const __m512i {
+    acts.bsums16[t0 / 16 * acts.blocks * 16..].as_ptr() as *const __m512i
+}
+
+/// One step of a tile: for each row `i`, its 4 weights `wm[i][v]` (bytes,
+/// broadcast from memory) against vector `at` of each of the `NT` token
+/// groups (`next` vectors apart from `x16`), added to `s[k][i]`.
+///
+/// # Safety
+/// The CPU must support AVX-512 F/BW/VL/VNNI; vectors `x16 + k * next +
+/// at` (`k < NT`) are readable and 64-byte aligned.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn dot_step<const NT: usize, const MR: usize>(
+    s: &mut [[__m512i; MR]; NT],
+    wm: &[[u32; 8]; MR],
+    v: usize,
+    x16: *const __m512i,
+    at: usize,
+    next: usize,
+) {
+    let mut x = [_mm512_setzero_si512(); NT];
+    for (k, x) in x.iter_mut().enumerate() {
+        // SAFETY: readable and aligned (caller).
+        *x = unsafe { _mm512_load_si512(x16.add(k * next + at) as *const _) };
+    }
+    for (i, wm) in wm.iter().enumerate() {
+        let w = _mm512_set1_epi32(wm[v] as i32);
+        for (s, x) in s.iter_mut().zip(&x) {
+            s[i] = _mm512_dpbusd_epi32(s[i], w, *x);
+        }
+    }
+}
+
 /// Stores `acc[k][i]` (row `i`, tokens `16k..16k + 16`) into `out[16k +
 /// n][i]`.
 #[inline]
