@@ -291,6 +291,50 @@ fn zero_and_absurd_hyperparameters_are_errors() {
     }
 }
 
+/// Found by the `gguf` libFuzzer target (6 December 2026): a 32 KB gpt-oss
+/// header with `block_count` 3 674 210 308 and no tensors made the loader
+/// build a sliding-window flag per block (3.6 GB, 5 s) before it noticed
+/// the missing tensors. The count is now checked against the file's
+/// tensors first, for every architecture.
+#[test]
+fn a_block_count_beyond_the_files_tensors_is_refused_before_per_block_work() {
+    let huge = 3_674_210_308u64;
+    let gpt_oss =
+        GgufFile::open(ats_tests::repo_fixtures().join("gpt-oss/gpt-oss-f32.gguf")).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in gpt_oss.metadata.iter() {
+        let v = if k == "gpt-oss.block_count" {
+            Value::U64(huge)
+        } else {
+            v.clone()
+        };
+        w.kv(k, v);
+    }
+    let header_only = w.to_bytes(&[]).unwrap();
+    let llama = rewrite(
+        |k, v| {
+            Some(if k == "llama.block_count" {
+                Value::U64(huge)
+            } else {
+                v.clone()
+            })
+        },
+        same,
+    );
+    // The key is named (the loader stopped at the block count, which it
+    // reads before anything per block; before the fix gpt-oss failed later,
+    // on its missing embedding, and llama on its missing block tensors).
+    for (arch, bytes) in [("gpt-oss", header_only), ("llama", llama)] {
+        match spec_of(bytes) {
+            Err(SpecError::BadKey { key, problem }) => {
+                assert_eq!(key, format!("{arch}.block_count"), "{problem}");
+                assert!(problem.contains("3674210308 blocks"), "{problem}");
+            }
+            other => panic!("{arch}: {other:?}"),
+        }
+    }
+}
+
 #[test]
 fn a_prompt_over_the_context_is_refused_and_the_session_survives() {
     let mut e = engine(spec_of(llama_bytes()).unwrap(), 16);

@@ -273,8 +273,19 @@ impl HParams {
 
 /// The blocks a forward pass runs: `block_count` less the trailing
 /// multi-token-prediction blocks, whose tensors the file carries unused.
+/// Every block has tensors of its own, so a count beyond the file's tensors
+/// is refused here, before anything is built per block (a 32 KB fuzzed
+/// gpt-oss header asking for 3.7 billion blocks took 3.6 GB for its
+/// sliding-window pattern).
 fn main_layers(k: &Keys<'_>) -> Result<usize, SpecError> {
     let blocks = k.positive(hp::BLOCK_COUNT)?;
+    let tensors = k.f.tensors().len();
+    if blocks > tensors {
+        return Err(SpecError::BadKey {
+            key: k.key(hp::BLOCK_COUNT),
+            problem: format!("{blocks} blocks, but the file holds {tensors} tensors"),
+        });
+    }
     match k.opt_usize(hp::NEXTN_PREDICT_LAYERS)?.unwrap_or(0) {
         0 => Ok(blocks),
         n if n < blocks => Ok(blocks - n),
