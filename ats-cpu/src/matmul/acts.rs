@@ -24,10 +24,12 @@ pub(crate) const TOKEN_PAD16: usize = 16;
 /// them (padding every product to 32 would zero four times the blocks per
 /// decode step).
 fn token_pad(n_tokens: usize) -> usize {
-    match n_tokens {
-        0..16 => TOKEN_PAD,
-        16..32 => TOKEN_PAD16,
-        _ => 2 * TOKEN_PAD16,
+    if n_tokens < TOKEN_PAD16 {
+        TOKEN_PAD
+    } else if n_tokens < 2 * TOKEN_PAD16 {
+        TOKEN_PAD16
+    } else {
+        2 * TOKEN_PAD16
     }
 }
 /// Elements per Q8_0 / Q8_1 block.

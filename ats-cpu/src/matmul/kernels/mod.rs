@@ -195,10 +195,10 @@ const LMR: usize = 4;
 /// Fewest tokens of a product that runs the 16-token prompt tiles on
 /// AVX-512 VNNI (a round of a few sequences' decode tokens keeps the
 /// 8-token tile, which streams its weights once)...
-const TOKENS16_MIN: usize = 16;
+const TOKENS16_MIN: usize = crate::matmul::acts::TOKEN_PAD16;
 /// ...and the 32-token ones, whose broadcast weights each serve two
 /// `vpdpbusd` (IQ4_XS 64 tokens: 1225 -> 926-958 us in `isa_pair`).
-const TOKENS32_MIN: usize = 32;
+const TOKENS32_MIN: usize = 2 * crate::matmul::acts::TOKEN_PAD16;
 
 /// A prompt tile of 4 rows and as many tokens as its output holds.
 #[cfg(target_arch = "x86_64")]
