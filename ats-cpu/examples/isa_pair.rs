@@ -75,6 +75,8 @@ fn main() {
         ("prompt 1024x2048 q6_k", DType::Q6K, 1024, 2048, 64),
         ("prompt 1024x2048 q5_k", DType::Q5K, 1024, 2048, 64),
         ("prompt 1024x2048 q4_k", DType::Q4K, 1024, 2048, 64),
+        ("prompt 4096x512 q4_k", DType::Q4K, 4096, 512, 64),
+        ("prompt 1024x2048 q4_0", DType::Q4_0, 1024, 2048, 64),
         ("down 576x1536 iq4_nl", DType::IQ4NL, 576, 1536, 1),
         ("down 576x1536 iq4_xs", DType::IQ4XS, 576, 1536, 1),
         ("mlp 1536x576 iq4_nl", DType::IQ4NL, 1536, 576, 1),

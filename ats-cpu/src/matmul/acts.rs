@@ -107,8 +107,9 @@ pub(crate) struct QuantActs {
     /// sums `2p, 2p + 1` of the 8 tokens in turn.
     pub bsums8: Vec<[i16; 16]>,
     /// The sums interleaved by groups of 16 tokens (Q8_K, see
-    /// [`QuantActs::interleave_bsums16`]): `[t_pad / 16][blocks][16]`, vector
-    /// `g` holding sum `g` of the 16 tokens as int32 lanes.
+    /// [`QuantActs::interleave_bsums16`]): `[t_pad / 16][blocks][8]`, vector
+    /// `p` holding sums `2p` (low half) and `2p + 1` (high half) of each of
+    /// the 16 tokens in its 32-bit lanes.
     pub bsums16: Vec<Q8x16>,
     /// Tokens `quad_t0..quad_t0 + 4`, each token's 4-value groups twice (see
     /// [`QuantActs::interleave4_pairs`]), `[qblocks][8]`; empty unless built.
@@ -266,8 +267,9 @@ impl QuantActs {
         }
     }
 
-    /// Builds [`QuantActs::bsums16`] (Q8_K; nothing otherwise): each sum of
-    /// 16 values, for 16 tokens at once. Needs [`TOKEN_PAD16`] padding.
+    /// Builds [`QuantActs::bsums16`] (Q8_K; nothing otherwise): the sums of
+    /// 16 values in pairs, for 16 tokens at once, so that one `vpdpwssd`
+    /// weighs two of them per token. Needs [`TOKEN_PAD16`] padding.
     pub(crate) fn interleave_bsums16(&mut self) {
         let nb = self.blocks;
         self.bsums16.clear();
@@ -276,12 +278,15 @@ impl QuantActs {
         }
         debug_assert!(self.t_pad.is_multiple_of(TOKEN_PAD16));
         self.bsums16
-            .resize(self.t_pad / TOKEN_PAD16 * nb * 16, Q8x16::default());
-        for (g, dst) in self.bsums16.chunks_exact_mut(16 * nb.max(1)).enumerate() {
+            .resize(self.t_pad / TOKEN_PAD16 * nb * 8, Q8x16::default());
+        for (g, dst) in self.bsums16.chunks_exact_mut(8 * nb.max(1)).enumerate() {
             let src = &self.bsums[16 * g * nb..16 * (g + 1) * nb];
-            for (b, dst) in dst.chunks_exact_mut(16).enumerate() {
-                for (j, d) in dst.iter_mut().enumerate() {
-                    d.0 = std::array::from_fn(|t| i32::from(src[t * nb + b][j]) as u32);
+            for (b, dst) in dst.chunks_exact_mut(8).enumerate() {
+                for (p, d) in dst.iter_mut().enumerate() {
+                    d.0 = std::array::from_fn(|t| {
+                        let [lo, hi] = [src[t * nb + b][2 * p], src[t * nb + b][2 * p + 1]];
+                        u32::from(lo as u16) | u32::from(hi as u16) << 16
+                    });
                 }
             }
         }

@@ -9,7 +9,7 @@
 use std::arch::x86_64::*;
 
 use super::kquant::{f16_at, scales_k4};
-use super::prompt_tiles::{dot_step, store_tokens, token_sums, token_vectors};
+use super::prompt_tiles::{dot_step, store_tokens, token_sums, token_vectors, weighted_sums};
 use crate::matmul::acts::QuantActs;
 
 /// Dot products of `MR` Q4_K (`FIVE` false, 144-byte super-blocks) or Q5_K
@@ -37,24 +37,28 @@ pub(super) unsafe fn tokens_vnni<const FIVE: bool, const NT: usize, const MR: us
     let (nb, tp, qb) = (acts.blocks, acts.t_pad, acts.qblocks);
     debug_assert!(out.len() == 16 * NT && t0.is_multiple_of(16) && t0 + 16 * NT <= tp);
     debug_assert!(qb == 8 * nb && acts.qs16.len() == tp / 16 * qb * 8);
-    debug_assert!(acts.bsums16.len() == tp / 16 * nb * 16);
+    debug_assert!(acts.bsums16.len() == tp / 16 * nb * 8);
     let x16 = token_vectors(acts, t0);
     let b16 = token_sums(acts, t0);
     // the next 16 tokens' vectors and sums
-    let (next, next_sums) = (qb * 8, nb * 16);
+    let (next, next_sums) = (qb * 8, nb * 8);
     let (m4, one) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(1));
     let mut acc = [[_mm512_setzero_ps(); MR]; NT];
     for b in 0..nb {
         // Loops, not closures: closures are not inlined into kernels here.
         let mut blk = [std::ptr::null::<u8>(); MR];
         let mut scm = [([0u8; 8], [0u8; 8]); MR];
+        // each min as an int16 pair, weighing both sums of 16 of its sub-block
+        let mut mins = [[0u32; 8]; MR];
         for i in 0..MR {
             blk[i] = rows[i].wrapping_add(b * bytes);
             // SAFETY: the 12 scale bytes at 4..16 of each super-block (caller).
             scm[i] = scales_k4(unsafe { std::slice::from_raw_parts(blk[i].add(4), 12) });
+            for j in 0..8 {
+                mins[i][j] = u32::from(scm[i].1[j]) * 0x1_0001;
+            }
         }
         let mut isum = [[_mm512_setzero_si512(); MR]; NT];
-        let mut msum = [[_mm512_setzero_si512(); MR]; NT];
         for p in 0..4 {
             // sub-blocks 2p (low nibbles) and 2p + 1 (high) of each row,
             // through memory, to be broadcast by the load unit
@@ -90,20 +94,10 @@ pub(super) unsafe fn tokens_vnni<const FIVE: bool, const NT: usize, const MR: us
                     unsafe { dot_step(&mut s, &wm[h], v, x16, 8 * gq + v, next) };
                 }
                 for k in 0..NT {
-                    // SAFETY: token group k's sums 2j and 2j + 1 of super-block b; aligned.
-                    let bs = unsafe {
-                        let at = b16.add(k * next_sums + 16 * b + 2 * j);
-                        _mm512_add_epi32(
-                            _mm512_load_si512(at as *const _),
-                            _mm512_load_si512(at.add(1) as *const _),
-                        )
-                    };
                     for i in 0..MR {
-                        let (sc, mn) = (i32::from(scm[i].0[j]), i32::from(scm[i].1[j]));
-                        let sv = _mm512_mullo_epi32(s[k][i], _mm512_set1_epi32(sc));
+                        let sc = _mm512_set1_epi32(i32::from(scm[i].0[j]));
+                        let sv = _mm512_mullo_epi32(s[k][i], sc);
                         isum[k][i] = _mm512_add_epi32(isum[k][i], sv);
-                        let mv = _mm512_mullo_epi32(bs, _mm512_set1_epi32(mn));
-                        msum[k][i] = _mm512_add_epi32(msum[k][i], mv);
                     }
                 }
             }
@@ -117,8 +111,10 @@ pub(super) unsafe fn tokens_vnni<const FIVE: bool, const NT: usize, const MR: us
                 let (d, dmin) = (f16_at(head, 0), f16_at(head, 2));
                 let dd = _mm512_mul_ps(_mm512_set1_ps(d), xd);
                 acc[k][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[k][i]), dd, acc[k][i]);
+                // SAFETY: token group k's 8 pair vectors of super-block b.
+                let msum = unsafe { weighted_sums(b16.add(k * next_sums + 8 * b), &mins[i]) };
                 let nd = _mm512_mul_ps(_mm512_set1_ps(-dmin), xd);
-                acc[k][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum[k][i]), nd, acc[k][i]);
+                acc[k][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum), nd, acc[k][i]);
             }
         }
     }

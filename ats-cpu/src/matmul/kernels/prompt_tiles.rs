@@ -24,11 +24,31 @@ pub(super) fn token_vectors(acts: &QuantActs, t0: usize) -> *const __m512i {
     acts.qs16[t0 / 16 * acts.qblocks * 8..].as_ptr() as *const __m512i
 }
 
-/// The first of the 16-token sums of 16 values ([`QuantActs::bsums16`],
-/// built) of the group holding token `t0` (a multiple of 16).
+/// The first of the 16-token pairs of sums of 16 values
+/// ([`QuantActs::bsums16`], built) of the group holding token `t0` (a
+/// multiple of 16).
 #[inline]
 pub(super) fn token_sums(acts: &QuantActs, t0: usize) -> *const __m512i {
-    acts.bsums16[t0 / 16 * acts.blocks * 16..].as_ptr() as *const __m512i
+    acts.bsums16[t0 / 16 * acts.blocks * 8..].as_ptr() as *const __m512i
+}
+
+/// `sum_p w[p] x (sums 2p and 2p + 1)` per token of one 16-token group,
+/// `sums` its super-block's 8 pair vectors ([`token_sums`]), `w[p]` a pair
+/// of int16 weights (low half for sum 2p). Exact in int32 for Q8_K's sums.
+///
+/// # Safety
+/// The CPU must support AVX-512 F/BW/VNNI; 8 vectors at `sums`, 64-byte
+/// aligned.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn weighted_sums(sums: *const __m512i, w: &[u32; 8]) -> __m512i {
+    let mut m = _mm512_setzero_si512();
+    for (p, &w) in w.iter().enumerate() {
+        // SAFETY: vector p of the 8 (caller).
+        let s = unsafe { _mm512_load_si512(sums.add(p) as *const _) };
+        m = _mm512_dpwssd_epi32(m, s, _mm512_set1_epi32(w as i32));
+    }
+    m
 }
 
 /// One step of a tile: for each row `i`, its 4 weights `wm[i][v]` (bytes,

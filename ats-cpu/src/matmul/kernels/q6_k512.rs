@@ -8,7 +8,7 @@
 use std::arch::x86_64::*;
 
 use super::kquant::f16_at;
-use super::prompt_tiles::{store_tokens, token_sums, token_vectors};
+use super::prompt_tiles::{store_tokens, token_sums, token_vectors, weighted_sums};
 use super::q6_k::half_runs;
 use crate::matmul::acts::QuantActs;
 
@@ -35,23 +35,32 @@ pub(super) unsafe fn tokens_vnni<const NT: usize, const MR: usize>(
     let (nb, tp, qb) = (acts.blocks, acts.t_pad, acts.qblocks);
     debug_assert!(out.len() == 16 * NT && t0.is_multiple_of(16) && t0 + 16 * NT <= tp);
     debug_assert!(qb == 8 * nb && acts.qs16.len() == tp / 16 * qb * 8);
-    debug_assert!(acts.bsums16.len() == tp / 16 * nb * 16);
+    debug_assert!(acts.bsums16.len() == tp / 16 * nb * 8);
     let x16 = token_vectors(acts, t0);
     let b16 = token_sums(acts, t0);
     // the next 16 tokens' vectors and sums
-    let (next, next_sums) = (qb * 8, nb * 16);
+    let (next, next_sums) = (qb * 8, nb * 8);
     let mut acc = [[_mm512_setzero_ps(); MR]; NT];
     for b in 0..nb {
         // Loops, not closures: closures are not inlined into kernels here.
         let mut blk = [std::ptr::null::<u8>(); MR];
         let mut sc = [[0i8; 16]; MR];
+        // the offset's weights, 32 x the scales of groups 2p and 2p + 1 as
+        // an int16 pair
+        let mut offs = [[0u32; 8]; MR];
         for i in 0..MR {
             blk[i] = rows[i].wrapping_add(b * BYTES);
             // SAFETY: the 16 scales at 192..208 of each super-block (caller).
             sc[i] = unsafe { (blk[i].add(192) as *const [i8; 16]).read_unaligned() };
+            for p in 0..8 {
+                let [lo, hi] = [
+                    32 * i16::from(sc[i][2 * p]),
+                    32 * i16::from(sc[i][2 * p + 1]),
+                ];
+                offs[i][p] = u32::from(lo as u16) | u32::from(hi as u16) << 16;
+            }
         }
         let mut isum = [[_mm512_setzero_si512(); MR]; NT];
-        let mut msum = [[_mm512_setzero_si512(); MR]; NT];
         for n in 0..2 {
             // Through memory, to be broadcast by the load unit.
             let mut wm = [[[0u32; 8]; 4]; MR];
@@ -90,16 +99,10 @@ pub(super) unsafe fn tokens_vnni<const NT: usize, const MR: usize>(
                         }
                     }
                     for k in 0..NT {
-                        // SAFETY: token group k's sums g of super-block b; aligned.
-                        let bs = unsafe {
-                            _mm512_load_si512(b16.add(k * next_sums + 16 * b + g) as *const _)
-                        };
                         for i in 0..MR {
-                            let scale = i32::from(sc[i][g]);
-                            let sv = _mm512_mullo_epi32(s[k][i], _mm512_set1_epi32(scale));
+                            let scale = _mm512_set1_epi32(i32::from(sc[i][g]));
+                            let sv = _mm512_mullo_epi32(s[k][i], scale);
                             isum[k][i] = _mm512_add_epi32(isum[k][i], sv);
-                            let mv = _mm512_mullo_epi32(bs, _mm512_set1_epi32(32 * scale));
-                            msum[k][i] = _mm512_add_epi32(msum[k][i], mv);
                         }
                     }
                 }
@@ -114,8 +117,10 @@ pub(super) unsafe fn tokens_vnni<const NT: usize, const MR: usize>(
                 let dd = _mm512_mul_ps(_mm512_set1_ps(d), xd);
                 acc[k][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[k][i]), dd, acc[k][i]);
                 // the offset, a min with factor d (negated, as the other paths)
+                // SAFETY: token group k's 8 pair vectors of super-block b.
+                let msum = unsafe { weighted_sums(b16.add(k * next_sums + 8 * b), &offs[i]) };
                 let nd = _mm512_mul_ps(_mm512_set1_ps(-d), xd);
-                acc[k][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum[k][i]), nd, acc[k][i]);
+                acc[k][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum), nd, acc[k][i]);
             }
         }
     }
