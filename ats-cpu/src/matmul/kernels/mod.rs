@@ -515,7 +515,7 @@ fn drive_kquant_prompt<K: SuperBlock>(
         };
         // SAFETY: VNNI is the ISA (so AVX-512 F/BW/VL too); whole rows;
         // the driver passes t0 multiple of the tile with t0 + tile <= t_pad
-        // (padded to the tile); `qs16`, `xsums` and `bsums16` are built.
+        // (padded to the tile); `qs16` and the format's sums are built.
         unsafe { kernel(r.map(row), acts, t0, o) }
     };
     let rows16 = K::ROWS16_VNNI.filter(|_| rows16_fit(isa, rb));
@@ -564,11 +564,15 @@ fn run_kquant<K: SuperBlock>(
         K::PROMPT_TILES_VNNI.filter(|_| isa == Isa::Avx512Vnni && n_tokens >= TOKENS16_MIN);
     #[cfg(target_arch = "x86_64")]
     if prompt.is_some() {
-        // what the formats' tiles read: the values by 16 tokens, the sums
-        // of 32 (IQ4_XS's bias) and of 16 (Q6_K's offset)
+        // what the format's tiles read: the values by 16 tokens, and the
+        // sums of 32 (the signed IQ4_XS's bias) or the paired sums of 16
+        // (the mins and Q6_K's offset)
         acts.interleave16();
-        acts.group_sums();
-        acts.interleave_bsums16();
+        if K::SIGNED {
+            acts.group_sums();
+        } else {
+            acts.interleave_bsums16();
+        }
     } else if isa.has_avx2() && n_tokens >= kquant256::MIN_TOKENS {
         acts.regroup_subblocks();
     }
