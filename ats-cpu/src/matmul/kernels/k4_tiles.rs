@@ -8,7 +8,9 @@
 
 use std::arch::x86_64::*;
 
-use super::kquant::{f16_at, scales_k4};
+use ats_core::quant::q4_k::unpack_scale_min_k4;
+
+use super::kquant::f16_at;
 use super::prompt_tiles::{dot_step, store_tokens, token_sums, token_vectors, weighted_sums};
 use crate::matmul::acts::QuantActs;
 
@@ -53,7 +55,7 @@ pub(super) unsafe fn tokens_vnni<const FIVE: bool, const NT: usize, const MR: us
         for i in 0..MR {
             blk[i] = rows[i].wrapping_add(b * bytes);
             // SAFETY: the 12 scale bytes at 4..16 of each super-block (caller).
-            scm[i] = scales_k4(unsafe { std::slice::from_raw_parts(blk[i].add(4), 12) });
+            scm[i] = unpack_scale_min_k4(unsafe { &*(blk[i].add(4) as *const [u8; 12]) });
             for j in 0..8 {
                 mins[i][j] = u32::from(scm[i].1[j]) * 0x1_0001;
             }

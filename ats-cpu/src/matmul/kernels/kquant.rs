@@ -17,6 +17,7 @@
 //! across instruction sets, tile shapes, batch sizes and threads.
 
 use crate::matmul::acts::QuantActs;
+use ats_core::quant::q4_k::unpack_scale_min_k4;
 
 /// Elements per super-block.
 pub(super) const QK_K: usize = 256;
@@ -278,27 +279,10 @@ fn value<K: SuperBlock>(q: u8) -> i32 {
     if K::SIGNED { q as i8 as i32 } else { q as i32 }
 }
 
-/// Decodes the 12 packed bytes of Q4_K / Q5_K scales into 8 six-bit scales
-/// and 8 six-bit mins (ggml's `get_scale_min_k4`).
-pub(super) fn scales_k4(s: &[u8]) -> ([u8; 8], [u8; 8]) {
-    let mut sc = [0u8; 8];
-    let mut mn = [0u8; 8];
-    for j in 0..8 {
-        if j < 4 {
-            sc[j] = s[j] & 63;
-            mn[j] = s[j + 4] & 63;
-        } else {
-            sc[j] = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
-            mn[j] = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-        }
-    }
-    (sc, mn)
-}
-
 /// Fills the canonical scales and mins of a Q4_K / Q5_K super-block (eight
 /// sub-blocks of 32, each two groups of 16).
 pub(super) fn set_k4_scales(block: &[u8], c: &mut Canon) {
-    let (sc, mn) = scales_k4(&block[4..16]);
+    let (sc, mn) = unpack_scale_min_k4(block[4..16].try_into().expect("12 scale bytes"));
     for v in 0..8 {
         c.scx[v] = [sc[v] as i16; 16];
         c.mn[2 * v] = mn[v] as i16;
