@@ -75,13 +75,18 @@ pub fn get_scale_min_k4(j: usize, scales: &[u8]) -> (u8, u8) {
 /// CPU's prompt kernels decode every row's super-blocks with it.
 #[inline]
 pub fn unpack_scale_min_k4(scales: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
-    let [a, b, c] = [0, 4, 8]
-        .map(|at| u32::from_le_bytes([scales[at], scales[at + 1], scales[at + 2], scales[at + 3]]));
+    // Written out, without closures: an array map's closure was not inlined
+    // into the kernels that call this.
+    let [s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11] = *scales;
+    let a = u32::from_le_bytes([s0, s1, s2, s3]);
+    let b = u32::from_le_bytes([s4, s5, s6, s7]);
+    let c = u32::from_le_bytes([s8, s9, s10, s11]);
     let (low6, low4, top2) = (0x3f3f_3f3f_u32, 0x0f0f_0f0f_u32, 0x0303_0303_u32);
     let sc_high = (c & low4) | ((a >> 6) & top2) << 4;
     let m_high = ((c >> 4) & low4) | ((b >> 6) & top2) << 4;
-    let join = |low: u32, high: u32| (u64::from(high) << 32 | u64::from(low)).to_le_bytes();
-    (join(a & low6, sc_high), join(b & low6, m_high))
+    let sc = (u64::from(sc_high) << 32 | u64::from(a & low6)).to_le_bytes();
+    let m = (u64::from(m_high) << 32 | u64::from(b & low6)).to_le_bytes();
+    (sc, m)
 }
 
 /// Packs 8 scales and 8 mins (low 6 bits of each are kept) into the 12
