@@ -246,6 +246,17 @@ pub fn for_each_mut<T: Send>(items: &mut [T], f: impl Fn(&mut T) + Sync) {
     for_each_mut_init(items, || (), |_, _, item| f(item))
 }
 
+/// [`for_each_mut`] over `data` cut into chunks of `chunk` items (the last
+/// may be shorter): `f(i, chunk i)`.
+pub fn for_each_chunk_mut<T: Send>(
+    data: &mut [T],
+    chunk: usize,
+    f: impl Fn(usize, &mut [T]) + Sync,
+) {
+    let mut parts: Vec<(usize, &mut [T])> = data.chunks_mut(chunk.max(1)).enumerate().collect();
+    for_each_mut(&mut parts, |(i, c)| f(*i, c));
+}
+
 /// [`for_each_init`] over the items of a slice: `f(state, index, item)`.
 pub fn for_each_mut_init<T: Send, S>(
     items: &mut [T],

@@ -10,6 +10,7 @@ mod exp;
 pub mod moe;
 pub mod norm;
 mod online_softmax;
+mod par;
 pub mod rope;
 pub mod rows;
 pub mod vec;
@@ -149,7 +150,7 @@ pub(crate) fn run(args: &NodeArgs<'_>, isa: Isa, device: &str) -> Result<(), Dev
                 }
             }
         }
-        Op::RmsNorm { eps, group } => norm::rms_norm(input(0)?, &wf32(0)?, out, *group, *eps),
+        Op::RmsNorm { eps, group } => par::rms_norm(input(0)?, &wf32(0)?, out, *group, *eps),
         Op::LayerNorm { eps } => norm::layer_norm(input(0)?, &wf32(0)?, &wf32(1)?, out, cols, *eps),
         Op::MatMul => {
             let (w, a) = wbytes(0)?;
@@ -172,7 +173,7 @@ pub(crate) fn run(args: &NodeArgs<'_>, isa: Isa, device: &str) -> Result<(), Dev
         }
         Op::Add => elementwise::add(input(0)?, input(1)?, out),
         Op::Mul => elementwise::mul(input(0)?, input(1)?, out),
-        Op::SwiGlu => elementwise::swiglu(input(0)?, input(1)?, out),
+        Op::SwiGlu => par::swiglu(input(0)?, input(1)?, out),
         Op::Gelu(kind) => {
             let f = match kind {
                 GeluKind::Erf => elementwise::gelu_erf,
@@ -189,7 +190,7 @@ pub(crate) fn run(args: &NodeArgs<'_>, isa: Isa, device: &str) -> Result<(), Dev
             }
         }
         Op::Rope(spec) => {
-            out.copy_from_slice(input(0)?);
+            let x = input(0)?;
             if round.positions.len() < rows_of(node.output) {
                 return Err(err(format!(
                     "{} positions for {} rows",
@@ -202,7 +203,7 @@ pub(crate) fn run(args: &NodeArgs<'_>, isa: Isa, device: &str) -> Result<(), Dev
             } else {
                 Some(wf32(0)?)
             };
-            rope::rope(out, spec, &round.positions, factors.as_deref());
+            par::rope(x, out, spec, &round.positions, factors.as_deref());
         }
         Op::Attention(spec) => {
             let cache = match (&spec.cache, &args.kv) {

@@ -7,6 +7,18 @@ use ats_core::round::Positions;
 /// Applies RoPE in place to `x` (`rows x n_heads*head_dim`), row `r` at `positions` row `r`.
 /// `freq_factors` divide each pair's angle (Llama 3).
 pub fn rope(x: &mut [f32], spec: &RopeSpec, positions: &Positions, freq_factors: Option<&[f32]>) {
+    rope_rows(x, 0, spec, positions, freq_factors)
+}
+
+/// [`rope`] on rows `first..` of a round: `x`'s row `r` at `positions` row
+/// `first + r`.
+pub fn rope_rows(
+    x: &mut [f32],
+    first: usize,
+    spec: &RopeSpec,
+    positions: &Positions,
+    freq_factors: Option<&[f32]>,
+) {
     let width = spec.n_heads * spec.head_dim;
     let n_pairs = match spec.kind {
         RopeKind::Vision2d => spec.head_dim / 2,
@@ -29,7 +41,7 @@ pub fn rope(x: &mut [f32], spec: &RopeSpec, positions: &Positions, freq_factors:
         for (i, &(c, inv)) in sources.iter().enumerate() {
             // text rounds of an M-RoPE model may carry one component only
             let c = if positions.components > c { c } else { 0 };
-            let angle = positions.get(r, c) as f32 * inv;
+            let angle = positions.get(first + r, c) as f32 * inv;
             cs[i] = (angle.cos() * mscale, angle.sin() * mscale);
         }
         for head in row.chunks_exact_mut(spec.head_dim) {
