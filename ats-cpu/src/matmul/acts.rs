@@ -198,11 +198,14 @@ impl QuantActs {
         self.d.resize(blocks * t_pad, 0.0);
         self.s.clear();
         self.s.resize(blocks * t_pad, 0.0);
-        for t in 0..n_tokens {
-            for b in 0..blocks {
-                self.d[b * t_pad + t] = self.tok_d[t * blocks + b];
-                self.s[b * t_pad + t] = self.tok_s[t * blocks + b];
-            }
+        let large = self.large();
+        for (dst, src) in [(&mut self.d, &self.tok_d), (&mut self.s, &self.tok_s)] {
+            let block = |b: usize, dst: &mut [f32]| {
+                for (t, d) in dst.iter_mut().enumerate().take(n_tokens) {
+                    *d = src[t * blocks + b];
+                }
+            };
+            by_chunks(large, dst, t_pad.max(1), block);
         }
     }
 }
@@ -211,19 +214,23 @@ impl QuantActs {
     /// Builds [`QuantActs::xsums`], the integer sums the VNNI kernels take
     /// off again after biasing signed weights to unsigned bytes.
     pub(crate) fn group_sums(&mut self) {
-        let (qb, tp) = (self.qblocks, self.t_pad);
+        let (qb, tp, n) = (self.qblocks, self.t_pad, self.n_tokens);
         self.xsums.clear();
         self.xsums.resize(qb * tp, 0);
-        for (t, groups) in self
-            .qs
-            .chunks_exact(qb.max(1))
-            .take(self.n_tokens)
-            .enumerate()
-        {
-            for (b, g) in groups.iter().enumerate() {
-                self.xsums[b * tp + t] = g.0.iter().map(|&v| i32::from(v)).sum();
+        let qs = &self.qs;
+        // by blocks: block b's sums of every token, `[t_pad]`
+        let block = |b: usize, sums: &mut [i32]| {
+            for (t, s) in sums.iter_mut().enumerate().take(n) {
+                *s = qs[t * qb + b].0.iter().map(|&v| i32::from(v)).sum();
             }
-        }
+        };
+        by_chunks(self.large(), &mut self.xsums, tp.max(1), block);
+    }
+
+    /// Whether the interleaved copies of these activations are built on
+    /// the current team: as for quantising, when the values are many.
+    fn large(&self) -> bool {
+        self.t_pad * self.qblocks * QK8 >= PAR_QUANT_MIN && team::current_threads() > 1
     }
 
     /// Builds [`QuantActs::qs8`] (and for Q8_K [`QuantActs::bsums8`]): for
@@ -255,8 +262,9 @@ impl QuantActs {
         self.qs16.clear();
         self.qs16
             .resize(self.t_pad / TOKEN_PAD16 * qb * 8, Q8x16::default());
-        for (g, dst) in self.qs16.chunks_exact_mut(8 * qb.max(1)).enumerate() {
-            let src = &self.qs[16 * g * qb..16 * (g + 1) * qb];
+        let qs = &self.qs;
+        let group = |g: usize, dst: &mut [Q8x16]| {
+            let src = &qs[16 * g * qb..16 * (g + 1) * qb];
             for (b, dst) in dst.chunks_exact_mut(8).enumerate() {
                 let words: [[u32; 8]; 16] =
                     std::array::from_fn(|t| bytemuck::cast(src[t * qb + b].0));
@@ -264,7 +272,8 @@ impl QuantActs {
                     d.0 = std::array::from_fn(|t| words[t][v]);
                 }
             }
-        }
+        };
+        by_chunks(self.large(), &mut self.qs16, 8 * qb.max(1), group);
     }
 
     /// Builds [`QuantActs::bsums16`] (Q8_K; nothing otherwise): the sums of
@@ -279,8 +288,9 @@ impl QuantActs {
         debug_assert!(self.t_pad.is_multiple_of(TOKEN_PAD16));
         self.bsums16
             .resize(self.t_pad / TOKEN_PAD16 * nb * 8, Q8x16::default());
-        for (g, dst) in self.bsums16.chunks_exact_mut(8 * nb.max(1)).enumerate() {
-            let src = &self.bsums[16 * g * nb..16 * (g + 1) * nb];
+        let bsums = &self.bsums;
+        let group = |g: usize, dst: &mut [Q8x16]| {
+            let src = &bsums[16 * g * nb..16 * (g + 1) * nb];
             for (b, dst) in dst.chunks_exact_mut(8).enumerate() {
                 for (p, d) in dst.iter_mut().enumerate() {
                     d.0 = std::array::from_fn(|t| {
@@ -289,7 +299,8 @@ impl QuantActs {
                     });
                 }
             }
-        }
+        };
+        by_chunks(self.large(), &mut self.bsums16, 8 * nb.max(1), group);
     }
 
     /// Builds [`QuantActs::qsp`] (Q8_K; nothing otherwise): the 256 values of
@@ -359,6 +370,23 @@ impl QuantActs {
                 }
             }
         }
+    }
+}
+
+/// `f(i, chunk i)` for `data` cut into chunks of `chunk` items: on the
+/// current team when `large`, here otherwise.
+fn by_chunks<T: Send>(
+    large: bool,
+    data: &mut [T],
+    chunk: usize,
+    f: impl Fn(usize, &mut [T]) + Sync,
+) {
+    if large {
+        team::for_each_chunk_mut(data, chunk, f);
+    } else {
+        data.chunks_mut(chunk)
+            .enumerate()
+            .for_each(|(i, c)| f(i, c));
     }
 }
 
