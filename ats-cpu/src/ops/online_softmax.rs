@@ -205,6 +205,8 @@ mod avx2 {
     /// AVX2, FMA and F16C; `q.len()` a multiple of 8 up to 256; rows `0..n`
     /// of `k` and `v` (at `j * stride`, `q.len()` long) inside the slices;
     /// `st.acc` at least `q.len()` long; `n <= MAX_KEYS`.
+    // Index loops: iterator adapters were left as calls in this kernel.
+    #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn update<E: KvElem>(
         q: &[f32],
@@ -222,7 +224,12 @@ mod avx2 {
             let mut a = [_mm256_setzero_ps(); 4];
             // SAFETY: rows j..j+4 are inside k (caller); i + 8 <= hd.
             unsafe {
-                let rows = [0, 1, 2, 3].map(|t| pk.add((j + t) * stride));
+                let rows = [
+                    pk.add(j * stride),
+                    pk.add((j + 1) * stride),
+                    pk.add((j + 2) * stride),
+                    pk.add((j + 3) * stride),
+                ];
                 for i in (0..hd).step_by(8) {
                     let qv = _mm256_loadu_ps(pq.add(i));
                     for (t, acc) in a.iter_mut().enumerate() {
@@ -238,7 +245,9 @@ mod avx2 {
             unsafe { _mm_storeu_ps(sc.as_mut_ptr().add(j), s4) };
             j += 4;
         }
-        for (jj, s) in sc.iter_mut().enumerate().take(n).skip(j) {
+        // (index loops here and below: iterator adapters were left as calls
+        // in this kernel, each spilling the vector registers)
+        for jj in j..n {
             let mut a0 = _mm256_setzero_ps();
             // SAFETY: row jj's hd values are inside k (caller); i + 8 <= hd.
             unsafe {
@@ -247,7 +256,7 @@ mod avx2 {
                     a0 = _mm256_fmadd_ps(_mm256_loadu_ps(pq.add(i)), E::load8(row.add(i)), a0);
                 }
             }
-            *s = hsum(a0) * scale_by;
+            sc[jj] = hsum(a0) * scale_by;
         }
         let mx = sc[..n].iter().fold(*st.m, |m, &x| m.max(x));
         if mx > *st.m {
@@ -260,9 +269,7 @@ mod avx2 {
         }
         // probabilities, eight at a time (the tail lanes are exp(-inf - mx) = 0)
         let n8 = n.div_ceil(8) * 8;
-        for s in sc.iter_mut().take(n8).skip(n) {
-            *s = f32::NEG_INFINITY;
-        }
+        sc[n..n8].fill(f32::NEG_INFINITY);
         let vmx = _mm256_set1_ps(mx);
         let mut lsum = _mm256_setzero_ps();
         for c in (0..n8).step_by(8) {
@@ -274,29 +281,61 @@ mod avx2 {
             }
         }
         *st.l += hsum(lsum);
-        // weighted values: 64 columns of accumulators in registers per pass
+        // weighted values: up to 64 columns of accumulators in registers
+        // per pass, the pass's width fixed at compile time
         let pa = st.acc.as_mut_ptr();
         let mut c0 = 0;
         while c0 < hd {
             let w = (hd - c0).min(64) / 8;
-            let mut acc = [_mm256_setzero_ps(); 8];
-            // SAFETY: columns c0..c0 + 8w are inside acc (hd long) and rows.
+            // SAFETY: columns c0..c0 + 8w are inside acc (hd long) and the
+            // rows 0..n of v (caller).
             unsafe {
-                for (t, a) in acc.iter_mut().enumerate().take(w) {
-                    *a = _mm256_loadu_ps(pa.add(c0 + 8 * t));
-                }
-                for (j, &p) in sc.iter().enumerate().take(n) {
-                    let vp = _mm256_set1_ps(p);
-                    let row = pv.add(j * stride + c0);
-                    for (t, a) in acc.iter_mut().enumerate().take(w) {
-                        *a = _mm256_fmadd_ps(vp, E::load8(row.add(8 * t)), *a);
-                    }
-                }
-                for (t, a) in acc.iter().enumerate().take(w) {
-                    _mm256_storeu_ps(pa.add(c0 + 8 * t), *a);
+                let (acc, row) = (pa.add(c0), pv.add(c0));
+                match w {
+                    8 => weigh::<E, 8>(acc, row, stride, &sc[..n]),
+                    7 => weigh::<E, 7>(acc, row, stride, &sc[..n]),
+                    6 => weigh::<E, 6>(acc, row, stride, &sc[..n]),
+                    5 => weigh::<E, 5>(acc, row, stride, &sc[..n]),
+                    4 => weigh::<E, 4>(acc, row, stride, &sc[..n]),
+                    3 => weigh::<E, 3>(acc, row, stride, &sc[..n]),
+                    2 => weigh::<E, 2>(acc, row, stride, &sc[..n]),
+                    _ => weigh::<E, 1>(acc, row, stride, &sc[..n]),
                 }
             }
             c0 += 8 * w;
+        }
+    }
+
+    /// `acc[..8W] += sum_j p[j] x v_j[..8W]`, `v_j` at `row + j * stride`.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `8 W` values readable at `row + j * stride` for
+    /// each `j < p.len()`, and writable at `acc`.
+    #[inline]
+    #[allow(clippy::needless_range_loop)]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn weigh<E: KvElem, const W: usize>(
+        acc: *mut f32,
+        row: *const E,
+        stride: usize,
+        p: &[f32],
+    ) {
+        let mut a = [_mm256_setzero_ps(); W];
+        // SAFETY: as the caller guarantees.
+        unsafe {
+            for t in 0..W {
+                a[t] = _mm256_loadu_ps(acc.add(8 * t));
+            }
+            for j in 0..p.len() {
+                let vp = _mm256_set1_ps(p[j]);
+                let row = row.add(j * stride);
+                for t in 0..W {
+                    a[t] = _mm256_fmadd_ps(vp, E::load8(row.add(8 * t)), a[t]);
+                }
+            }
+            for t in 0..W {
+                _mm256_storeu_ps(acc.add(8 * t), a[t]);
+            }
         }
     }
 }
