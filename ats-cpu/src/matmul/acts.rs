@@ -93,6 +93,10 @@ pub(crate) struct QuantActs {
     /// The values interleaved by groups of 16 tokens (see
     /// [`QuantActs::interleave16`]), `[t_pad / 16][qblocks][8]`; empty unless built.
     pub qs16: Vec<Q8x16>,
+    /// The values of groups of 8 tokens with each token's 4-value groups
+    /// twice (see [`QuantActs::interleave8_pairs`]), `[t_pad / 8][qblocks][8]`;
+    /// empty unless built.
+    pub qs8p: Vec<Q8x16>,
     /// Q8_K values regrouped for the 512-bit K-quant kernels (see
     /// [`QuantActs::regroup_subblocks`]), laid out like `qs`; empty unless built.
     pub qsp: Vec<Q8Block>,
@@ -152,6 +156,7 @@ impl QuantActs {
         // the interleaved copies are built on demand, for these values only
         self.qs8.clear();
         self.qs16.clear();
+        self.qs8p.clear();
         self.bsums16.clear();
         self.xsums.clear();
         self.bsums8.clear();
@@ -274,6 +279,31 @@ impl QuantActs {
             }
         };
         by_chunks(self.large(), &mut self.qs16, 8 * qb.max(1), group);
+    }
+
+    /// Builds [`QuantActs::qs8p`]: for each group of 8 tokens and each
+    /// 32-value block, 8 vectors; vector `v` holds values `4v..4v + 4` of
+    /// tokens `0, 0, 1, 1, .., 7, 7` of the group, so that one 64-bit
+    /// broadcast of two weight rows' 4 values meets all 8 tokens for both
+    /// rows in one 512-bit register.
+    pub(crate) fn interleave8_pairs(&mut self) {
+        let qb = self.qblocks;
+        debug_assert!(self.t_pad.is_multiple_of(TOKEN_PAD));
+        self.qs8p.clear();
+        self.qs8p
+            .resize(self.t_pad / TOKEN_PAD * qb * 8, Q8x16::default());
+        let qs = &self.qs;
+        let group = |g: usize, dst: &mut [Q8x16]| {
+            let src = &qs[8 * g * qb..8 * (g + 1) * qb];
+            for (b, dst) in dst.chunks_exact_mut(8).enumerate() {
+                let words: [[u32; 8]; 8] =
+                    std::array::from_fn(|t| bytemuck::cast(src[t * qb + b].0));
+                for (v, d) in dst.iter_mut().enumerate() {
+                    d.0 = std::array::from_fn(|lane| words[lane / 2][v]);
+                }
+            }
+        };
+        by_chunks(self.large(), &mut self.qs8p, 8 * qb.max(1), group);
     }
 
     /// Builds [`QuantActs::bsums16`] (Q8_K; nothing otherwise): the sums of

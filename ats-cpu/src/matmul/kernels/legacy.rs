@@ -132,9 +132,7 @@ pub(super) fn dot_scalar<B: LegacyBlock>(row: &[u8], acts: &QuantActs, t: usize)
 #[cfg(target_arch = "x86_64")]
 pub(super) use avx2::scales4 as scales4_avx2;
 #[cfg(target_arch = "x86_64")]
-pub(super) use avx2::{
-    rows4 as rows4_avx2, tokens4 as tokens4_avx2, tokens8 as tokens8_avx2, tokens8_vnni,
-};
+pub(super) use avx2::{rows4 as rows4_avx2, tokens4 as tokens4_avx2, tokens8 as tokens8_avx2};
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
@@ -299,27 +297,7 @@ mod avx2 {
         out: &mut [[f32; MR]; 8],
     ) {
         // SAFETY: the caller's contract; the features are enabled here.
-        unsafe { tokens8_body::<B, MR, false>(rows, acts, t0, prefetch, out) }
-    }
-
-    /// [`tokens8`] with VNNI dot products: `vpdpbusd` sums four u8 x i8
-    /// products straight into int32 lanes, where AVX2 needs `maddubs` (to
-    /// int16), an add and, every few steps, `madd` to widen. The integer
-    /// sums are exact either way, so the results are the same bits.
-    ///
-    /// # Safety
-    /// As [`tokens8`], and the CPU must support AVX512-VNNI and AVX512VL;
-    /// for signed formats `acts.xsums` is built.
-    #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-    pub(in crate::matmul::kernels) unsafe fn tokens8_vnni<B: LegacyBlock, const MR: usize>(
-        rows: [*const u8; MR],
-        acts: &QuantActs,
-        t0: usize,
-        prefetch: usize,
-        out: &mut [[f32; MR]; 8],
-    ) {
-        // SAFETY: the caller's contract; the features are enabled here.
-        unsafe { tokens8_body::<B, MR, true>(rows, acts, t0, prefetch, out) }
+        unsafe { tokens8_body::<B, MR>(rows, acts, t0, prefetch, out) }
     }
 
     /// Where weights `4u..4u + 4` of a row pair sit in the pair-interleaved
@@ -429,16 +407,15 @@ mod avx2 {
         crate::matmul::kernels::simd::store_pairs4(acc, out);
     }
 
-    /// The body of [`tokens8`] and [`tokens8_vnni`], inlined into each (the
-    /// VNNI instruction then inlined with it, under its caller's features).
+    /// The body of [`tokens8`], inlined into it.
     ///
     /// # Safety
-    /// As [`tokens8`]; with `VNNI`, as [`tokens8_vnni`].
+    /// As [`tokens8`].
     // `v` and `i` index several arrays and pointer offsets at once.
     #[allow(clippy::needless_range_loop)]
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn tokens8_body<B: LegacyBlock, const MR: usize, const VNNI: bool>(
+    unsafe fn tokens8_body<B: LegacyBlock, const MR: usize>(
         rows: [*const u8; MR],
         acts: &QuantActs,
         t0: usize,
@@ -447,10 +424,6 @@ mod avx2 {
     ) {
         let (nb, tp) = (acts.blocks, acts.t_pad);
         debug_assert!(t0.is_multiple_of(8) && t0 + 8 <= tp && acts.qs8.len() == tp * nb);
-        // With VNNI, signed weights are biased by 128 rather than given the
-        // sign trick: one `vpdpbusd` per step instead of three instructions.
-        let biased = VNNI && B::SIGNED;
-        debug_assert!(!biased || acts.xsums.len() == tp * nb);
         let ones = _mm256_set1_epi16(1);
         let mut acc = [_mm256_setzero_ps(); MR];
         let x8 = acts.qs8[t0 * nb..(t0 + 8) * nb].as_ptr() as *const __m256i;
@@ -473,10 +446,7 @@ mod avx2 {
             let mut wm = [[0u32; 8]; MR];
             for (i, wm) in wm.iter_mut().enumerate() {
                 // SAFETY: a whole block (caller); the CPU features are enabled here.
-                let mut w = unsafe { B::unpack_avx2(blk[i]) };
-                if biased {
-                    w = _mm256_xor_si256(w, _mm256_set1_epi8(-128));
-                }
+                let w = unsafe { B::unpack_avx2(blk[i]) };
                 // SAFETY: a 32-byte store into 8 u32.
                 unsafe { _mm256_storeu_si256(wm.as_mut_ptr() as *mut __m256i, w) };
             }
@@ -489,48 +459,19 @@ mod avx2 {
                 for i in 0..MR {
                     // Weights 4v..4v + 4 of row i, against the same 4 values of 8 tokens.
                     let bw = _mm256_set1_epi32(wm[i][v] as i32);
-                    // u8 x i8 products: signed weights are biased to unsigned
-                    // bytes, or carry their sign over to x
-                    let (u, s) = if B::SIGNED && !biased {
+                    // u8 x i8 products: signed weights carry their sign over to x
+                    let (u, s) = if B::SIGNED {
                         (_mm256_sign_epi8(bw, bw), _mm256_sign_epi8(x, bw))
                     } else {
                         (bw, x)
                     };
-                    if VNNI {
-                        // Two int32 chains (even and odd v; `s16` is free
-                        // here) halve the wait on vpdpbusd's latency.
-                        let a = if v % 2 == 0 {
-                            &mut isum[i]
-                        } else {
-                            &mut s16[i]
-                        };
-                        // SAFETY: VNNI callers enable avx512vnni and avx512vl.
-                        *a = unsafe { _mm256_dpbusd_epi32(*a, u, s) };
-                    } else {
-                        s16[i] = _mm256_add_epi16(s16[i], _mm256_maddubs_epi16(u, s));
-                    }
+                    s16[i] = _mm256_add_epi16(s16[i], _mm256_maddubs_epi16(u, s));
                 }
-                if !VNNI && (v + 1) % B::I16_SUMS == 0 {
+                if (v + 1) % B::I16_SUMS == 0 {
                     for i in 0..MR {
                         isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(s16[i], ones));
                         s16[i] = _mm256_setzero_si256();
                     }
-                }
-            }
-            if VNNI {
-                for i in 0..MR {
-                    isum[i] = _mm256_add_epi32(isum[i], s16[i]);
-                }
-            }
-            if biased {
-                // the bias's share, 128 x sum(x) per token
-                // SAFETY: 8 ints of block b's sums (`xsums` built, caller).
-                let xs = unsafe {
-                    _mm256_loadu_si256(acts.xsums[b * tp + t0..][..8].as_ptr() as *const __m256i)
-                };
-                let xs = _mm256_slli_epi32::<7>(xs);
-                for i in 0..MR {
-                    isum[i] = _mm256_sub_epi32(isum[i], xs);
                 }
             }
             // Scales 4 rows at a time (the last group repeats its last row).

@@ -28,6 +28,8 @@ mod legacy;
 #[cfg(target_arch = "x86_64")]
 mod legacy512;
 #[cfg(target_arch = "x86_64")]
+mod legacy_pairs;
+#[cfg(target_arch = "x86_64")]
 mod legacy_tiles;
 mod mxfp4;
 #[cfg(target_arch = "x86_64")]
@@ -261,7 +263,12 @@ fn run_legacy<B: LegacyBlock>(
     if wide16 {
         acts.interleave16();
     } else if isa.has_avx2() && (n_tokens > 8 || (n_tokens >= WIDE_MIN && !narrow_last)) {
-        acts.interleave8();
+        // the 8-token tile's activations: by pairs of lanes on VNNI
+        if isa == Isa::Avx512Vnni {
+            acts.interleave8_pairs();
+        } else {
+            acts.interleave8();
+        }
     }
     if narrow_last {
         acts.interleave4_pairs(last);
@@ -286,13 +293,14 @@ fn run_legacy<B: LegacyBlock>(
         let vnni = isa == Isa::Avx512Vnni;
         let tile = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]; 8]| {
             let r = r.map(|r| row(r).as_ptr());
-            // SAFETY: `isa` is available (VNNI only when it is the ISA); each
-            // row holds `acts.blocks` whole blocks; the driver passes t0
-            // multiple of 8 with t0 + 8 <= t_pad, and `qs8` is built whenever
-            // wide tiles run.
+            // SAFETY: `isa` is available (VNNI only when it is the ISA, so
+            // AVX-512 F/BW/VL too); each row holds `acts.blocks` whole
+            // blocks; the driver passes t0 multiple of 8 with t0 + 8 <=
+            // t_pad, and `qs8p` (VNNI, with `xsums`) or `qs8` is built
+            // whenever wide tiles run.
             unsafe {
                 if vnni {
-                    legacy::tokens8_vnni::<B, LMR>(r, acts, t0, pf8, o)
+                    legacy_pairs::tokens8_vnni::<B, LMR>(r, acts, t0, pf8, o)
                 } else {
                     legacy::tokens8_avx2::<B, LMR>(r, acts, t0, pf8, o)
                 }
