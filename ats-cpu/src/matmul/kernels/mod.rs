@@ -111,6 +111,17 @@ fn in_a_row(r: &[usize; 16]) -> bool {
     r[15] == r[0] + 15
 }
 
+/// `rows.map(f)` written as a loop: an array map's closure was left as a
+/// call to `try_map` in the tile closures, once per tile.
+#[inline(always)]
+fn ptrs<const N: usize>(rows: &[usize; N], f: impl Fn(usize) -> *const u8) -> [*const u8; N] {
+    let mut p = [std::ptr::null(); N];
+    for (p, &r) in p.iter_mut().zip(rows) {
+        *p = f(r);
+    }
+    p
+}
+
 /// Bytes per weight row; `w` is validated, so this cannot fail.
 fn row_bytes(w: &WeightMatrix<'_>) -> usize {
     w.data.len() / w.rows.max(1)
@@ -139,7 +150,7 @@ fn run_float<E: FloatElem>(
             // rows are whole slices of `cols` elements.
             unsafe {
                 float::tile_avx2::<E, 3, 4>(
-                    r.map(|r| row(r).as_ptr()),
+                    ptrs(r, |r| row(r).as_ptr()),
                     std::array::from_fn(|j| xrow(t0 + j).as_ptr()),
                     cols,
                     0,
@@ -292,7 +303,7 @@ fn run_legacy<B: LegacyBlock>(
         let pf8 = tile_prefetch(acts.n_tokens);
         let vnni = isa == Isa::Avx512Vnni;
         let tile = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]; 8]| {
-            let r = r.map(|r| row(r).as_ptr());
+            let r = ptrs(r, |r| row(r).as_ptr());
             // SAFETY: `isa` is available (VNNI only when it is the ISA, so
             // AVX-512 F/BW/VL too); each row holds `acts.blocks` whole
             // blocks; the driver passes t0 multiple of 8 with t0 + 8 <=
@@ -308,39 +319,40 @@ fn run_legacy<B: LegacyBlock>(
         };
         // 16 rows a call: the 512-bit kernel's when they are 16 in a row,
         // else (a task's last rows, repeated) four of the AVX2 kernel's
-        let single =
-            |r: &[usize; legacy512::ROWS], t: usize, o: &mut [[f32; legacy512::ROWS]; 1]| {
-                let pf = PREFETCH;
-                if rows16 && in_a_row(r) {
-                    let first = row(r[0]).as_ptr();
-                    // SAFETY: as above (VNNI is the ISA, so AVX-512 F/BW/VL too;
-                    // a format with a value layout; 16 whole rows from r[0]), with
-                    // t < n_tokens.
-                    return unsafe { legacy512::rows16_vnni::<B>(first, rb, acts, t, o) };
+        let single = |r: &[usize; legacy512::ROWS],
+                      t: usize,
+                      o: &mut [[f32; legacy512::ROWS]; 1]| {
+            let pf = PREFETCH;
+            if rows16 && in_a_row(r) {
+                let first = row(r[0]).as_ptr();
+                // SAFETY: as above (VNNI is the ISA, so AVX-512 F/BW/VL too;
+                // a format with a value layout; 16 whole rows from r[0]), with
+                // t < n_tokens.
+                return unsafe { legacy512::rows16_vnni::<B>(first, rb, acts, t, o) };
+            }
+            for q in 0..4 {
+                let r4 = [r[4 * q], r[4 * q + 1], r[4 * q + 2], r[4 * q + 3]];
+                if q > 0 && r4[0] == r[4 * q - 1] {
+                    // past a task's last row: repeats, whose results are dropped
+                    break;
                 }
-                for q in 0..4 {
-                    let r4 = [r[4 * q], r[4 * q + 1], r[4 * q + 2], r[4 * q + 3]];
-                    if q > 0 && r4[0] == r[4 * q - 1] {
-                        // past a task's last row: repeats, whose results are dropped
-                        break;
-                    }
-                    let mut o4 = [[0f32; 4]; 1];
-                    // SAFETY: as above, with t < n_tokens.
-                    unsafe {
-                        legacy::rows4_avx2::<B>(r4.map(|r| row(r).as_ptr()), acts, t, pf, &mut o4)
-                    };
-                    o[0][4 * q..4 * q + 4].copy_from_slice(&o4[0]);
-                }
-            };
+                let mut o4 = [[0f32; 4]; 1];
+                // SAFETY: as above, with t < n_tokens.
+                unsafe {
+                    legacy::rows4_avx2::<B>(ptrs(&r4, |r| row(r).as_ptr()), acts, t, pf, &mut o4)
+                };
+                o[0][4 * q..4 * q + 4].copy_from_slice(&o4[0]);
+            }
+        };
         let quad = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]; gemm::NARROW]| {
             // SAFETY: as above; the driver runs the narrow tile only on the
             // last token tile when it holds 2-4 tokens, for which `qs4` is built.
-            unsafe { legacy::tokens4_avx2::<B>(r.map(|r| row(r).as_ptr()), acts, t0, pf8, o) }
+            unsafe { legacy::tokens4_avx2::<B>(ptrs(r, |r| row(r).as_ptr()), acts, t0, pf8, o) }
         };
         let narrow: Option<gemm::TileFn<'_, LMR, { gemm::NARROW }>> = Some(&quad);
         if wide16 {
             let tile = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]]| {
-                let r = r.map(|r| row(r).as_ptr());
+                let r = ptrs(r, |r| row(r).as_ptr());
                 // SAFETY: VNNI is the ISA (so AVX-512 F/BW/VL too); each
                 // row holds `acts.blocks` whole blocks; the driver passes
                 // t0 multiple of the tile with t0 + tile <= t_pad (padded
@@ -524,7 +536,7 @@ fn drive_kquant_prompt<K: SuperBlock>(
         // SAFETY: VNNI is the ISA (so AVX-512 F/BW/VL too); whole rows;
         // the driver passes t0 multiple of the tile with t0 + tile <= t_pad
         // (padded to the tile); `qs16` and the format's sums are built.
-        unsafe { kernel(r.map(row), acts, t0, o) }
+        unsafe { kernel(ptrs(r, row), acts, t0, o) }
     };
     let rows16 = K::ROWS16_VNNI.filter(|_| rows16_fit(isa, rb));
     let single = |r: &[usize; 16], t: usize, o: &mut [[f32; 16]; 1]| {
@@ -617,7 +629,7 @@ fn run_kquant<K: SuperBlock>(
             // super-blocks; the driver passes t0 multiple of 8 with
             // t0 + 8 <= t_pad, and the interleaved activations are built
             // whenever wide tiles run.
-            unsafe { kquant::tokens8_avx2::<K, LMR>(r.map(|r| row(r).as_ptr()), acts, t0, 0, o) }
+            unsafe { kquant::tokens8_avx2::<K, LMR>(ptrs(r, |r| row(r).as_ptr()), acts, t0, 0, o) }
         };
         // The last tile of 2-4 tokens.
         let narrow =
