@@ -7,7 +7,8 @@
 //! [`legacy512`] their one-token kernel on AVX-512 VNNI) and [`kquant`]
 //! (256-element super-blocks, IQ4_XS among them). On AVX-512 VNNI, prompts
 //! of 16 tokens or more run the prompt tiles ([`prompt_tiles`]:
-//! [`legacy_tiles`], [`k4_tiles`], [`q6_k512`], IQ4_XS's in [`iq4_xs512`]).
+//! [`legacy_tiles`], [`k4_tiles`], [`q6_k512`], IQ4_XS's in [`iq4_xs512`]),
+//! and the block formats' rounds of 3 to 15 tokens [`legacy_pairs`].
 
 mod bf16;
 mod f16;
