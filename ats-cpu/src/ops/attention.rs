@@ -2,7 +2,7 @@
 //! score matrix is ever stored; causal, full and segment (window) masks.
 //! Keys and values are read where they lie in the cache, except f16 blocks
 //! that a task reads many times (several query rows), which it converts
-//! once into a [`Stage`].
+//! once into a `Stage` (staged f32 rows).
 
 use crate::team;
 use half::f16;
@@ -295,7 +295,7 @@ impl AttnShape {
     }
 
     /// Scratch bytes one task holds: its accumulators and softmax state for
-    /// `q_rows x group` heads, and a [`Stage`] of one key block. Independent
+    /// `q_rows x group` heads, and a `Stage` of one key block. Independent
     /// of the key count: no score matrix is ever stored.
     pub fn task_scratch_bytes(&self) -> u64 {
         let (qb, hd) = (self.q_rows() as u64, self.head_dim as u64);
