@@ -128,24 +128,7 @@ pub(super) unsafe fn tokens8_vnni<B: LegacyBlock, const MR: usize>(
             let isum = _mm512_sub_epi32(sum, bias);
             // rows 2p and 2p + 1's scales in alternate lanes
             let (q, at) = (p / 2, 2 * (p % 2) as i32);
-            let idx = _mm512_setr_epi32(
-                at,
-                at + 1,
-                at,
-                at + 1,
-                at,
-                at + 1,
-                at,
-                at + 1,
-                at,
-                at + 1,
-                at,
-                at + 1,
-                at,
-                at + 1,
-                at,
-                at + 1,
-            );
+            let idx = _mm512_set1_epi64(i64::from(at + 1) << 32 | i64::from(at));
             let d = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(dv[q]));
             let f = _mm512_cvtepi32_ps(isum);
             acc[p] = _mm512_fmadd_ps(f, _mm512_mul_ps(d, xd), acc[p]);
