@@ -150,6 +150,8 @@ impl QuantActs {
         self.t_pad = t_pad;
         self.blocks = blocks;
         self.qblocks = qblocks;
+        // quantise and regroup on the team when the values are many
+        let large = self.large();
 
         self.qs.clear();
         self.qs.resize(t_pad * qblocks, Q8Block::default());
@@ -180,7 +182,7 @@ impl QuantActs {
                     .chunks_exact_mut(blocks.max(1))
                     .zip(self.tok_s.chunks_exact_mut(blocks.max(1))),
             );
-        if n_tokens * cols >= PAR_QUANT_MIN && team::current_threads() > 1 {
+        if large {
             let bs: Vec<&mut [[i16; 16]]> = if nb16 > 0 {
                 self.bsums.chunks_exact_mut(nb16).take(n_tokens).collect()
             } else {
@@ -203,7 +205,6 @@ impl QuantActs {
         self.d.resize(blocks * t_pad, 0.0);
         self.s.clear();
         self.s.resize(blocks * t_pad, 0.0);
-        let large = self.large();
         for (dst, src) in [(&mut self.d, &self.tok_d), (&mut self.s, &self.tok_s)] {
             let block = |b: usize, dst: &mut [f32]| {
                 for (t, d) in dst.iter_mut().enumerate().take(n_tokens) {
@@ -267,18 +268,8 @@ impl QuantActs {
         self.qs16.clear();
         self.qs16
             .resize(self.t_pad / TOKEN_PAD16 * qb * 8, Q8x16::default());
-        let qs = &self.qs;
-        let group = |g: usize, dst: &mut [Q8x16]| {
-            let src = &qs[16 * g * qb..16 * (g + 1) * qb];
-            for (b, dst) in dst.chunks_exact_mut(8).enumerate() {
-                let words: [[u32; 8]; 16] =
-                    std::array::from_fn(|t| bytemuck::cast(src[t * qb + b].0));
-                for (v, d) in dst.iter_mut().enumerate() {
-                    d.0 = std::array::from_fn(|t| words[t][v]);
-                }
-            }
-        };
-        by_chunks(self.large(), &mut self.qs16, 8 * qb.max(1), group);
+        let large = self.large();
+        lanes_by_token::<16>(&self.qs, qb, large, &mut self.qs16, |lane| lane);
     }
 
     /// Builds [`QuantActs::qs8p`]: for each group of 8 tokens and each
@@ -292,18 +283,8 @@ impl QuantActs {
         self.qs8p.clear();
         self.qs8p
             .resize(self.t_pad / TOKEN_PAD * qb * 8, Q8x16::default());
-        let qs = &self.qs;
-        let group = |g: usize, dst: &mut [Q8x16]| {
-            let src = &qs[8 * g * qb..8 * (g + 1) * qb];
-            for (b, dst) in dst.chunks_exact_mut(8).enumerate() {
-                let words: [[u32; 8]; 8] =
-                    std::array::from_fn(|t| bytemuck::cast(src[t * qb + b].0));
-                for (v, d) in dst.iter_mut().enumerate() {
-                    d.0 = std::array::from_fn(|lane| words[lane / 2][v]);
-                }
-            }
-        };
-        by_chunks(self.large(), &mut self.qs8p, 8 * qb.max(1), group);
+        let large = self.large();
+        lanes_by_token::<8>(&self.qs, qb, large, &mut self.qs8p, |lane| lane / 2);
     }
 
     /// Builds [`QuantActs::bsums16`] (Q8_K; nothing otherwise): the sums of
@@ -401,6 +382,28 @@ impl QuantActs {
             }
         }
     }
+}
+
+/// Regroups `qs` (`qb` blocks a token) by groups of `G` tokens into `dst`
+/// (`[groups][qb][8]`): vector `v` of a block holds values `4v..4v + 4` of
+/// token `token(lane)` of the group in each 32-bit lane.
+fn lanes_by_token<const G: usize>(
+    qs: &[Q8Block],
+    qb: usize,
+    large: bool,
+    dst: &mut [Q8x16],
+    token: impl Fn(usize) -> usize + Sync,
+) {
+    let group = |g: usize, dst: &mut [Q8x16]| {
+        let src = &qs[G * g * qb..G * (g + 1) * qb];
+        for (b, dst) in dst.chunks_exact_mut(8).enumerate() {
+            let words: [[u32; 8]; G] = std::array::from_fn(|t| bytemuck::cast(src[t * qb + b].0));
+            for (v, d) in dst.iter_mut().enumerate() {
+                d.0 = std::array::from_fn(|lane| words[token(lane)][v]);
+            }
+        }
+    };
+    by_chunks(large, dst, 8 * qb.max(1), group);
 }
 
 /// `f(i, chunk i)` for `data` cut into chunks of `chunk` items: on the
