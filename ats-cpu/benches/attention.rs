@@ -6,24 +6,15 @@
 //! out in reverse order (how a session's sequences hold the cache), against
 //! contiguous rows: the measurement behind `ats_sched::session::KV_BLOCK_TOKENS`.
 
+mod common;
+
 use std::hint::black_box;
 use std::time::Duration;
 
 use ats_cpu::ops::attention::{AttnShape, KeyRange, KvData, KvRows, RowMap, flash_attention};
+use common::values;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use half::f16;
-
-fn values(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s % 2001) as f32 / 1000.0 - 1.0
-        })
-        .collect()
-}
 
 fn decode(c: &mut Criterion) {
     let mut g = c.benchmark_group("attention_decode");

@@ -12,6 +12,8 @@
 //! - `overhead/*`: fixed cost of a tiny call (8 x 32 Q4_1, 1 token).
 //! - `membw/*`: streaming read of 512 MiB, for the machine's bandwidth.
 
+mod common;
+
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -19,6 +21,7 @@ use std::time::Duration;
 use ats_core::DType;
 use ats_cpu::matmul::{Isa, MatmulScratch, WeightMatrix, matmul_with, weight_bytes};
 use ats_cpu::team::{self, Team};
+use common::weights;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
 /// SmolLM2-135M: (name, rows, cols, dtype) of the matmuls of one layer, then the head.
@@ -35,28 +38,6 @@ const HEAD: (usize, usize) = (49152, 576);
 const N_LAYERS: usize = 30;
 /// Rotate decode weights over at least this many bytes (L3 is 32 MiB here).
 const COLD_BYTES: usize = 256 << 20;
-
-fn random_weights(dtype: DType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
-    // Random quants with small f16 scales (exact values do not matter for speed).
-    let n = weight_bytes(dtype, rows, cols).unwrap();
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut data: Vec<u8> = (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s as u8
-        })
-        .collect();
-    let scale = half::f16::from_f32(0.01).to_le_bytes();
-    for b in data.chunks_exact_mut(dtype.type_size()) {
-        b[..2].copy_from_slice(&scale);
-        if dtype == DType::Q4_1 {
-            b[2..4].copy_from_slice(&scale);
-        }
-    }
-    data
-}
 
 fn activations(n: usize) -> Vec<f32> {
     (0..n)
@@ -100,7 +81,7 @@ fn decode(c: &mut Criterion) {
     for (name, dtype, rows, cols) in shapes() {
         let bytes = weight_bytes(dtype, rows, cols).unwrap();
         let copies: Vec<Vec<u8>> = (0..COLD_BYTES.div_ceil(bytes).max(2))
-            .map(|i| random_weights(dtype, rows, cols, i as u64))
+            .map(|i| weights(dtype, rows, cols, i as u64))
             .collect();
         let x = activations(cols);
         let mut y = vec![0f32; rows];
@@ -132,7 +113,7 @@ fn prefill(c: &mut Criterion) {
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(3));
     for (name, dtype, rows, cols) in shapes() {
-        let data = random_weights(dtype, rows, cols, 1);
+        let data = weights(dtype, rows, cols, 1);
         let w = WeightMatrix::new(dtype, rows, cols, &data).unwrap();
         let x = activations(n * cols);
         let mut y = vec![0f32; n * rows];
@@ -158,7 +139,7 @@ fn model(c: &mut Criterion) {
                 DType::Q4_1,
                 r,
                 c,
-                random_weights(DType::Q4_1, r, c, (l * 8 + k) as u64),
+                weights(DType::Q4_1, r, c, (l * 8 + k) as u64),
             ));
         }
     }
@@ -166,7 +147,7 @@ fn model(c: &mut Criterion) {
         DType::Q8_0,
         HEAD.0,
         HEAD.1,
-        random_weights(DType::Q8_0, HEAD.0, HEAD.1, 999),
+        weights(DType::Q8_0, HEAD.0, HEAD.1, 999),
     ));
     let total: usize = mats.iter().map(|m| m.3.len()).sum();
     let mut g = c.benchmark_group("model");
@@ -209,7 +190,7 @@ fn model(c: &mut Criterion) {
 
 fn overhead(c: &mut Criterion) {
     let isa = Isa::detect();
-    let data = random_weights(DType::Q4_1, 8, 32, 5);
+    let data = weights(DType::Q4_1, 8, 32, 5);
     let w = WeightMatrix::new(DType::Q4_1, 8, 32, &data).unwrap();
     let x = activations(32);
     let mut y = vec![0f32; 8];
@@ -223,7 +204,7 @@ fn overhead(c: &mut Criterion) {
     }
     // The smallest real matrix (192 x 576), in cache: the fork/join cost shows
     // as the gap between 1 and 2 threads.
-    let data = random_weights(DType::Q4_1, 192, 576, 6);
+    let data = weights(DType::Q4_1, 192, 576, 6);
     let w = WeightMatrix::new(DType::Q4_1, 192, 576, &data).unwrap();
     let x = activations(576);
     let mut y = vec![0f32; 192];
@@ -284,7 +265,7 @@ fn batch8_isa(c: &mut Criterion) {
         ("mlp_1536x576_q4_1", DType::Q4_1, 1536, 576),
         ("output_4096x576_q8_0", DType::Q8_0, 4096, 576),
     ] {
-        let data = random_weights(dtype, rows, cols, 9);
+        let data = weights(dtype, rows, cols, 9);
         let w = WeightMatrix::new(dtype, rows, cols, &data).unwrap();
         let x: Vec<f32> = (0..8).flat_map(|_| activations(cols)).collect();
         let mut y = vec![0f32; 8 * rows];

@@ -6,22 +6,14 @@
 //!
 //!     cargo run --release -p ats-cpu --example attn_prefill [ROUNDS [P]]
 
+#[path = "../benches/common/mod.rs"]
+mod common;
+
 use std::time::Instant;
 
 use ats_cpu::ops::attention::{AttnShape, KeyRange, KvData, KvRows, flash_attention};
+use common::values;
 use half::f16;
-
-fn values(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s % 2001) as f32 / 1000.0 - 1.0
-        })
-        .collect()
-}
 
 fn main() {
     let arg = |i: usize, d: usize| {

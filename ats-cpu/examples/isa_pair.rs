@@ -8,37 +8,14 @@
 //!
 //!     cargo run --release -p ats-cpu --example isa_pair [ROUNDS [FILTER]]
 
+#[path = "../benches/common/mod.rs"]
+mod common;
+
 use std::time::Instant;
 
 use ats_core::dtype::DType;
-use ats_cpu::matmul::{Isa, MatmulScratch, WeightMatrix, matmul_with, weight_bytes};
-
-fn weights(dtype: DType, rows: usize, cols: usize) -> Vec<u8> {
-    let n = weight_bytes(dtype, rows, cols).unwrap();
-    let mut s = 0x9e37_79b9_7f4a_7c15u64;
-    let mut data: Vec<u8> = (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s as u8
-        })
-        .collect();
-    // small f16 scales in every block (the values do not matter)
-    let block = dtype.type_size();
-    let scale = half::f16::from_f32(0.01).to_le_bytes();
-    let scales: &[usize] = match dtype {
-        DType::Q4_1 | DType::Q4K | DType::Q5K => &[0, 2],
-        DType::Q6K => &[208],
-        _ => &[0],
-    };
-    for b in data.chunks_exact_mut(block) {
-        for &at in scales {
-            b[at..at + 2].copy_from_slice(&scale);
-        }
-    }
-    data
-}
+use ats_cpu::matmul::{Isa, MatmulScratch, WeightMatrix, matmul_with};
+use common::weights;
 
 fn main() {
     let rounds: usize = std::env::args()
@@ -86,7 +63,7 @@ fn main() {
         if !name.contains(&filter) {
             continue;
         }
-        let data = weights(dtype, rows, cols);
+        let data = weights(dtype, rows, cols, 1);
         let w = WeightMatrix::new(dtype, rows, cols, &data).unwrap();
         let x: Vec<f32> = (0..n * cols)
             .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
