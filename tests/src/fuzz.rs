@@ -15,7 +15,6 @@
 //! `$TMPDIR/ats-fuzz-crashes/` and print how to repeat it, then re-raised so
 //! the test fails.
 
-mod server_request;
 pub mod targets;
 
 use std::collections::HashSet;

@@ -14,9 +14,9 @@ use ats_cli::requests::{Checked, Endpoint, Refusal, RequestChecker};
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-use super::class_of;
-use super::targets::Target;
+use super::Target;
 use crate::fixtures;
+use crate::fuzz::class_of;
 
 /// Longest prompt the checkers accept, in tokens (small: images are resized
 /// to what it holds, which keeps preprocessing fast).
