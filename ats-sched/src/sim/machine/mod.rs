@@ -18,6 +18,7 @@
 pub(crate) mod clock;
 mod gpu;
 mod host;
+mod presets;
 pub mod script;
 pub mod spec;
 pub(crate) mod timing;
