@@ -100,3 +100,35 @@ fn quantisers_match_ggml_reference_rounding() {
         (32, 30, 0, -2)
     );
 }
+
+#[test]
+fn repeated_activations_are_kept_and_changed_ones_quantised_again() {
+    let mut r = random::rng(9);
+    let x = random::activations(8 * 512, &mut r);
+    let mut a = QuantActs::default();
+    a.quantize(&x, 8, 512, ActFormat::Q8_0, Isa::Scalar);
+    a.interleave8();
+    let fresh = (a.qs.clone(), a.qs8.clone());
+    // marks: a kept quantisation (and copy) leaves them, a new one does not
+    a.qs[0].0[0] = i8::MIN;
+    a.qs8[0].0[0] = i8::MIN;
+    a.quantize(&x, 8, 512, ActFormat::Q8_0, Isa::Scalar);
+    a.interleave8();
+    assert_eq!((a.qs[0].0[0], a.qs8[0].0[0]), (i8::MIN, i8::MIN));
+    // one bit of one value, another format, or another split into tokens
+    let mut y = x.clone();
+    y[4095] = f32::from_bits(y[4095].to_bits() ^ 1);
+    for (v, n, format) in [
+        (&y, 8, ActFormat::Q8_0),
+        (&x, 8, ActFormat::Q8_1),
+        (&x, 4, ActFormat::Q8_0),
+    ] {
+        a.quantize(&x, 8, 512, ActFormat::Q8_0, Isa::Scalar);
+        a.qs[0].0[0] = i8::MIN;
+        a.quantize(v, n, v.len() / n, format, Isa::Scalar);
+        assert_ne!(a.qs[0].0[0], i8::MIN, "{n} tokens of {format:?}");
+    }
+    a.quantize(&x, 8, 512, ActFormat::Q8_0, Isa::Scalar);
+    a.interleave8();
+    assert_eq!((a.qs.clone(), a.qs8.clone()), fresh);
+}
