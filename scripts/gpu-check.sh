@@ -22,7 +22,8 @@
 #      first, so a short lease still gets the headline,
 # and writes a markdown results table to $OUT/gpu-check.md (also printed).
 # Every step is timed and has a time limit; a failing step is reported and
-# the next one still runs. The full log is $OUT/gpu-check.log.
+# the next one still runs. The full log is $OUT/gpu-check.log; the quick
+# profile the planner used is kept as $OUT/profile-*.json.
 #
 # A machine without NVRTC can use kernels compiled elsewhere: run the NVRTC
 # test with ATS_KERNEL_CACHE_OUT=target/kernel-cache/ats/kernels there and
@@ -295,8 +296,12 @@ else
     step "ats-cuda tests" 90 cargo test --release -p ats-cuda -- --test-threads=1
     step "GPU tests (text and vision fixtures, placements, ledger, 1440p)" 150 cargo test --release -p ats-tests --test gpu -- --nocapture --test-threads=1
 fi
-# the planner needs this machine's speeds: a quick profile of CPU and GPU
+# the planner needs this machine's speeds: a quick profile of CPU and GPU,
+# kept beside the results too (docs/scheduling.md compares the machine
+# model's h200-host preset with it, sample by sample)
 step "ats-cli profile --quick" 60 "$CLI" profile --quick
+cp "${XDG_CACHE_HOME:-$HOME/.cache}"/ats/profile-*.json "$OUT/" 2>/dev/null ||
+    echo "no profile-*.json in the cache directory to keep" >>"$LOG"
 
 # synthetic models; with llama.cpp here, with real tokenizers (Llama 3's for
 # llama-8b, Qwen2's for qwen3-30b-a3b: the presets' own vocabulary sizes,
