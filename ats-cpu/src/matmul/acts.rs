@@ -40,10 +40,10 @@ pub(crate) const QKK: usize = 256;
 /// fork costs more than the work).
 const PAR_QUANT_MIN: usize = 1 << 15;
 
-/// Most activations whose bits are kept to find a repeat: a decode round's
-/// (Q, K and V cost a third of their quantising then); a prompt's products
-/// outweigh their quantising, and copying its activations would cost more
-/// than it saves.
+/// Most activations whose bits are kept to find a repeat: enough for a
+/// decode round's inputs, whose K and V products then reuse Q's
+/// quantisation; a prompt's products outweigh their quantising, and copying
+/// its activations would cost more than it saves.
 const REUSE_MAX: usize = 1 << 16;
 
 /// Which 8-bit format the weights' kernels want.
@@ -258,7 +258,6 @@ impl QuantActs {
             return; // built for these values
         }
         let (qb, tp, n) = (self.qblocks, self.t_pad, self.n_tokens);
-        self.xsums.clear();
         self.xsums.resize(qb * tp, 0);
         let qs = &self.qs;
         // by blocks: block b's sums of every token, `[t_pad]`
@@ -285,7 +284,6 @@ impl QuantActs {
             return; // built for these values
         }
         let qb = self.qblocks;
-        self.qs8.clear();
         self.qs8.resize(self.qs.len(), Q8Block::default());
         for (g, dst) in self.qs8.chunks_exact_mut(8 * qb.max(1)).enumerate() {
             let src = &self.qs[8 * g * qb..8 * (g + 1) * qb];
@@ -308,7 +306,6 @@ impl QuantActs {
         }
         let qb = self.qblocks;
         debug_assert!(self.t_pad.is_multiple_of(TOKEN_PAD16));
-        self.qs16.clear();
         self.qs16
             .resize(self.t_pad / TOKEN_PAD16 * qb * 8, Q8x16::default());
         let large = self.large();
@@ -326,7 +323,6 @@ impl QuantActs {
         }
         let qb = self.qblocks;
         debug_assert!(self.t_pad.is_multiple_of(TOKEN_PAD));
-        self.qs8p.clear();
         self.qs8p
             .resize(self.t_pad / TOKEN_PAD * qb * 8, Q8x16::default());
         let large = self.large();
@@ -341,7 +337,6 @@ impl QuantActs {
             return; // built for these values
         }
         let nb = self.blocks;
-        self.bsums16.clear();
         if self.format != Some(ActFormat::Q8K) {
             return;
         }
@@ -371,7 +366,6 @@ impl QuantActs {
         if !self.qsp.is_empty() {
             return; // built for these values
         }
-        self.qsp.clear();
         if self.format != Some(ActFormat::Q8K) {
             return;
         }
@@ -400,7 +394,6 @@ impl QuantActs {
             return; // built for these values
         }
         let nb = self.blocks;
-        self.bsums8.clear();
         if self.format == Some(ActFormat::Q8K) {
             self.bsums8.resize(self.bsums.len(), [0; 16]);
             for (g, dst) in self.bsums8.chunks_exact_mut(8 * nb.max(1)).enumerate() {
