@@ -101,7 +101,25 @@ pub(super) unsafe fn quad_sums(
     x: [__m512i; 2],
     init: __m512i,
 ) -> __m512i {
-    let (lo, hi) = match values {
+    // SAFETY: as the caller guarantees.
+    let (lo, hi) = unsafe { quad_levels(values, p, table) };
+    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, lo, x[0]), hi, x[1])
+}
+
+/// The unsigned levels of one block of 4 rows at `p[k]`, stored as
+/// `values`: values 0..16 (`.0`) and 16..32 (`.1`) of row `k` in 128-bit
+/// lane `k`.
+///
+/// # Safety
+/// Each `p[k]` points to the block's values (16 bytes, or 32 for bytes).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+pub(super) unsafe fn quad_levels(
+    values: &Values,
+    p: [*const u8; 4],
+    table: __m512i,
+) -> (__m512i, __m512i) {
+    match values {
         // SAFETY: 16 bytes at each p[k] (caller).
         Values::Nibbles { .. } => levels(unsafe { lanes4(p) }, table),
         Values::Bytes { .. } => {
@@ -114,8 +132,7 @@ pub(super) unsafe fn quad_sums(
             let bias = _mm512_set1_epi8(-128);
             (_mm512_xor_si512(lo, bias), _mm512_xor_si512(hi, bias))
         }
-    };
-    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, lo, x[0]), hi, x[1])
+    }
 }
 
 /// The levels (looked up in `table`) of the nibbles `q` of 4 rows: the
@@ -145,12 +162,29 @@ unsafe fn quad_sums_headed<const AT: i32>(
     x: [__m512i; 2],
     init: __m512i,
 ) -> (__m512i, __m512i) {
+    // SAFETY: as the caller guarantees.
+    let (lo, hi, first) = unsafe { quad_levels_headed::<AT>(p, table) };
+    let sums = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, lo, x[0]), hi, x[1]);
+    (sums, first)
+}
+
+/// [`quad_levels`] for nibble formats from one 32-byte load per row at the
+/// block's start `p[k]`: the levels, and the rows' first 16 bytes (the head
+/// in dword 0 of each lane). The nibbles start `AT` bytes in.
+///
+/// # Safety
+/// Each `p[k]` points to 32 readable bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+pub(super) unsafe fn quad_levels_headed<const AT: i32>(
+    p: [*const u8; 4],
+    table: __m512i,
+) -> (__m512i, __m512i, __m512i) {
     // SAFETY: 32 bytes at each p[k] (caller).
     let (first, second) = unsafe { halves4(p) };
     // per lane: bytes AT..AT + 16 of the row
     let (lo, hi) = levels(_mm512_alignr_epi8::<AT>(second, first), table);
-    let sums = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, lo, x[0]), hi, x[1]);
-    (sums, first)
+    (lo, hi, first)
 }
 
 /// Dword 0 of each lane of four quads' registers, row `LANE_ROW[l]` in lane
@@ -252,7 +286,7 @@ fn e8m0_lanes(v: __m512i) -> __m512 {
 /// Scales `d` and constants `c` of 16 blocks from their first 4 bytes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
-fn scales16<B: LegacyBlock>(heads: __m512i) -> (__m512, __m512) {
+pub(super) fn scales16<B: LegacyBlock>(heads: __m512i) -> (__m512, __m512) {
     let d = match B::SCALE {
         BlockScale::F16 => f16_lanes::<0>(heads),
         BlockScale::E8m0Half => e8m0_lanes(heads),

@@ -31,6 +31,8 @@ mod legacy512;
 #[cfg(target_arch = "x86_64")]
 mod legacy_pairs;
 #[cfg(target_arch = "x86_64")]
+mod legacy_rows16;
+#[cfg(target_arch = "x86_64")]
 mod legacy_tiles;
 mod mxfp4;
 #[cfg(target_arch = "x86_64")]
@@ -249,6 +251,53 @@ fn drive_prompt<const MRD: usize>(
     };
     gemm::drive(shape, y, tiles)
 }
+/// Runs a product of 16 rows per tile on AVX-512 VNNI: `tile16(first, t0,
+/// out)` for 16 rows in a row from `first` and 8 tokens from `t0`; a task's
+/// last rows, which repeat, per token with `single`; a last token tile of
+/// 2-4 tokens with `quad`, 4 rows at a time.
+#[cfg(target_arch = "x86_64")]
+fn drive_legacy_rows16(
+    shape: Shape,
+    y: &mut [f32],
+    single: gemm::TileFn<'_, { legacy512::ROWS }, 1>,
+    quad: gemm::TileFn<'_, LMR, { gemm::NARROW }>,
+    tile16: impl Fn(usize, usize, &mut [[f32; legacy512::ROWS]; legacy_rows16::TOKENS]) + Sync,
+) {
+    const R: usize = legacy512::ROWS;
+    let n_tokens = shape.n_tokens;
+    let tile = |r: &[usize; R], t0: usize, o: &mut [[f32; R]; legacy_rows16::TOKENS]| {
+        if in_a_row(r) {
+            return tile16(r[0], t0, o);
+        }
+        for (t, o) in (t0..n_tokens).zip(o.iter_mut()) {
+            let mut one = [[0f32; R]; 1];
+            single(r, t, &mut one);
+            *o = one[0];
+        }
+    };
+    let narrow = |r: &[usize; R], t0: usize, o: &mut [[f32; R]; gemm::NARROW]| {
+        for q in 0..R / LMR {
+            let r4 = [r[4 * q], r[4 * q + 1], r[4 * q + 2], r[4 * q + 3]];
+            if q > 0 && r4[0] == r[4 * q - 1] {
+                // past a task's last row: repeats, whose results are dropped
+                break;
+            }
+            let mut o4 = [[0f32; LMR]; gemm::NARROW];
+            quad(&r4, t0, &mut o4);
+            for (o, o4) in o.iter_mut().zip(&o4) {
+                o[4 * q..4 * q + 4].copy_from_slice(o4);
+            }
+        }
+    };
+    let tiles = gemm::Tiles {
+        tile: &tile,
+        narrow: Some(&narrow),
+        single,
+        wide_min: WIDE_MIN,
+    };
+    gemm::drive(shape, y, tiles)
+}
+
 /// Fewest tokens in a tile worth the 8-token kernel (below, the one-token
 /// kernel runs per token: a padded tile costs about 3 one-token passes).
 const WIDE_MIN: usize = 3;
@@ -262,8 +311,15 @@ fn run_legacy<B: LegacyBlock>(
     acts: &mut QuantActs,
 ) {
     acts.quantize(x, n_tokens, w.cols, B::ACTS, isa);
-    // Prompts on AVX-512 VNNI run 16- or 32-token tiles, the rest 8-token ones.
-    let wide16 = isa == Isa::Avx512Vnni && n_tokens >= TOKENS16_MIN;
+    // the 512-bit one-token kernel's, for 16 rows in a row, and on VNNI
+    // the 8-token tile's too (which reads `qs` as it is)
+    let rows16 = B::VALUES.is_some() && rows16_fit(isa, row_bytes(w));
+    // Prompts on AVX-512 VNNI run 16- or 32-token tiles, the rest 8-token
+    // ones; the 16-row 8-token tile runs up to 31 tokens (16 tokens of
+    // SmolLM2's Q4_1 MLP in `isa_pair`: 118 us as two passes, 134 in the
+    // 16-token tile; 64 tokens: 472 against 435).
+    let wide_from = if rows16 { TOKENS32_MIN } else { TOKENS16_MIN };
+    let wide16 = isa == Isa::Avx512Vnni && n_tokens >= wide_from;
     let nr = match (wide16, n_tokens >= TOKENS32_MIN) {
         (true, true) => 32,
         (true, false) => 16,
@@ -274,6 +330,7 @@ fn run_legacy<B: LegacyBlock>(
     let narrow_last = isa.has_avx2() && (2..=gemm::NARROW).contains(&(n_tokens - last));
     if wide16 {
         acts.interleave16();
+    } else if rows16 {
     } else if isa.has_avx2() && (n_tokens > 8 || (n_tokens >= WIDE_MIN && !narrow_last)) {
         // the 8-token tile's activations: by pairs of lanes on VNNI
         if isa == Isa::Avx512Vnni {
@@ -285,8 +342,6 @@ fn run_legacy<B: LegacyBlock>(
     if narrow_last {
         acts.interleave4_pairs(last);
     }
-    // the 512-bit one-token kernel's, for 16 rows in a row
-    let rows16 = B::VALUES.is_some() && rows16_fit(isa, row_bytes(w));
     // the VNNI kernels bias signed weights and take the sums off again
     if rows16 || (isa == Isa::Avx512Vnni && B::SIGNED) {
         acts.group_sums();
@@ -351,6 +406,16 @@ fn run_legacy<B: LegacyBlock>(
             unsafe { legacy::tokens4_avx2::<B>(ptrs(r, |r| row(r).as_ptr()), acts, t0, pf8, o) }
         };
         let narrow: Option<gemm::TileFn<'_, LMR, { gemm::NARROW }>> = Some(&quad);
+        if rows16 && !wide16 {
+            return drive_legacy_rows16(shape, y, &single, &quad, |first, t0, o| {
+                // SAFETY: VNNI is the ISA (`rows16`, so AVX-512 F/BW/VL
+                // too); a format with a value layout; 16 whole rows from
+                // `first`, `rb` apart with `16 * rb` below 2^31
+                // (`rows16_fit`); the driver passes t0 + 8 <= t_pad; `xsums`
+                // is built whenever `rows16`.
+                unsafe { legacy_rows16::tokens8_vnni::<B>(row(first).as_ptr(), rb, acts, t0, o) }
+            });
+        }
         if wide16 {
             let tile = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]]| {
                 let r = ptrs(r, |r| row(r).as_ptr());
