@@ -1,5 +1,7 @@
-//! The 8-token tile of the 32-element block formats on AVX-512 VNNI, for
-//! rounds of 3 to 15 tokens (a few sequences decoding together): each
+//! The 8-token tile of the 32-element block formats on AVX-512 VNNI where
+//! [`super::legacy_rows16`] cannot run (Q5_0 and Q5_1, which have no value
+//! layout; rows of which 16 pass 2^31 bytes), for rounds of 3 to 15 tokens
+//! (a few sequences decoding together): each
 //! 512-bit register holds 2 rows x 8 tokens, (row pair, token) per lane.
 //! One 64-bit broadcast of two rows' 4 weights meets the 8 tokens' same 4
 //! values, each twice ([`QuantActs::qs8p`]), so a `vpdpbusd` serves 64
