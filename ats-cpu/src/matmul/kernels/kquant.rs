@@ -85,6 +85,19 @@ impl Canon {
     }
 }
 
+/// A 16-row kernel for 8 tokens: rows `first + r * stride` (`r < 16`)
+/// against tokens `t0..t0 + 8`, token `t0 + n` into `out[n]`.
+///
+/// Safety: as the kernel's own contract states.
+#[cfg(target_arch = "x86_64")]
+pub(super) type Rows16Tokens8Fn = unsafe fn(
+    first: *const u8,
+    stride: usize,
+    acts: &QuantActs,
+    t0: usize,
+    out: &mut [[f32; 16]; 8],
+);
+
 /// A 16-row kernel for a few tokens: rows `first + r * stride` (`r < 16`)
 /// against tokens `t0..t0 + width`, token `t0 + n` into `out[n]`.
 ///
@@ -134,6 +147,10 @@ pub(super) trait SuperBlock {
     /// ([`super::q4_k512::rows16_tokens_vnni`]).
     #[cfg(target_arch = "x86_64")]
     const ROWS16_TOKENS_VNNI: Option<Rows16TokensFn> = None;
+    /// Its 16-row kernel for whole tiles of 8 tokens, if any
+    /// ([`super::q4_k_rows16`]).
+    #[cfg(target_arch = "x86_64")]
+    const ROWS16_TOKENS8_VNNI: Option<Rows16Tokens8Fn> = None;
     /// Its prompt tiles of 16 and 32 tokens on AVX-512 VNNI, if any
     /// ([`super::prompt_tiles`]).
     #[cfg(target_arch = "x86_64")]

@@ -34,7 +34,7 @@ pub(super) const TOKENS: usize = 8;
 /// of every row, row `LANE_ROW[l]` in lane `l`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
-fn by_dword(q: [__m512i; 4]) -> [__m512i; 4] {
+pub(super) fn by_dword(q: [__m512i; 4]) -> [__m512i; 4] {
     // per 128-bit lane: [a0 b0 a1 b1], [a2 b2 a3 b3] and likewise c, d
     let ab_lo = _mm512_unpacklo_epi32(q[0], q[1]);
     let ab_hi = _mm512_unpackhi_epi32(q[0], q[1]);

@@ -44,6 +44,8 @@ mod q4_1;
 mod q4_k;
 #[cfg(target_arch = "x86_64")]
 mod q4_k512;
+#[cfg(target_arch = "x86_64")]
+mod q4_k_rows16;
 mod q5_0;
 mod q5_1;
 mod q5_k;
@@ -557,7 +559,13 @@ fn drive_rows16<K: SuperBlock>(
             }
         }
     };
-    let tile = |r: &[usize; 16], t0: usize, o: &mut [[f32; 16]; 8]| tokens(r, t0, o);
+    let tile = |r: &[usize; 16], t0: usize, o: &mut [[f32; 16]; 8]| {
+        if let (Some(kernel), true) = (K::ROWS16_TOKENS8_VNNI, in_a_row(r) && n - t0 >= 8) {
+            // SAFETY: as below, with t0 + 8 <= n_tokens.
+            return unsafe { kernel(row(r[0]), rb, acts, t0, o) };
+        }
+        tokens(r, t0, o)
+    };
     let narrow = |r: &[usize; 16], t0: usize, o: &mut [[f32; 16]; gemm::NARROW]| tokens(r, t0, o);
     let single = |r: &[usize; 16], t: usize, o: &mut [[f32; 16]; 1]| {
         if in_a_row(r) {
@@ -645,9 +653,17 @@ fn run_kquant<K: SuperBlock>(
             acts.interleave_bsums8();
         }
     }
+    // A format with a 16-row 8-token tile runs it up to 31 tokens (Q4_K
+    // 1024x2048 in `isa_pair`: 16 tokens 258 us as two passes, 280-293 in
+    // the 16-token tile).
     #[cfg(target_arch = "x86_64")]
-    let prompt =
-        K::PROMPT_TILES_VNNI.filter(|_| isa == Isa::Avx512Vnni && n_tokens >= TOKENS16_MIN);
+    let prompt_from = if K::ROWS16_TOKENS8_VNNI.is_some() && rows16_fit(isa, row_bytes(w)) {
+        TOKENS32_MIN
+    } else {
+        TOKENS16_MIN
+    };
+    #[cfg(target_arch = "x86_64")]
+    let prompt = K::PROMPT_TILES_VNNI.filter(|_| isa == Isa::Avx512Vnni && n_tokens >= prompt_from);
     #[cfg(target_arch = "x86_64")]
     if prompt.is_some() {
         // what the format's tiles read: the values by 16 tokens, and the

@@ -24,14 +24,14 @@ use crate::matmul::acts::QuantActs;
 
 /// Bytes per super-block: d, dmin (f16), 12 bytes of 6-bit scales and mins,
 /// 128 bytes of nibbles.
-const BYTES: usize = 144;
+pub(super) const BYTES: usize = 144;
 
 /// The scales and mins of a quad's rows as 8 words each in the row's
 /// 128-bit lane, from their heads `h` (per lane: d and dmin, then the 12
 /// bytes of packed 6-bit fields): `k4_scale_words` on 4 rows at once.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
-fn scale_words(h: __m512i) -> (__m512i, __m512i) {
+pub(super) fn scale_words(h: __m512i) -> (__m512i, __m512i) {
     let (m6, m4, m2) = (
         _mm512_set1_epi32(0x3f3f_3f3f),
         _mm512_set1_epi32(0x0f0f_0f0f),
@@ -155,7 +155,7 @@ fn scale_pair<const P: i8>(w: __m512i) -> __m512i {
 /// as 8 words, in every 128-bit lane.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
-fn block_sums(bsums: &[i16; 16]) -> __m512i {
+pub(super) fn block_sums(bsums: &[i16; 16]) -> __m512i {
     // SAFETY: 32 bytes.
     let s = unsafe { _mm256_loadu_si256(bsums.as_ptr() as *const __m256i) };
     let pairs = _mm256_madd_epi16(s, _mm256_set1_epi16(1));
