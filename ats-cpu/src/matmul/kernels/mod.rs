@@ -253,6 +253,7 @@ fn drive_prompt<const MRD: usize>(
     };
     gemm::drive(shape, y, tiles)
 }
+
 /// Runs a product of 16 rows per tile on AVX-512 VNNI: `tile16(first, t0,
 /// out)` for 16 rows in a row from `first` and 8 tokens from `t0`; a task's
 /// last rows, which repeat, per token with `single`; a last token tile of
@@ -330,10 +331,11 @@ fn run_legacy<B: LegacyBlock>(
     // The last token tile: narrow (2-4 tokens) or full.
     let last = n_tokens.div_ceil(nr).saturating_sub(1) * nr;
     let narrow_last = isa.has_avx2() && (2..=gemm::NARROW).contains(&(n_tokens - last));
+    // the 8-token tiles' copies (the 16-row tile reads `qs` as it is)
+    let copies8 = (n_tokens > 8 || (n_tokens >= WIDE_MIN && !narrow_last)) && !rows16;
     if wide16 {
         acts.interleave16();
-    } else if rows16 {
-    } else if isa.has_avx2() && (n_tokens > 8 || (n_tokens >= WIDE_MIN && !narrow_last)) {
+    } else if isa.has_avx2() && copies8 {
         // the 8-token tile's activations: by pairs of lanes on VNNI
         if isa == Isa::Avx512Vnni {
             acts.interleave8_pairs();
@@ -561,7 +563,7 @@ fn drive_rows16<K: SuperBlock>(
     };
     let tile = |r: &[usize; 16], t0: usize, o: &mut [[f32; 16]; 8]| {
         if let (Some(kernel), true) = (K::ROWS16_TOKENS8_VNNI, in_a_row(r) && n - t0 >= 8) {
-            // SAFETY: as below, with t0 + 8 <= n_tokens.
+            // SAFETY: as in `tokens` above, with t0 + 8 <= n_tokens.
             return unsafe { kernel(row(r[0]), rb, acts, t0, o) };
         }
         tokens(r, t0, o)
@@ -654,7 +656,7 @@ fn run_kquant<K: SuperBlock>(
         }
     }
     // A format with a 16-row 8-token tile runs it up to 31 tokens (Q4_K
-    // 1024x2048 in `isa_pair`: 16 tokens 258 us as two passes, 280-293 in
+    // 1024x2048 in `isa_pair`: 16 tokens 264 us as two passes, 280-293 in
     // the 16-token tile).
     #[cfg(target_arch = "x86_64")]
     let prompt_from = if K::ROWS16_TOKENS8_VNNI.is_some() && rows16_fit(isa, row_bytes(w)) {
