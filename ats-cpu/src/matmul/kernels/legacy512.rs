@@ -121,7 +121,10 @@ pub(super) unsafe fn quad_levels(
 ) -> (__m512i, __m512i) {
     match values {
         // SAFETY: 16 bytes at each p[k] (caller).
-        Values::Nibbles { .. } => levels(unsafe { lanes4(p) }, table),
+        Values::Nibbles { levels: l, .. } => {
+            let lookup = *l != super::legacy::UNSIGNED;
+            levels(unsafe { lanes4(p) }, table, lookup)
+        }
         Values::Bytes { .. } => {
             // SAFETY: 32 bytes at each p[k] (caller).
             let (lo, hi) = unsafe {
@@ -135,16 +138,42 @@ pub(super) unsafe fn quad_levels(
     }
 }
 
-/// The levels (looked up in `table`) of the nibbles `q` of 4 rows: the
-/// low nibbles (values 0..16) and the high ones (16..32).
+/// The levels of the nibbles `q` of 4 rows, looked up in `table` when
+/// `lookup` (levels other than the nibbles themselves, as Q4_0's and
+/// Q4_1's are): the low nibbles (values 0..16) and the high ones (16..32).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
-fn levels(q: __m512i, table: __m512i) -> (__m512i, __m512i) {
+fn levels(q: __m512i, table: __m512i, lookup: bool) -> (__m512i, __m512i) {
     let m4 = _mm512_set1_epi8(0x0f);
+    let (lo, hi) = (
+        _mm512_and_si512(q, m4),
+        _mm512_and_si512(_mm512_srli_epi16::<4>(q), m4),
+    );
+    if !lookup {
+        return (lo, hi);
+    }
     (
-        _mm512_shuffle_epi8(table, _mm512_and_si512(q, m4)),
-        _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16::<4>(q), m4)),
+        _mm512_shuffle_epi8(table, lo),
+        _mm512_shuffle_epi8(table, hi),
     )
+}
+
+/// Whether a format's nibbles stand for levels other than themselves
+/// ([`levels`] looks those up).
+pub(super) const fn needs_lookup(values: &Option<Values>) -> bool {
+    match values {
+        Some(Values::Nibbles { levels, .. }) => {
+            let mut k = 0;
+            while k < 16 {
+                if levels[k] != super::legacy::UNSIGNED[k] {
+                    return true;
+                }
+                k += 1;
+            }
+            false
+        }
+        _ => false,
+    }
 }
 
 /// [`quad_sums`] for nibble formats from one 32-byte load per row at the
@@ -158,7 +187,7 @@ fn levels(q: __m512i, table: __m512i) -> (__m512i, __m512i) {
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn quad_sums_headed<const AT: i32>(
     p: [*const u8; 4],
-    table: __m512i,
+    table: (__m512i, bool),
     x: [__m512i; 2],
     init: __m512i,
 ) -> (__m512i, __m512i) {
@@ -170,7 +199,8 @@ unsafe fn quad_sums_headed<const AT: i32>(
 
 /// [`quad_levels`] for nibble formats from one 32-byte load per row at the
 /// block's start `p[k]`: the levels, and the rows' first 16 bytes (the head
-/// in dword 0 of each lane). The nibbles start `AT` bytes in.
+/// in dword 0 of each lane). The nibbles start `AT` bytes in; `table` is
+/// [`levels`]' table and whether to look up.
 ///
 /// # Safety
 /// Each `p[k]` points to 32 readable bytes.
@@ -178,12 +208,12 @@ unsafe fn quad_sums_headed<const AT: i32>(
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
 pub(super) unsafe fn quad_levels_headed<const AT: i32>(
     p: [*const u8; 4],
-    table: __m512i,
+    table: (__m512i, bool),
 ) -> (__m512i, __m512i, __m512i) {
     // SAFETY: 32 bytes at each p[k] (caller).
     let (first, second) = unsafe { halves4(p) };
     // per lane: bytes AT..AT + 16 of the row
-    let (lo, hi) = levels(_mm512_alignr_epi8::<AT>(second, first), table);
+    let (lo, hi) = levels(_mm512_alignr_epi8::<AT>(second, first), table.0, table.1);
     (lo, hi, first)
 }
 
@@ -379,6 +409,7 @@ pub(super) unsafe fn rows16_vnni<B: LegacyBlock>(
         Values::Nibbles { at, .. } | Values::Bytes { at } => *at,
     };
     let (levels, bias) = const { unsigned_levels(&B::VALUES) };
+    let lookup = const { needs_lookup(&B::VALUES) };
     // SAFETY: `levels` is 16 bytes.
     let table =
         _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(levels.as_ptr() as *const __m128i) });
@@ -415,9 +446,9 @@ pub(super) unsafe fn rows16_vnni<B: LegacyBlock>(
             // when headed); features enabled here.
             (quads[g], heads[g]) = unsafe {
                 match (headed, at) {
-                    (true, 1) => quad_sums_headed::<1>(p, table, x, init),
-                    (true, 2) => quad_sums_headed::<2>(p, table, x, init),
-                    (true, _) => quad_sums_headed::<4>(p, table, x, init),
+                    (true, 1) => quad_sums_headed::<1>(p, (table, lookup), x, init),
+                    (true, 2) => quad_sums_headed::<2>(p, (table, lookup), x, init),
+                    (true, _) => quad_sums_headed::<4>(p, (table, lookup), x, init),
                     (false, _) => {
                         let p = quad_rows(q.wrapping_add(at), stride);
                         (quad_sums(values, p, table, x, init), z)

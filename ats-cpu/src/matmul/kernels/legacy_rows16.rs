@@ -21,7 +21,7 @@ use std::arch::x86_64::*;
 
 use super::legacy::{LegacyBlock, Values, has_c};
 use super::legacy512::{
-    LANE_ROW, ROWS, first_dwords, head_offsets, heads16, prefetch_ahead, quad_levels,
+    LANE_ROW, ROWS, first_dwords, head_offsets, heads16, needs_lookup, prefetch_ahead, quad_levels,
     quad_levels_headed, quad_rows, scales16, unsigned_levels,
 };
 use crate::matmul::acts::QuantActs;
@@ -77,6 +77,7 @@ pub(super) unsafe fn tokens8_vnni<B: LegacyBlock>(
         Values::Nibbles { at, .. } | Values::Bytes { at } => *at,
     };
     let (levels, bias) = const { unsigned_levels(&B::VALUES) };
+    let lookup = const { needs_lookup(&B::VALUES) };
     // SAFETY: `levels` is 16 bytes.
     let table =
         _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(levels.as_ptr() as *const __m128i) });
@@ -105,9 +106,9 @@ pub(super) unsafe fn tokens8_vnni<B: LegacyBlock>(
             // when headed); features enabled here.
             (lo[g], hi[g], heads[g]) = unsafe {
                 match (headed, at) {
-                    (true, 1) => quad_levels_headed::<1>(p, table),
-                    (true, 2) => quad_levels_headed::<2>(p, table),
-                    (true, _) => quad_levels_headed::<4>(p, table),
+                    (true, 1) => quad_levels_headed::<1>(p, (table, lookup)),
+                    (true, 2) => quad_levels_headed::<2>(p, (table, lookup)),
+                    (true, _) => quad_levels_headed::<4>(p, (table, lookup)),
                     (false, _) => {
                         let p = quad_rows(q.wrapping_add(at), stride);
                         let (l, h) = quad_levels(values, p, table);
