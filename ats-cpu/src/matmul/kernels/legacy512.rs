@@ -176,27 +176,6 @@ pub(super) const fn needs_lookup(values: &Option<Values>) -> bool {
     }
 }
 
-/// [`quad_sums`] for nibble formats from one 32-byte load per row at the
-/// block's start `p[k]`, which also holds the block's head: the sums, and
-/// the rows' first 16 bytes (the head in dword 0 of each lane). The nibbles
-/// start `AT` bytes in.
-///
-/// # Safety
-/// Each `p[k]` points to 32 readable bytes.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn quad_sums_headed<const AT: i32>(
-    p: [*const u8; 4],
-    table: (__m512i, bool),
-    x: [__m512i; 2],
-    init: __m512i,
-) -> (__m512i, __m512i) {
-    // SAFETY: as the caller guarantees.
-    let (lo, hi, first) = unsafe { quad_levels_headed::<AT>(p, table) };
-    let sums = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, lo, x[0]), hi, x[1]);
-    (sums, first)
-}
-
 /// [`quad_levels`] for nibble formats from one 32-byte load per row at the
 /// block's start `p[k]`: the levels, and the rows' first 16 bytes (the head
 /// in dword 0 of each lane). The nibbles start `AT` bytes in; `table` is
@@ -383,6 +362,83 @@ pub(super) fn prefetch_ahead<const L1: bool>(at: *const u8, bytes: usize) {
     }
 }
 
+/// How the 16-row kernels read a format with a value layout
+/// ([`LegacyBlock::VALUES`]).
+pub(super) struct Layout {
+    /// The format's values.
+    pub values: &'static Values,
+    /// The levels' table in every 128-bit lane, and whether to look up
+    /// ([`levels`]).
+    pub table: (__m512i, bool),
+    /// The bias that made the levels unsigned bytes.
+    pub bias: u8,
+    /// Whether one 32-byte load per row holds a block's head and nibbles
+    /// where the next block follows (nibble formats, blocks of 16 bytes and
+    /// more), so that no gather is needed.
+    pub headed: bool,
+}
+
+impl Layout {
+    /// The layout of `B`, which must have one.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+    pub(super) fn of<B: LegacyBlock>() -> Layout {
+        let values = const { B::VALUES.as_ref() }
+            .expect("the dispatch runs only formats with a value layout here");
+        let (levels, bias) = const { unsigned_levels(&B::VALUES) };
+        // SAFETY: `levels` is 16 bytes.
+        let table =
+            _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(levels.as_ptr() as *const __m128i) });
+        Layout {
+            values,
+            table: (table, const { needs_lookup(&B::VALUES) }),
+            bias,
+            headed: 2 * B::BYTES >= 32 && matches!(values, Values::Nibbles { at: 1 | 2 | 4, .. }),
+        }
+    }
+
+    /// Where the values start in a block.
+    #[inline]
+    pub(super) fn at(&self) -> usize {
+        match self.values {
+            Values::Nibbles { at, .. } | Values::Bytes { at } => *at,
+        }
+    }
+}
+
+/// The block at `q + k * stride` of a quad of rows (`k < 4`): its levels
+/// (values 0..16 and 16..32 of row `k` in 128-bit lane `k`) and, when
+/// `headed` (the layout's, with the next block following), the rows'
+/// first 16 bytes (the head in dword 0 of each lane; else zeros).
+///
+/// # Safety
+/// Each row holds the block at `q + k * stride`, and the next one too when
+/// `headed`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+pub(super) unsafe fn quad_block(
+    q: *const u8,
+    stride: usize,
+    layout: &Layout,
+    headed: bool,
+) -> (__m512i, __m512i, __m512i) {
+    let p = quad_rows(q, stride);
+    // SAFETY: headed: blocks b and b + 1 (at least 32 bytes) at each p[k],
+    // else the block's values at p[k] + at (caller).
+    unsafe {
+        match (headed, layout.at()) {
+            (true, 1) => quad_levels_headed::<1>(p, layout.table),
+            (true, 2) => quad_levels_headed::<2>(p, layout.table),
+            (true, _) => quad_levels_headed::<4>(p, layout.table),
+            (false, at) => {
+                let p = quad_rows(q.wrapping_add(at), stride);
+                let (lo, hi) = quad_levels(layout.values, p, layout.table.0);
+                (lo, hi, _mm512_setzero_si512())
+            }
+        }
+    }
+}
+
 /// Dot products of 16 evenly spaced weight rows of a format with a value
 /// layout ([`LegacyBlock::VALUES`]) with token `t`, into `out[0]`: the
 /// one-token kernel.
@@ -400,21 +456,11 @@ pub(super) unsafe fn rows16_vnni<B: LegacyBlock>(
     t: usize,
     out: &mut [[f32; ROWS]; 1],
 ) {
-    let values = B::VALUES
-        .as_ref()
-        .expect("the dispatch runs only formats with a value layout here");
+    let layout = Layout::of::<B>();
     let (nb, tp) = (acts.blocks, acts.t_pad);
     debug_assert!(t < acts.n_tokens && acts.xsums.len() == tp * nb);
-    let at = match values {
-        Values::Nibbles { at, .. } | Values::Bytes { at } => *at,
-    };
-    let (levels, bias) = const { unsigned_levels(&B::VALUES) };
-    let lookup = const { needs_lookup(&B::VALUES) };
-    // SAFETY: `levels` is 16 bytes.
-    let table =
-        _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(levels.as_ptr() as *const __m128i) });
     // each row's 4 partial sums start from a quarter of the bias's share
-    let quarter = -i32::from(bias / 4);
+    let quarter = -i32::from(layout.bias / 4);
     let idx = head_offsets(stride);
     let xq = acts.qs[t * nb..(t + 1) * nb].as_ptr();
     let mut acc = _mm512_setzero_ps();
@@ -431,30 +477,14 @@ pub(super) unsafe fn rows16_vnni<B: LegacyBlock>(
         let init = _mm512_set1_epi32(quarter * acts.xsums[b * tp + t]);
         let z = _mm512_setzero_si512();
         let (mut quads, mut heads) = ([z; 4], [z; 4]);
-        // Before the last block each row has 32 bytes from the block's
-        // start (the next block follows), so one load per row gives its
-        // nibbles and head, and no gather is needed.
-        let headed = b + 1 < nb
-            && 2 * B::BYTES >= 32
-            && matches!(values, Values::Nibbles { at: 1 | 2 | 4, .. });
+        let headed = layout.headed && b + 1 < nb;
         // A loop, not a closure: closures are not inlined into kernels here.
         for g in 0..4 {
             let q = first.wrapping_add(4 * g * stride + off);
-            let p = quad_rows(q, stride);
-            // SAFETY: headed: blocks b and b + 1 (at least 32 bytes) at each
-            // p[k], else block b's values at p[k] + at (caller, b + 1 < nb
-            // when headed); features enabled here.
-            (quads[g], heads[g]) = unsafe {
-                match (headed, at) {
-                    (true, 1) => quad_sums_headed::<1>(p, (table, lookup), x, init),
-                    (true, 2) => quad_sums_headed::<2>(p, (table, lookup), x, init),
-                    (true, _) => quad_sums_headed::<4>(p, (table, lookup), x, init),
-                    (false, _) => {
-                        let p = quad_rows(q.wrapping_add(at), stride);
-                        (quad_sums(values, p, table, x, init), z)
-                    }
-                }
-            };
+            // SAFETY: block b (and b + 1 when headed) of each row (caller).
+            let (lo, hi, head) = unsafe { quad_block(q, stride, &layout, headed) };
+            quads[g] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, lo, x[0]), hi, x[1]);
+            heads[g] = head;
         }
         let isum = reduce(quads);
         prefetch_ahead::<true>(first.wrapping_add(ROWS * off), ROWS * B::BYTES);

@@ -19,10 +19,10 @@
 
 use std::arch::x86_64::*;
 
-use super::legacy::{LegacyBlock, Values, has_c};
+use super::legacy::{LegacyBlock, has_c};
 use super::legacy512::{
-    LANE_ROW, ROWS, first_dwords, head_offsets, heads16, needs_lookup, prefetch_ahead, quad_levels,
-    quad_levels_headed, quad_rows, scales16, unsigned_levels,
+    LANE_ROW, Layout, ROWS, first_dwords, head_offsets, heads16, prefetch_ahead, quad_block,
+    scales16,
 };
 use crate::matmul::acts::QuantActs;
 
@@ -67,20 +67,11 @@ pub(super) unsafe fn tokens8_vnni<B: LegacyBlock>(
     t0: usize,
     out: &mut [[f32; ROWS]; TOKENS],
 ) {
-    let values = B::VALUES
-        .as_ref()
-        .expect("the dispatch runs only formats with a value layout here");
+    let layout = Layout::of::<B>();
     let (nb, tp) = (acts.blocks, acts.t_pad);
     debug_assert!(t0 + TOKENS <= tp && acts.xsums.len() == tp * nb);
     debug_assert!(acts.qs.len() >= tp * nb);
-    let at = match values {
-        Values::Nibbles { at, .. } | Values::Bytes { at } => *at,
-    };
-    let (levels, bias) = const { unsigned_levels(&B::VALUES) };
-    let lookup = const { needs_lookup(&B::VALUES) };
-    // SAFETY: `levels` is 16 bytes.
-    let table =
-        _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(levels.as_ptr() as *const __m128i) });
+    let bias = layout.bias;
     let idx = head_offsets(stride);
     // each token's blocks, as dwords
     let mut x = [acts.qs.as_ptr() as *const i32; TOKENS];
@@ -90,32 +81,15 @@ pub(super) unsafe fn tokens8_vnni<B: LegacyBlock>(
     let mut acc = [_mm512_setzero_ps(); TOKENS];
     for b in 0..nb {
         let off = b * B::BYTES;
-        // As in the one-token kernel: before the last block one 32-byte
-        // load per row holds its nibbles and its head.
-        let headed = b + 1 < nb
-            && 2 * B::BYTES >= 32
-            && matches!(values, Values::Nibbles { at: 1 | 2 | 4, .. });
+        // as in the one-token kernel
+        let headed = layout.headed && b + 1 < nb;
         let z = _mm512_setzero_si512();
         let (mut lo, mut hi, mut heads) = ([z; 4], [z; 4], [z; 4]);
         // A loop, not a closure: closures are not inlined into kernels here.
         for g in 0..4 {
             let q = first.wrapping_add(4 * g * stride + off);
-            let p = quad_rows(q, stride);
-            // SAFETY: headed: blocks b and b + 1 (at least 32 bytes) at each
-            // p[k], else block b's values at p[k] + at (caller, b + 1 < nb
-            // when headed); features enabled here.
-            (lo[g], hi[g], heads[g]) = unsafe {
-                match (headed, at) {
-                    (true, 1) => quad_levels_headed::<1>(p, (table, lookup)),
-                    (true, 2) => quad_levels_headed::<2>(p, (table, lookup)),
-                    (true, _) => quad_levels_headed::<4>(p, (table, lookup)),
-                    (false, _) => {
-                        let p = quad_rows(q.wrapping_add(at), stride);
-                        let (l, h) = quad_levels(values, p, table);
-                        (l, h, z)
-                    }
-                }
-            };
+            // SAFETY: block b (and b + 1 when headed) of each row (caller).
+            (lo[g], hi[g], heads[g]) = unsafe { quad_block(q, stride, &layout, headed) };
         }
         prefetch_ahead::<true>(first.wrapping_add(ROWS * off), ROWS * B::BYTES);
         let (wl, wh) = (by_dword(lo), by_dword(hi));
