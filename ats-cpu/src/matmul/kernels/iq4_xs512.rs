@@ -122,7 +122,7 @@ pub(super) unsafe fn rows16_vnni(
         let d = f16_lanes::<0>(h0);
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, dx), acc);
     }
-    store_rows(acc, out);
+    store_rows(acc, &mut out[0]);
 }
 
 /// Dot products of `MR` IQ4_XS rows with tokens `t0..t0 + 16 * NT`, token

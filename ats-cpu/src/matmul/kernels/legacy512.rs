@@ -239,12 +239,12 @@ pub(super) fn quad_rows(q: *const u8, stride: usize) -> [*const u8; 4] {
 /// Stores the 16 lanes of `acc` as the rows they hold ([`LANE_ROW`]).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
-pub(super) fn store_rows(acc: __m512, out: &mut [[f32; ROWS]; 1]) {
+pub(super) fn store_rows(acc: __m512, out: &mut [f32; ROWS]) {
     let mut lanes = [0f32; ROWS];
     // SAFETY: `lanes` holds 16 floats.
     unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), acc) };
     for (l, v) in lanes.into_iter().enumerate() {
-        out[0][LANE_ROW[l]] = v;
+        out[LANE_ROW[l]] = v;
     }
 }
 
@@ -501,7 +501,7 @@ pub(super) unsafe fn rows16_vnni<B: LegacyBlock>(
             acc = _mm512_fmadd_ps(c, _mm512_set1_ps(acts.s[b * tp + t]), acc);
         }
     }
-    store_rows(acc, out);
+    store_rows(acc, &mut out[0]);
 }
 
 #[cfg(test)]

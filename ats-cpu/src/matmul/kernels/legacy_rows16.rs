@@ -21,8 +21,8 @@ use std::arch::x86_64::*;
 
 use super::legacy::{LegacyBlock, has_c};
 use super::legacy512::{
-    LANE_ROW, Layout, ROWS, first_dwords, head_offsets, heads16, prefetch_ahead, quad_block,
-    scales16,
+    Layout, ROWS, first_dwords, head_offsets, heads16, prefetch_ahead, quad_block, scales16,
+    store_rows,
 };
 use crate::matmul::acts::QuantActs;
 
@@ -127,12 +127,7 @@ pub(super) unsafe fn tokens8_vnni<B: LegacyBlock>(
             }
         }
     }
-    for t in 0..TOKENS {
-        let mut lanes = [0f32; ROWS];
-        // SAFETY: `lanes` holds 16 floats.
-        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), acc[t]) };
-        for (l, v) in lanes.into_iter().enumerate() {
-            out[t][LANE_ROW[l]] = v;
-        }
+    for (acc, out) in acc.into_iter().zip(out) {
+        store_rows(acc, out);
     }
 }

@@ -279,18 +279,7 @@ fn drive_legacy_rows16(
         }
     };
     let narrow = |r: &[usize; R], t0: usize, o: &mut [[f32; R]; gemm::NARROW]| {
-        for q in 0..R / LMR {
-            let r4 = [r[4 * q], r[4 * q + 1], r[4 * q + 2], r[4 * q + 3]];
-            if q > 0 && r4[0] == r[4 * q - 1] {
-                // past a task's last row: repeats, whose results are dropped
-                break;
-            }
-            let mut o4 = [[0f32; LMR]; gemm::NARROW];
-            quad(&r4, t0, &mut o4);
-            for (o, o4) in o.iter_mut().zip(&o4) {
-                o[4 * q..4 * q + 4].copy_from_slice(o4);
-            }
-        }
+        by_quads(r, o, |r4, o4| quad(r4, t0, o4))
     };
     let tiles = gemm::Tiles {
         tile: &tile,
@@ -299,6 +288,27 @@ fn drive_legacy_rows16(
         wide_min: WIDE_MIN,
     };
     gemm::drive(shape, y, tiles)
+}
+
+/// Runs `f` on the 16 rows `r` four at a time, each into its columns of
+/// `o`, up to a task's last row (the repeats past it are dropped).
+#[cfg(target_arch = "x86_64")]
+fn by_quads<const N: usize>(
+    r: &[usize; 16],
+    o: &mut [[f32; 16]; N],
+    f: impl Fn(&[usize; LMR], &mut [[f32; LMR]; N]),
+) {
+    for q in 0..16 / LMR {
+        let r4 = [r[4 * q], r[4 * q + 1], r[4 * q + 2], r[4 * q + 3]];
+        if q > 0 && r4[0] == r[4 * q - 1] {
+            break;
+        }
+        let mut o4 = [[0f32; LMR]; N];
+        f(&r4, &mut o4);
+        for (o, o4) in o.iter_mut().zip(&o4) {
+            o[4 * q..4 * q + 4].copy_from_slice(o4);
+        }
+    }
 }
 
 /// Fewest tokens in a tile worth the 8-token kernel (below, the one-token
@@ -390,19 +400,10 @@ fn run_legacy<B: LegacyBlock>(
                 // t < n_tokens.
                 return unsafe { legacy512::rows16_vnni::<B>(first, rb, acts, t, o) };
             }
-            for q in 0..4 {
-                let r4 = [r[4 * q], r[4 * q + 1], r[4 * q + 2], r[4 * q + 3]];
-                if q > 0 && r4[0] == r[4 * q - 1] {
-                    // past a task's last row: repeats, whose results are dropped
-                    break;
-                }
-                let mut o4 = [[0f32; 4]; 1];
+            by_quads(r, o, |r4, o4| {
                 // SAFETY: as above, with t < n_tokens.
-                unsafe {
-                    legacy::rows4_avx2::<B>(ptrs(&r4, |r| row(r).as_ptr()), acts, t, pf, &mut o4)
-                };
-                o[0][4 * q..4 * q + 4].copy_from_slice(&o4[0]);
-            }
+                unsafe { legacy::rows4_avx2::<B>(ptrs(r4, |r| row(r).as_ptr()), acts, t, pf, o4) }
+            });
         };
         let quad = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]; gemm::NARROW]| {
             // SAFETY: as above; the driver runs the narrow tile only on the

@@ -221,7 +221,7 @@ pub(super) unsafe fn rows16_vnni(
         ));
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(neg, dx), acc);
     }
-    store_rows(acc, out);
+    store_rows(acc, &mut out[0]);
 }
 
 /// Tokens one call of [`rows16_tokens_vnni`] takes at most.
@@ -290,6 +290,6 @@ pub(super) unsafe fn rows16_tokens_vnni(
         }
     }
     for (acc, out) in acc.into_iter().zip(out.iter_mut()).take(width) {
-        store_rows(acc, std::array::from_mut(out));
+        store_rows(acc, out);
     }
 }

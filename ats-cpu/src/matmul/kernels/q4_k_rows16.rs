@@ -19,7 +19,7 @@ use std::arch::x86_64::*;
 
 use super::legacy_rows16::{TOKENS, by_dword};
 use super::legacy512::{
-    LANE_ROW, ROWS, f16_lanes, first_dwords, halves4, lanes4, prefetch_ahead, quad_rows,
+    ROWS, f16_lanes, first_dwords, halves4, lanes4, prefetch_ahead, quad_rows, store_rows,
 };
 use super::q4_k512::{BYTES, block_sums, scale_words};
 use crate::matmul::acts::QuantActs;
@@ -155,12 +155,7 @@ pub(super) unsafe fn tokens8_vnni(
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(neg, dx), acc[t]);
         }
     }
-    for t in 0..TOKENS {
-        let mut lanes = [0f32; ROWS];
-        // SAFETY: `lanes` holds 16 floats.
-        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), acc[t]) };
-        for (l, v) in lanes.into_iter().enumerate() {
-            out[t][LANE_ROW[l]] = v;
-        }
+    for (acc, out) in acc.into_iter().zip(out) {
+        store_rows(acc, out);
     }
 }
