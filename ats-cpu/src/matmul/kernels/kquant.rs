@@ -151,6 +151,10 @@ pub(super) trait SuperBlock {
     /// ([`super::q4_k_rows16`]).
     #[cfg(target_arch = "x86_64")]
     const ROWS16_TOKENS8_VNNI: Option<Rows16Tokens8Fn> = None;
+    /// Its 8-token tile on AVX-512 VNNI for rounds of 8 tokens or more
+    /// below the prompt tiles, if any ([`super::kquant_tokens8`]).
+    #[cfg(target_arch = "x86_64")]
+    const TOKENS8_VNNI: Option<super::kquant_tokens8::Tokens8Fn> = None;
     /// Its prompt tiles of 16 and 32 tokens on AVX-512 VNNI, if any
     /// ([`super::prompt_tiles`]).
     #[cfg(target_arch = "x86_64")]

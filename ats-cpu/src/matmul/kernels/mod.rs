@@ -25,6 +25,8 @@ mod kquant;
 mod kquant256;
 #[cfg(target_arch = "x86_64")]
 mod kquant512;
+#[cfg(target_arch = "x86_64")]
+mod kquant_tokens8;
 mod legacy;
 #[cfg(target_arch = "x86_64")]
 mod legacy512;
@@ -630,6 +632,48 @@ fn drive_kquant_prompt<K: SuperBlock>(
     drive_prompt(shape, y, &tile, Some(narrow), &single)
 }
 
+/// Runs a K-quant product of 8 tokens or more (below the prompt tiles)
+/// with the format's 8-token tile `tile8` ([`kquant_tokens8`]) for each
+/// whole or padded tile of 8 tokens and the row kernel for a last one or
+/// two.
+#[cfg(target_arch = "x86_64")]
+fn drive_tokens8_vnni<K: SuperBlock>(
+    shape: Shape,
+    y: &mut [f32],
+    tile8: kquant_tokens8::Tokens8Fn,
+    acts: &QuantActs,
+    data: &[u8],
+    isa: Isa,
+) {
+    const ROWS: usize = kquant_tokens8::ROWS;
+    let rb = shape.row_bytes;
+    let row = |r: usize| data[r * rb..(r + 1) * rb].as_ptr();
+    let tile = |r: &[usize; ROWS], t0: usize, o: &mut [[f32; ROWS]; 8]| {
+        // SAFETY: the caller checked VNNI and built `qs8` and `bsums8`;
+        // whole rows; the driver passes t0 a multiple of 8 with t0 + 8 <=
+        // t_pad.
+        unsafe { tile8(ptrs(r, row), acts, t0, ROWS * rb, o) }
+    };
+    let single = |r: &[usize; ROWS], t: usize, o: &mut [[f32; ROWS]; 1]| {
+        for i in 0..ROWS {
+            o[0][i] = if i > 0 && r[i] == r[i - 1] {
+                o[0][i - 1]
+            } else {
+                // SAFETY: `isa` is available; a whole row; t < n_tokens.
+                let dot = unsafe { kquant_row::<K, 1>(row(r[i]), acts, t, isa) };
+                dot[0]
+            };
+        }
+    };
+    let tiles = gemm::Tiles {
+        tile: &tile,
+        narrow: None,
+        single: &single,
+        wide_min: WIDE_MIN,
+    };
+    gemm::drive(shape, y, tiles)
+}
+
 fn run_kquant<K: SuperBlock>(
     w: &WeightMatrix<'_>,
     x: &[f32],
@@ -678,6 +722,9 @@ fn run_kquant<K: SuperBlock>(
         } else {
             acts.interleave_bsums16();
         }
+    } else if K::TOKENS8_VNNI.is_some() && isa == Isa::Avx512Vnni && n_tokens >= 8 {
+        // what the format's 8-token tile reads: the values by 8 tokens
+        acts.interleave8();
     } else if isa.has_avx2() && n_tokens >= kquant256::MIN_TOKENS {
         acts.regroup_subblocks();
     }
@@ -704,6 +751,10 @@ fn run_kquant<K: SuperBlock>(
                 }
             }
         };
+        let tokens8 = K::TOKENS8_VNNI.filter(|_| isa == Isa::Avx512Vnni && n >= 8);
+        if let (Some(tile), None) = (tokens8, prompt) {
+            return drive_tokens8_vnni::<K>(shape, y, tile, acts, data, isa);
+        }
         let tile = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]; 8]| {
             if n <= direct_max {
                 return rows_direct(r, t0, o);

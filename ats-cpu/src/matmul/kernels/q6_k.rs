@@ -57,10 +57,45 @@ pub(super) unsafe fn half_runs(p: *const u8, n: usize) -> [std::arch::x86_64::__
     })
 }
 
+#[cfg(target_arch = "x86_64")]
+impl super::kquant_tokens8::Unpack8 for Q6K {
+    /// The canonical form's values, and its offset 32 as a min `32 x sc`
+    /// with factor d (as [`SuperBlock::unpack_avx2`]).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn unpack8(p: *const u8, out: &mut super::kquant_tokens8::Block) {
+        use std::arch::x86_64::*;
+        // SAFETY: a whole 210-byte block at p (caller): scales at 192..208.
+        let sc = unsafe { _mm_loadu_si128(p.add(192) as *const __m128i) };
+        let dst = out.sc.as_mut_ptr() as *mut __m256i;
+        // SAFETY: `out.sc` is 16 i32 (64 bytes), `out.mn` 8 u32 (32 bytes).
+        unsafe {
+            _mm256_storeu_si256(dst, _mm256_cvtepi8_epi32(sc));
+            _mm256_storeu_si256(dst.add(1), _mm256_cvtepi8_epi32(_mm_srli_si128::<8>(sc)));
+            let mn = _mm256_slli_epi16::<5>(_mm256_cvtepi8_epi16(sc));
+            _mm256_storeu_si256(out.mn.as_mut_ptr() as *mut __m256i, mn);
+        }
+        // SAFETY: as above.
+        out.d = f16_at(unsafe { std::slice::from_raw_parts(p, 210) }, 208);
+        out.dmin = out.d;
+        let q = out.q.as_mut_ptr() as *mut __m256i;
+        for n in 0..2 {
+            // SAFETY: a whole block at p (caller).
+            let runs = unsafe { half_runs(p, n) };
+            for (r, v) in runs.into_iter().enumerate() {
+                // SAFETY: 4n + r < 8 aligned 32-byte slots in `out.q`.
+                unsafe { _mm256_store_si256(q.add(4 * n + r), v) };
+            }
+        }
+    }
+}
+
 impl SuperBlock for Q6K {
     const BYTES: usize = 210;
     const I16_SUMS: usize = 2;
     const WIDE: Wide = Wide::Q6K;
+    #[cfg(target_arch = "x86_64")]
+    const TOKENS8_VNNI: Option<super::kquant_tokens8::Tokens8Fn> =
+        Some(super::kquant_tokens8::tokens8_vnni::<Q6K>);
     #[cfg(target_arch = "x86_64")]
     const PROMPT_TILES_VNNI: Option<super::prompt_tiles::Tiles> = Some([
         super::q6_k512::tokens_vnni::<1, 4>,

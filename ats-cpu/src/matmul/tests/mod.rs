@@ -101,8 +101,10 @@ fn isas_give_identical_bits() {
         let data = random::weights(dtype, rows, cols, &mut r);
         let x = random::activations(37 * cols, &mut r);
         let w = WeightMatrix::new(dtype, rows, cols, &data).unwrap();
-        // narrow, single and whole tiles, and whole tiles then a partial one
-        for n in [1, 2, 4, 8, 11, 16, 37] {
+        // narrow, single and whole tiles, whole tiles then a partial one,
+        // and whole tiles then a token or two (the row kernels after an
+        // 8-token tile without a narrow one)
+        for n in [1, 2, 4, 8, 10, 11, 16, 37] {
             let outs: Vec<Vec<u32>> = isas
                 .iter()
                 .map(|&isa| {
