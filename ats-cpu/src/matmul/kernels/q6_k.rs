@@ -75,7 +75,10 @@ impl super::kquant_tokens8::Unpack8 for Q6K {
             _mm256_storeu_si256(out.mn.as_mut_ptr() as *mut __m256i, mn);
         }
         // SAFETY: as above.
-        out.d = f16_at(unsafe { std::slice::from_raw_parts(p, 210) }, 208);
+        out.d = f16_at(
+            unsafe { std::slice::from_raw_parts(p, <Self as SuperBlock>::BYTES) },
+            208,
+        );
         out.dmin = out.d;
         let q = out.q.as_mut_ptr() as *mut __m256i;
         for n in 0..2 {
