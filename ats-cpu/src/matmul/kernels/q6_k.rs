@@ -57,6 +57,27 @@ pub(super) unsafe fn half_runs(p: *const u8, n: usize) -> [std::arch::x86_64::__
     })
 }
 
+/// The 256 six-bit values of the Q6_K block at `p` ([`half_runs`]) into
+/// the 8 32-byte slots at `out`.
+///
+/// # Safety
+/// The CPU must support AVX2; `p` points to a whole block; `out` is 8
+/// aligned 32-byte slots.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn store_values(p: *const u8, out: *mut std::arch::x86_64::__m256i) {
+    use std::arch::x86_64::*;
+    for n in 0..2 {
+        // SAFETY: a whole block at p (caller).
+        let runs = unsafe { half_runs(p, n) };
+        for (r, v) in runs.into_iter().enumerate() {
+            // SAFETY: 4n + r < 8 aligned 32-byte slots at `out` (caller).
+            unsafe { _mm256_store_si256(out.add(4 * n + r), v) };
+        }
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 impl super::kquant_tokens8::Unpack8 for Q6K {
     /// The canonical form's values, and its offset 32 as a min `32 x sc`
@@ -80,15 +101,8 @@ impl super::kquant_tokens8::Unpack8 for Q6K {
             208,
         );
         out.dmin = out.d;
-        let q = out.q.as_mut_ptr() as *mut __m256i;
-        for n in 0..2 {
-            // SAFETY: a whole block at p (caller).
-            let runs = unsafe { half_runs(p, n) };
-            for (r, v) in runs.into_iter().enumerate() {
-                // SAFETY: 4n + r < 8 aligned 32-byte slots in `out.q`.
-                unsafe { _mm256_store_si256(q.add(4 * n + r), v) };
-            }
-        }
+        // SAFETY: a whole block at p (caller); `out.q` is 8 aligned 32-byte slots.
+        unsafe { store_values(p, out.q.as_mut_ptr() as *mut __m256i) };
     }
 }
 
@@ -133,15 +147,8 @@ impl SuperBlock for Q6K {
         // SAFETY: as above.
         c.d = f16_at(unsafe { std::slice::from_raw_parts(p, Self::BYTES) }, 208);
         c.dmin = c.d;
-        let out = c.q.as_mut_ptr() as *mut __m256i;
-        for n in 0..2 {
-            // SAFETY: a whole block at p (caller).
-            let runs = unsafe { half_runs(p, n) };
-            for (r, q) in runs.into_iter().enumerate() {
-                // SAFETY: 4n + r < 8 aligned 32-byte slots in `c.q`.
-                unsafe { _mm256_store_si256(out.add(4 * n + r), q) };
-            }
-        }
+        // SAFETY: a whole block at p (caller); `c.q` is 8 aligned 32-byte slots.
+        unsafe { store_values(p, c.q.as_mut_ptr() as *mut __m256i) };
     }
 
     /// Without storing the values: each run of 32 six-bit values is built
