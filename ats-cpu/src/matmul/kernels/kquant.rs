@@ -415,6 +415,7 @@ mod avx2 {
 
     use super::{Canon, SuperBlock};
     use crate::matmul::acts::QuantActs;
+    use crate::matmul::kernels::simd;
 
     /// Sum of the eight int32 lanes of `v` (exact).
     #[inline]
@@ -762,13 +763,11 @@ mod avx2 {
             // SAFETY: 8 floats of the scales of super-block b.
             let xd = unsafe { _mm256_loadu_ps(acts.d[b * tp + t0..][..8].as_ptr()) };
             for i in 0..MR {
-                let d = _mm256_mul_ps(_mm256_set1_ps(cn[i].d), xd);
-                let dmin = _mm256_mul_ps(_mm256_set1_ps(-cn[i].dmin), xd);
-                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), d, acc[i]);
-                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum[i]), dmin, acc[i]);
+                let sums = (isum[i], msum[i]);
+                acc[i] = simd::add_block8(acc[i], sums, (cn[i].d, cn[i].dmin), xd);
             }
         }
-        crate::matmul::kernels::simd::store_tokens8(acc, out);
+        simd::store_tokens8(acc, out);
     }
 }
 

@@ -17,7 +17,7 @@
 use std::arch::x86_64::*;
 
 use super::kquant::SuperBlock;
-use super::simd::store_tokens8;
+use super::simd::{add_block8, store_tokens8};
 use crate::matmul::acts::QuantActs;
 
 /// Rows per tile: 8 accumulators and 8 of the group sums fill half the
@@ -165,10 +165,7 @@ pub(super) unsafe fn tokens8_vnni<K: Unpack8>(
         // SAFETY: 8 floats of the scales of super-block b.
         let xd = unsafe { _mm256_loadu_ps(acts.d[b * tp + t0..][..8].as_ptr()) };
         for i in 0..ROWS {
-            let d = _mm256_mul_ps(_mm256_set1_ps(bl[i].d), xd);
-            let dmin = _mm256_mul_ps(_mm256_set1_ps(-bl[i].dmin), xd);
-            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), d, acc[i]);
-            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum[i]), dmin, acc[i]);
+            acc[i] = add_block8(acc[i], (isum[i], msum[i]), (bl[i].d, bl[i].dmin), xd);
         }
     }
     store_tokens8(acc, out);

@@ -70,6 +70,23 @@ pub(super) fn store_pairs4(acc: [__m256; 2], out: &mut [[f32; 4]; 4]) {
     }
 }
 
+/// One super-block of a row added to its 8 token lanes: `acc + isum x (d x
+/// dx) + msum x (-dmin x dx)`, the two FMAs of every K-quant path in that
+/// order, `dx` the tokens' scales.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn add_block8(
+    acc: __m256,
+    (isum, msum): (__m256i, __m256i),
+    (d, dmin): (f32, f32),
+    dx: __m256,
+) -> __m256 {
+    let d = _mm256_mul_ps(_mm256_set1_ps(d), dx);
+    let dmin = _mm256_mul_ps(_mm256_set1_ps(-dmin), dx);
+    let acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), d, acc);
+    _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), dmin, acc)
+}
+
 /// Stores `MR` accumulators of 8 token lanes each (rows x tokens) into
 /// `out[token][row]`, transposing 4 rows at a time in registers.
 #[inline]
