@@ -500,6 +500,31 @@ unsafe fn kquant_dots<K: SuperBlock>(
     }
 }
 
+/// One token's dot products with rows `r` by [`kquant_row`], into `o`; a
+/// row repeated past a task's last one takes the result before it.
+///
+/// # Safety
+/// As [`kquant_row`] for one token, for each row `row(r[i])`.
+#[cfg(target_arch = "x86_64")]
+unsafe fn kquant_rows_one<K: SuperBlock, const R: usize>(
+    r: &[usize; R],
+    row: impl Fn(usize) -> *const u8,
+    acts: &QuantActs,
+    t: usize,
+    isa: Isa,
+    o: &mut [f32; R],
+) {
+    for i in 0..R {
+        o[i] = if i > 0 && r[i] == r[i - 1] {
+            o[i - 1]
+        } else {
+            // SAFETY: as the caller guarantees.
+            let dot = unsafe { kquant_row::<K, 1>(row(r[i]), acts, t, isa) };
+            dot[0]
+        };
+    }
+}
+
 /// One K-quant row's dot products with tokens `t0..t0 + N`, on 512-bit
 /// registers when `isa` has AVX-512 (Q4_K with VNNI when it has that), else
 /// against the regrouped activations from [`kquant256::MIN_TOKENS`] tokens
@@ -624,10 +649,8 @@ fn drive_kquant_prompt<K: SuperBlock>(
             // t < n_tokens; Q8_K activations.
             return unsafe { kernel(row(r[0]), rb, acts, t, o) };
         }
-        for i in 0..16 {
-            // SAFETY: a whole row; t < n_tokens.
-            o[0][i] = unsafe { kquant_row::<K, 1>(row(r[i]), acts, t, isa) }[0];
-        }
+        // SAFETY: whole rows; t < n_tokens.
+        unsafe { kquant_rows_one::<K, 16>(r, row, acts, t, isa, &mut o[0]) }
     };
     drive_prompt(shape, y, &tile, Some(narrow), &single)
 }
@@ -655,15 +678,8 @@ fn drive_tokens8_vnni<K: SuperBlock>(
         unsafe { tile8(ptrs(r, row), acts, t0, ROWS * rb, o) }
     };
     let single = |r: &[usize; ROWS], t: usize, o: &mut [[f32; ROWS]; 1]| {
-        for i in 0..ROWS {
-            o[0][i] = if i > 0 && r[i] == r[i - 1] {
-                o[0][i - 1]
-            } else {
-                // SAFETY: `isa` is available; a whole row; t < n_tokens.
-                let dot = unsafe { kquant_row::<K, 1>(row(r[i]), acts, t, isa) };
-                dot[0]
-            };
-        }
+        // SAFETY: `isa` is available; whole rows; t < n_tokens.
+        unsafe { kquant_rows_one::<K, ROWS>(r, row, acts, t, isa, &mut o[0]) }
     };
     let tiles = gemm::Tiles {
         tile: &tile,
@@ -711,6 +727,10 @@ fn run_kquant<K: SuperBlock>(
     };
     #[cfg(target_arch = "x86_64")]
     let prompt = K::PROMPT_TILES_VNNI.filter(|_| isa == Isa::Avx512Vnni && n_tokens >= prompt_from);
+    // below the prompt tiles, the format's 8-token tile from 8 tokens
+    #[cfg(target_arch = "x86_64")]
+    let tokens8 =
+        K::TOKENS8_VNNI.filter(|_| isa == Isa::Avx512Vnni && n_tokens >= 8 && prompt.is_none());
     #[cfg(target_arch = "x86_64")]
     if prompt.is_some() {
         // what the format's tiles read: the values by 16 tokens, and the
@@ -722,7 +742,7 @@ fn run_kquant<K: SuperBlock>(
         } else {
             acts.interleave_bsums16();
         }
-    } else if K::TOKENS8_VNNI.is_some() && isa == Isa::Avx512Vnni && n_tokens >= 8 {
+    } else if tokens8.is_some() {
         // what the format's 8-token tile reads: the values by 8 tokens
         acts.interleave8();
     } else if isa.has_avx2() && n_tokens >= kquant256::MIN_TOKENS {
@@ -751,8 +771,7 @@ fn run_kquant<K: SuperBlock>(
                 }
             }
         };
-        let tokens8 = K::TOKENS8_VNNI.filter(|_| isa == Isa::Avx512Vnni && n >= 8);
-        if let (Some(tile), None) = (tokens8, prompt) {
+        if let Some(tile) = tokens8 {
             return drive_tokens8_vnni::<K>(shape, y, tile, acts, data, isa);
         }
         let tile = |r: &[usize; LMR], t0: usize, o: &mut [[f32; LMR]; 8]| {
@@ -787,15 +806,9 @@ fn run_kquant<K: SuperBlock>(
                 // rows from r[0], rb apart; t < n_tokens; Q8_K activations.
                 return unsafe { kernel(row(r[0]).as_ptr(), rb, acts, t, o) };
             }
-            for i in 0..16 {
-                o[0][i] = if i > 0 && r[i] == r[i - 1] {
-                    o[0][i - 1]
-                } else {
-                    // SAFETY: as above, with t < n_tokens.
-                    let dot = unsafe { kquant_row::<K, 1>(row(r[i]).as_ptr(), acts, t, isa) };
-                    dot[0]
-                };
-            }
+            let row = |r: usize| row(r).as_ptr();
+            // SAFETY: as above, with t < n_tokens.
+            unsafe { kquant_rows_one::<K, 16>(r, row, acts, t, isa, &mut o[0]) }
         };
         return gemm::drive(
             shape,
