@@ -85,6 +85,11 @@ pub struct ModelArgs {
     /// to keep the fastest by measurement (0: trust the estimates).
     #[arg(long = "audition-rounds", value_name = "N", default_value_t = 6, value_parser = parse_audition)]
     pub audition_rounds: usize,
+    /// Map the model file rather than read it into memory: for a model
+    /// larger than memory (its pages come and go). Decode is slower: the
+    /// mapping has 4 KiB pages, a resident copy huge ones.
+    #[arg(long = "mmap")]
+    pub mmap: bool,
     /// Sequences that may run at once: set by the commands that run
     /// several (`serve --parallel`, `bench --parallel`), not a flag of its own.
     #[arg(skip = 1usize)]

@@ -8,6 +8,7 @@ mod answer;
 mod args;
 mod cli;
 mod cmd;
+mod hold;
 mod load;
 mod logging;
 mod progress;

@@ -252,8 +252,10 @@ pub fn load(args: &ModelArgs, all_logits: bool) -> Result<Loaded> {
 
 /// Opens and checks the model file.
 pub fn open_model(args: &ModelArgs) -> Result<Arc<ModelSpec>> {
-    let spec = ModelSpec::open(&args.model)
+    let hold = crate::hold::choose(&args.model, args.mmap);
+    let spec = ModelSpec::open_with(&args.model, hold)
         .with_context(|| format!("cannot load {}", args.model.display()))?;
+    crate::hold::report(hold, spec.gguf.backing().huge_pages());
     Ok(Arc::new(spec))
 }
 

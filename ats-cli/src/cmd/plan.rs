@@ -19,7 +19,11 @@ pub struct PlanArgs {
 }
 
 pub fn run(a: PlanArgs) -> Result<()> {
-    let spec = load::open_model(&a.model)?;
+    // planning reads no weights: the file's mapping is enough
+    let spec = load::open_model(&ModelArgs {
+        mmap: true,
+        ..a.model.clone()
+    })?;
     let mut margs = a.model.clone();
     let built = if margs.devices.vram.is_some()
         && margs.devices.sim_gpu.is_none()

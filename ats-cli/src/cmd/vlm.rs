@@ -104,7 +104,8 @@ pub fn prepare(
     let mmproj = image
         .mmproj()?
         .context("vlm needs --mmproj FILE (the model's vision projector)")?;
-    let vlm = Vlm::open(&model.model, mmproj)?;
+    let vision = ats_vision::spec::VisionSpec::open(mmproj)?;
+    let vlm = Vlm::new(load::open_model(model)?, std::sync::Arc::new(vision))?;
     let n_ctx = model.run_config(&vlm.lm, all_logits)?.n_ctx;
     let t0 = Instant::now();
     let rendered = vlm.render_prompt(prompt, image.images.len(), system)?;

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::backing::{Backing, Hold};
 use super::error::{GgufError, GgufErrorKind as K};
 use super::value::{Value, ValueType};
 use crate::dtype::{DType, DTypeError, ggml_layout};
@@ -20,24 +21,6 @@ pub const DEFAULT_ALIGNMENT: u64 = 32;
 const MAX_DEPTH: usize = 8;
 /// Dimensions per tensor that GGML supports.
 const MAX_DIMS: u32 = 4;
-
-/// The bytes behind a GGUF file: a read-only mapping or an owned buffer.
-pub enum Backing {
-    /// A memory-mapped file.
-    Mmap(memmap2::Mmap),
-    /// Bytes in memory (tests, fuzzing, downloaded buffers).
-    Owned(Vec<u8>),
-}
-
-impl Backing {
-    /// All bytes of the file.
-    pub fn bytes(&self) -> &[u8] {
-        match self {
-            Backing::Mmap(m) => m,
-            Backing::Owned(v) => v,
-        }
-    }
-}
 
 /// One tensor's header: name, shape, type and where its bytes lie.
 #[derive(Clone, Debug, PartialEq)]
@@ -180,14 +163,20 @@ impl std::fmt::Debug for GgufFile {
 impl GgufFile {
     /// Maps and parses a GGUF file.
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
+        Self::open_with(path, Hold::Mapped)
+    }
+
+    /// Opens and parses a GGUF file, its bytes held as `hold` says.
+    pub fn open_with(path: impl AsRef<Path>, hold: Hold) -> Result<GgufFile, GgufError> {
         let path = path.as_ref();
         let err = |e: std::io::Error| GgufError::new(path, K::Io(e));
         let file = std::fs::File::open(path).map_err(err)?;
-        // SAFETY: the mapping is read-only and private to this process; the
-        // usual caveat of mmap (another process truncating the file) is the
-        // same one every GGUF reader, llama.cpp included, accepts.
-        let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(err)?;
-        Self::from_backing(path.to_path_buf(), Backing::Mmap(mmap))
+        let backing = match hold {
+            Hold::Mapped => Backing::map(&file),
+            Hold::Resident => Backing::read_resident(&file),
+        }
+        .map_err(err)?;
+        Self::from_backing(path.to_path_buf(), backing)
     }
 
     /// Parses GGUF bytes held in memory.

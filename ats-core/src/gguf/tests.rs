@@ -291,3 +291,50 @@ fn a_shape_that_is_not_whole_blocks_is_a_named_error() {
     let err = spec.write(&dir.path().join("x.gguf"), 1).unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
 }
+
+#[test]
+fn a_resident_file_reads_as_its_mapping() {
+    let (mut w, mut data) = sample();
+    // a tensor of several huge pages, so the advice has whole pages to take
+    w.tensor("big", vec![5 << 20], DType::F32).unwrap();
+    data.push(
+        (0..5u32 << 20)
+            .flat_map(|i| (i as f32).to_le_bytes())
+            .collect(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sample.gguf");
+    std::fs::write(&path, w.to_bytes(&data).unwrap()).unwrap();
+
+    let mapped = GgufFile::open(&path).unwrap();
+    let resident = GgufFile::open_with(&path, Hold::Resident).unwrap();
+    assert!(matches!(**mapped.backing(), Backing::Mmap(_)));
+    assert!(matches!(**resident.backing(), Backing::Resident { .. }));
+    assert_eq!(resident.file_len(), mapped.file_len());
+    assert_eq!(resident.backing().bytes(), mapped.backing().bytes());
+    assert_eq!(resident.metadata.len(), mapped.metadata.len());
+    assert_eq!(resident.tensors(), mapped.tensors());
+    for (t, want) in resident.tensors().iter().zip(&data) {
+        assert_eq!(resident.tensor_data(t), &want[..], "{}", t.name);
+    }
+    assert!(!mapped.backing().huge_pages());
+    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
+    if cfg!(target_os = "linux") && thp.is_ok_and(|s| !s.contains("[never]")) {
+        assert!(resident.backing().huge_pages(), "the advice was refused");
+    }
+}
+
+#[test]
+fn an_empty_or_missing_file_is_a_named_error_either_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.gguf");
+    std::fs::write(&empty, []).unwrap();
+    for hold in [Hold::Mapped, Hold::Resident] {
+        let e = GgufFile::open_with(&empty, hold).unwrap_err().to_string();
+        assert!(e.contains("empty.gguf"), "{hold:?}: {e}");
+        let e = GgufFile::open_with(dir.path().join("none.gguf"), hold)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("none.gguf"), "{hold:?}: {e}");
+    }
+}

@@ -9,7 +9,7 @@ pub use hparams::HParams;
 
 use std::sync::Arc;
 
-use crate::gguf::GgufFile;
+use crate::gguf::{GgufFile, Hold};
 use crate::graph::{Graph, GraphInput, SubLayer, WeightInfo};
 use crate::names;
 
@@ -156,9 +156,17 @@ impl ModelSpec {
         Ok(spec)
     }
 
-    /// Opens and checks a GGUF model file.
+    /// Opens and checks a GGUF model file, mapped.
     pub fn open(path: impl AsRef<std::path::Path>) -> Result<ModelSpec, SpecError> {
-        Self::from_gguf(Arc::new(GgufFile::open(path)?))
+        Self::open_with(path, Hold::Mapped)
+    }
+
+    /// Opens and checks a GGUF model file, its bytes held as `hold` says.
+    pub fn open_with(
+        path: impl AsRef<std::path::Path>,
+        hold: Hold,
+    ) -> Result<ModelSpec, SpecError> {
+        Self::from_gguf(Arc::new(GgufFile::open_with(path, hold)?))
     }
 
     /// The graph of one forward round.

@@ -68,7 +68,9 @@ fn weights_backing(ws: &[&WeightInfo]) -> Arc<Backing> {
         let bytes = ats_core::synth::random_tensor(w.dtype, n, a, 17 + i as u64);
         data[w.file_offset as usize..][..bytes.len()].copy_from_slice(&bytes);
     }
-    Arc::new(Backing::Owned(data))
+    // held as a loaded model's weights are (huge pages stream faster); an
+    // anonymous mapping fails only where the `Vec` above would have aborted
+    Arc::new(Backing::resident_copy(&data).expect("memory for the profile's weights"))
 }
 
 pub(super) fn matmul_micro(dtype: DType, rows: usize, cols: usize, tokens: usize) -> Micro {
