@@ -56,6 +56,11 @@ fn run_prints_the_greedy_continuation() {
     let scalar = run(&[&args[..], &["--isa", "scalar"]].concat());
     assert!(scalar.status.success(), "{}", stderr(&scalar));
     assert_eq!(stdout(&scalar), stdout(&out));
+    // the file's mapping holds the same bytes as the resident copy the
+    // binary reads by default (the library above maps it)
+    let mapped = run(&[&args[..], &["--mmap"]].concat());
+    assert!(mapped.status.success(), "{}", stderr(&mapped));
+    assert_eq!(stdout(&mapped), stdout(&out));
     // the timings block and the memory line
     let err = stderr(&out);
     for want in [
