@@ -132,3 +132,28 @@ fn repeated_activations_are_kept_and_changed_ones_quantised_again() {
     a.interleave8();
     assert_eq!((a.qs.clone(), a.qs8.clone()), fresh);
 }
+
+#[test]
+fn reused_buffers_hold_the_bytes_of_fresh_ones_padding_included() {
+    // shapes that grow, shrink and change width, so that padding left by
+    // earlier values lies where later values pad
+    let mut r = random::rng(11);
+    let mut a = QuantActs::default();
+    for (n, cols, format) in [
+        (8, 1536, ActFormat::Q8_0),
+        (1, 576, ActFormat::Q8_0),
+        (3, 1536, ActFormat::Q8_1),
+        (1, 1536, ActFormat::Q8_1),
+        (9, 512, ActFormat::Q8K),
+        (2, 256, ActFormat::Q8K),
+        (17, 576, ActFormat::Q8_0),
+        (1, 2048, ActFormat::Q8K),
+    ] {
+        let x = random::activations(n * cols, &mut r);
+        a.quantize(&x, n, cols, format, Isa::Scalar);
+        let fresh = quantize(&x, n, format, Isa::Scalar);
+        assert_eq!(a.t_pad, fresh.t_pad, "{n} x {cols}");
+        assert!(a.qs == fresh.qs, "{n} tokens of {cols} in {format:?}");
+        assert!(a.qs[n * a.qblocks..].iter().all(|b| b.0 == [0; 32]));
+    }
+}
