@@ -140,7 +140,7 @@ pub(super) trait SuperBlock {
     /// [`dots_regrouped_avx2`]).
     const WIDE: Wide = Wide::None;
     /// The format's 16-row one-token kernel on AVX-512 VNNI, if any
-    /// ([`super::q4_k512`], [`super::iq4_xs512`]).
+    /// ([`super::q4_k512`], [`super::iq4_xs512`], [`super::q6_k_rows8`]).
     #[cfg(target_arch = "x86_64")]
     const ROWS16_VNNI: Option<Rows16Fn> = None;
     /// Its 16-row kernel for a few tokens at once (up to 8), if any

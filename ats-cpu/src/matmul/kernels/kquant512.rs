@@ -48,7 +48,7 @@ fn fold(v: __m512i) -> __m256i {
 /// then quads, then 128-bit lanes are added (exact).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
-fn token_sums8(v: &[__m512i; 8]) -> __m256i {
+pub(super) fn token_sums8(v: &[__m512i; 8]) -> __m256i {
     // per 128-bit lane: [a0 + a2, b0 + b2, a1 + a3, b1 + b3]
     let pair = |a, b| _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
     // per 128-bit lane: the four tokens' partial sums in order
@@ -313,13 +313,135 @@ unsafe fn k4_body<const N: usize, const FIFTH: bool, const VNNI: bool>(
     accs.finish()
 }
 
-/// Q6_K's row kernel on 512-bit registers: each half-block's 64 nibble
-/// bytes give sub-blocks `(0, 1)` in their low nibbles and `(2, 3)` in
-/// their high ones; regrouped like the activations, registers 0 and 1 hold
-/// every sub-block's first group of 16, 2 and 3 its second, so each pair's
-/// products are summed in 16 bits (at most 2 x 2 x 63 x 127) and scaled by
-/// one `madd`: 6 multiplications per 256 values and token where two
-/// sub-blocks a register take 8.
+/// One Q6_K super-block decoded for the regrouped activations: register
+/// `j`'s chunk `s` holds sub-block `s`'s values `8j..8j + 8` (registers 0
+/// and 1 every sub-block's first group of 16, 2 and 3 its second), with
+/// the 16 group scales in group order and in the 16-bit lanes that meet
+/// each pair's products.
+pub(super) struct Q6kBlock {
+    /// The values, `0..64`, regrouped.
+    pub w: [__m512i; 4],
+    /// The 16 int8 scales as int16, in group order.
+    pub sc: __m256i,
+    /// Group `2s` (`even`) or `2s + 1` (`odd`) in 16-bit lanes `4s..4s + 4`.
+    pub sc_even: __m512i,
+    /// See `sc_even`.
+    pub sc_odd: __m512i,
+}
+
+impl Q6kBlock {
+    /// The integer sum of the block's `sc x q` products with a regrouped
+    /// Q8_K block `x`, as 16 int32 lanes: each pair of registers' products
+    /// are summed in 16 bits (at most 2 x 2 x 63 x 127) and scaled by one
+    /// `madd`.
+    ///
+    /// # Safety
+    /// `x` points to a regrouped super-block.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+    pub(super) unsafe fn isum(&self, x: *const u8) -> __m512i {
+        let w = &self.w;
+        // SAFETY: `x` is a regrouped super-block (caller).
+        let p = |j: usize| _mm512_maddubs_epi16(w[j], unsafe { load(x, j) });
+        _mm512_add_epi32(
+            _mm512_madd_epi16(_mm512_add_epi16(p(0), p(1)), self.sc_even),
+            _mm512_madd_epi16(_mm512_add_epi16(p(2), p(3)), self.sc_odd),
+        )
+    }
+
+    /// The offset 32 as mins: `32 x sc` per group, with factor `d`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+    pub(super) fn mins(&self) -> __m256i {
+        _mm256_slli_epi16(self.sc, 5)
+    }
+}
+
+/// What decoding a Q6_K super-block needs, built once per kernel call.
+pub(super) struct Q6kDecoder {
+    m4: __m512i,
+    three: __m512i,
+    lo: __m512i,
+    hi: __m512i,
+    even: __m512i,
+    odd: __m512i,
+}
+
+impl Q6kDecoder {
+    /// The masks and permutations.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+    pub(super) fn new() -> Self {
+        // group 2s (`even`) or 2s + 1 (`odd`) in 16-bit lanes 4s..4s + 4
+        let even = _mm512_set_epi64(
+            0x000e_000e_000e_000e,
+            0x000c_000c_000c_000c,
+            0x000a_000a_000a_000a,
+            0x0008_0008_0008_0008,
+            0x0006_0006_0006_0006,
+            0x0004_0004_0004_0004,
+            0x0002_0002_0002_0002,
+            0,
+        );
+        Q6kDecoder {
+            m4: _mm512_set1_epi8(0x0f),
+            three: _mm512_set1_epi8(3),
+            // as in `k4_dots`, with sub-block 1 in the low chunks 4..8 and 2
+            // in the high chunks 0..4
+            lo: _mm512_set_epi64(13, 9, 5, 1, 12, 8, 4, 0),
+            hi: _mm512_set_epi64(15, 11, 7, 3, 14, 10, 6, 2),
+            even,
+            odd: _mm512_add_epi16(even, _mm512_set1_epi16(1)),
+        }
+    }
+
+    /// The super-block at `p`: each half-block's 64 nibble bytes give
+    /// sub-blocks `(0, 1)` in their low nibbles and `(2, 3)` in their high
+    /// ones, with two high bits each from the 32 bytes at `128 + 32h`.
+    ///
+    /// # Safety
+    /// `p` points to a whole Q6_K super-block.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+    pub(super) unsafe fn block(&self, p: *const u8) -> Q6kBlock {
+        // SAFETY: the 16 scales at 192..208 of the block (caller).
+        let sc = unsafe { _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(192) as *const __m128i)) };
+        let sc512 = _mm512_castsi256_si512(sc);
+        let halves: [[__m512i; 2]; 2] = std::array::from_fn(|h| {
+            // SAFETY: nibble bytes 64h..64h + 64, high bytes 128 + 32h .. 160 + 32h.
+            let (ql, qh) = unsafe {
+                (
+                    _mm512_loadu_si512(p.add(64 * h) as *const __m512i),
+                    _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                        p.add(128 + 32 * h) as *const __m256i
+                    )),
+                )
+            };
+            let high = |r: i16| {
+                let s = _mm512_srlv_epi16(qh, halves_epi16(2 * r, 2 * r + 2));
+                _mm512_slli_epi16::<4>(_mm512_and_si512(s, self.three))
+            };
+            [
+                _mm512_or_si512(_mm512_and_si512(ql, self.m4), high(0)),
+                _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srli_epi16::<4>(ql), self.m4),
+                    high(2),
+                ),
+            ]
+        });
+        Q6kBlock {
+            w: regroup(halves, self.lo, self.hi),
+            sc,
+            sc_even: _mm512_permutexvar_epi16(self.even, sc512),
+            sc_odd: _mm512_permutexvar_epi16(self.odd, sc512),
+        }
+    }
+}
+
+/// Q6_K's row kernel on 512-bit registers: each super-block decoded once
+/// ([`Q6kDecoder::block`]) and met by every token ([`Q6kBlock::isum`]), 6
+/// multiplications per 256 values and token where two sub-blocks a
+/// register take 8.
 ///
 /// # Safety
 /// As [`k4_dots`], for Q6_K rows.
@@ -332,25 +454,7 @@ pub(super) unsafe fn q6k_dots<const N: usize>(
 ) -> [f32; N] {
     const BYTES: usize = 210;
     debug_assert!(t0 + N <= acts.t_pad);
-    let (m4, three) = (_mm512_set1_epi8(0x0f), _mm512_set1_epi8(3));
-    // as in `k4_dots`, with sub-block 1 in the low chunks 4..8 and 2 in the
-    // high chunks 0..4
-    let (lo, hi) = (
-        _mm512_set_epi64(13, 9, 5, 1, 12, 8, 4, 0),
-        _mm512_set_epi64(15, 11, 7, 3, 14, 10, 6, 2),
-    );
-    // group 2s (`even`) or 2s + 1 (`odd`) in 16-bit lanes 4s..4s + 4
-    let even = _mm512_set_epi64(
-        0x000e_000e_000e_000e,
-        0x000c_000c_000c_000c,
-        0x000a_000a_000a_000a,
-        0x0008_0008_0008_0008,
-        0x0006_0006_0006_0006,
-        0x0004_0004_0004_0004,
-        0x0002_0002_0002_0002,
-        0,
-    );
-    let odd = _mm512_add_epi16(even, _mm512_set1_epi16(1));
+    let decoder = Q6kDecoder::new();
     // the groups of a pair of block-sum vectors: 2p, 2p + 1 alternating in
     // the low half, 2p + 2, 2p + 3 in the high half (less 2p)
     let pair_groups = _mm512_set_epi64(
@@ -369,48 +473,19 @@ pub(super) unsafe fn q6k_dots<const N: usize>(
         // SAFETY: super-block b is inside the row (caller).
         let p = unsafe { row.add(b * BYTES) };
         prefetch_block_avx2(p, BYTES, prefetch);
-        // SAFETY: the 16 scales at 192..208 and d at 208 of the block.
-        let (sc, d) = unsafe {
-            let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(192) as *const __m128i));
+        // SAFETY: a whole super-block; d at 208.
+        let (blk, d) = unsafe {
             let d = std::ptr::read_unaligned(p.add(208) as *const u16);
-            (sc, super::kquant::f16_bits_to_f32(u16::from_le(d)))
-        };
-        let sc512 = _mm512_castsi256_si512(sc);
-        let (sc_even, sc_odd) = (
-            _mm512_permutexvar_epi16(even, sc512),
-            _mm512_permutexvar_epi16(odd, sc512),
-        );
-        let halves: [[__m512i; 2]; 2] = std::array::from_fn(|h| {
-            // SAFETY: nibble bytes 64h..64h + 64, high bytes 128 + 32h .. 160 + 32h.
-            let (ql, qh) = unsafe {
-                (
-                    _mm512_loadu_si512(p.add(64 * h) as *const __m512i),
-                    _mm512_broadcast_i64x4(_mm256_loadu_si256(
-                        p.add(128 + 32 * h) as *const __m256i
-                    )),
-                )
-            };
-            let high = |r: i16| {
-                let s = _mm512_srlv_epi16(qh, halves_epi16(2 * r, 2 * r + 2));
-                _mm512_slli_epi16::<4>(_mm512_and_si512(s, three))
-            };
-            [
-                _mm512_or_si512(_mm512_and_si512(ql, m4), high(0)),
-                _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4), high(2)),
-            ]
-        });
-        let w = regroup(halves, lo, hi);
-        let x: [*const u8; N] = std::array::from_fn(|n| acts.regrouped(t0 + n, b) as *const u8);
-        let isum: [__m512i; N] = std::array::from_fn(|n| {
-            // SAFETY: x[n] is a regrouped super-block.
-            let p = |j: usize| _mm512_maddubs_epi16(w[j], unsafe { load(x[n], j) });
-            _mm512_add_epi32(
-                _mm512_madd_epi16(_mm512_add_epi16(p(0), p(1)), sc_even),
-                _mm512_madd_epi16(_mm512_add_epi16(p(2), p(3)), sc_odd),
+            (
+                decoder.block(p),
+                super::kquant::f16_bits_to_f32(u16::from_le(d)),
             )
+        };
+        let isum: [__m512i; N] = std::array::from_fn(|n| {
+            // SAFETY: a regrouped super-block of token t0 + n < t_pad.
+            unsafe { blk.isum(acts.regrouped(t0 + n, b) as *const u8) }
         });
-        // the offset 32 is a min of 32 sc with factor d
-        let mn = _mm256_slli_epi16(sc, 5);
+        let mn = blk.mins();
         if let (true, Ok(all)) = (lanes, <&[__m512i; 8]>::try_from(&isum[..])) {
             let mn = _mm512_castsi256_si512(mn);
             let pair = |p: usize| {

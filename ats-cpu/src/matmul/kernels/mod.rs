@@ -54,6 +54,8 @@ mod q5_k;
 mod q6_k;
 #[cfg(target_arch = "x86_64")]
 mod q6_k512;
+#[cfg(target_arch = "x86_64")]
+mod q6_k_rows8;
 mod q8_0;
 #[cfg(target_arch = "x86_64")]
 mod simd;

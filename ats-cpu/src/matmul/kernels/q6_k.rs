@@ -111,6 +111,8 @@ impl SuperBlock for Q6K {
     const I16_SUMS: usize = 2;
     const WIDE: Wide = Wide::Q6K;
     #[cfg(target_arch = "x86_64")]
+    const ROWS16_VNNI: Option<super::kquant::Rows16Fn> = Some(super::q6_k_rows8::rows16);
+    #[cfg(target_arch = "x86_64")]
     const TOKENS8_VNNI: Option<super::kquant_tokens8::Tokens8Fn> =
         Some(super::kquant_tokens8::tokens8_vnni::<Q6K>);
     #[cfg(target_arch = "x86_64")]
