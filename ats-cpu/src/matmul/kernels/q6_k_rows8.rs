@@ -104,9 +104,9 @@ unsafe fn rows8(first: *const u8, stride: usize, acts: &QuantActs, t: usize) -> 
 /// Asks, into L2, for the super-block at `at + r * stride` of rows `r` in
 /// `8..16` (the next pass's or tile's rows, same block): a row-major matrix
 /// read 8 rows at a time is 8 short streams, which the hardware prefetcher
-/// follows poorly. The next tile's same row measured best at one token (the 1B,
-/// memory-bound: 34.1 t/s against 33.8 for the row kernel; a sweep of the
-/// tile's bytes 32 KiB ahead, as the 16-row kernels ask, lost 6%).
+/// follows poorly. With it the 1B at one token (memory-bound) is level
+/// with the row kernel (34.0 against 33.8 t/s); a sweep of the tile's bytes
+/// 32 KiB ahead, as the 16-row kernels ask, lost 6-8% (`docs/benchmarks.md`).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
 fn prefetch_next_tile(at: *const u8, stride: usize) {
