@@ -320,13 +320,13 @@ unsafe fn k4_body<const N: usize, const FIFTH: bool, const VNNI: bool>(
 /// each pair's products.
 pub(super) struct Q6kBlock {
     /// The values, `0..64`, regrouped.
-    pub w: [__m512i; 4],
+    w: [__m512i; 4],
     /// The 16 int8 scales as int16, in group order.
-    pub sc: __m256i,
+    sc: __m256i,
     /// Group `2s` (`even`) or `2s + 1` (`odd`) in 16-bit lanes `4s..4s + 4`.
-    pub sc_even: __m512i,
+    sc_even: __m512i,
     /// See `sc_even`.
-    pub sc_odd: __m512i,
+    sc_odd: __m512i,
 }
 
 impl Q6kBlock {
