@@ -124,6 +124,45 @@ fn isas_give_identical_bits() {
     }
 }
 
+#[test]
+fn saturated_blocks_against_the_largest_activations_match_the_reference() {
+    // Every quant bit set and activations of one magnitude and sign per
+    // token (quantised to +-127) put the kernels' integer sums at their
+    // bounds: Q4_K's 8-token tile keeps each half sub-block's sum in 16 bits.
+    let (rows, cols) = (37, 512);
+    for dtype in ALL_DTYPES.into_iter().filter(|d| d.block_size() > 1) {
+        let mut r = random::rng(5);
+        let data = random::saturated(dtype, rows, cols, &mut r);
+        let w = WeightMatrix::new(dtype, rows, cols, &data).unwrap();
+        let x: Vec<f32> = (0..16 * cols)
+            .map(|i| if (i / cols) % 2 == 0 { 1.0 } else { -3.0 })
+            .collect();
+        let deq: Vec<_> = data
+            .chunks_exact(w.row_bytes().unwrap())
+            .map(|row| dequantize(dtype, row, cols))
+            .collect();
+        for isa in Isa::available() {
+            for n in [1, 8, 16] {
+                let mut y = vec![f32::NAN; n * rows];
+                matmul(&w, &x[..n * cols], n, &mut y, isa).unwrap();
+                for t in 0..n {
+                    let xt = &x[t * cols..(t + 1) * cols];
+                    let a = quantize_acts(dtype, xt);
+                    for (i, d) in deq.iter().enumerate() {
+                        let e = expect(dtype, d, xt, &a);
+                        let got = y[t * rows + i] as f64;
+                        assert!(
+                            (got - e.emulated).abs() <= e.tol_emulated,
+                            "{dtype} {isa} {n} tokens: t{t} r{i}: {got} vs {}",
+                            e.emulated
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Runs `w x` with `n` tokens on a team of `threads` threads.
 fn run_in_pool(w: &WeightMatrix<'_>, x: &[f32], n: usize, isa: Isa, threads: usize) -> Vec<f32> {
     let team = crate::team::Team::new(threads, "test").unwrap();

@@ -40,34 +40,48 @@ pub(super) fn weights(dtype: DType, rows: usize, cols: usize, r: &mut StdRng) ->
             .flat_map(|_| bf16::from_f32(r.random_range(-1f32..1.0)).to_le_bytes())
             .collect(),
         _ => {
-            let bytes = dtype.row_bytes(cols).unwrap() * rows;
-            let mut data = vec![0u8; bytes];
+            let mut data = vec![0u8; dtype.row_bytes(cols).unwrap() * rows];
             r.fill_bytes(&mut data);
-            for b in data.chunks_exact_mut(dtype.type_size()) {
-                match dtype {
-                    DType::Q8_0 | DType::Q4_0 | DType::Q5_0 => put_f16(b, 0, scale(r, 1e-3)),
-                    DType::Q4_1 | DType::Q5_1 => {
-                        put_f16(b, 0, scale(r, 1e-3));
-                        put_f16(b, 2, scale(r, 1e-3));
-                    }
-                    DType::Q2K => {
-                        put_f16(b, 80, scale(r, 1e-3));
-                        put_f16(b, 82, scale(r, 1e-3));
-                    }
-                    DType::Q3K => put_f16(b, 108, scale(r, 1e-3)),
-                    DType::Q4K | DType::Q5K => {
-                        put_f16(b, 0, scale(r, 1e-4));
-                        put_f16(b, 2, scale(r, 1e-4));
-                    }
-                    DType::Q6K => put_f16(b, 208, scale(r, 1e-4)),
-                    DType::IQ4NL => put_f16(b, 0, scale(r, 1e-4)),
-                    DType::IQ4XS => put_f16(b, 0, scale(r, 1e-5)),
-                    // 2^(e - 128) for e in 100..140: scales from 4e-9 to 4e3
-                    DType::MXFP4 => b[0] = r.random_range(100..140),
-                    _ => unreachable!(),
-                }
-            }
+            set_scales(dtype, &mut data, r);
             data
+        }
+    }
+}
+
+/// `rows` rows of `cols` elements of a block type with every quant bit set
+/// (the largest unsigned levels, scales and mins of the K-quants) and sane
+/// float scales: the integer sums at their bounds.
+pub(super) fn saturated(dtype: DType, rows: usize, cols: usize, r: &mut StdRng) -> Vec<u8> {
+    let mut data = vec![0xffu8; dtype.row_bytes(cols).unwrap() * rows];
+    set_scales(dtype, &mut data, r);
+    data
+}
+
+/// Overwrites the float fields of each block of `data` with random sane
+/// values.
+fn set_scales(dtype: DType, data: &mut [u8], r: &mut StdRng) {
+    for b in data.chunks_exact_mut(dtype.type_size()) {
+        match dtype {
+            DType::Q8_0 | DType::Q4_0 | DType::Q5_0 => put_f16(b, 0, scale(r, 1e-3)),
+            DType::Q4_1 | DType::Q5_1 => {
+                put_f16(b, 0, scale(r, 1e-3));
+                put_f16(b, 2, scale(r, 1e-3));
+            }
+            DType::Q2K => {
+                put_f16(b, 80, scale(r, 1e-3));
+                put_f16(b, 82, scale(r, 1e-3));
+            }
+            DType::Q3K => put_f16(b, 108, scale(r, 1e-3)),
+            DType::Q4K | DType::Q5K => {
+                put_f16(b, 0, scale(r, 1e-4));
+                put_f16(b, 2, scale(r, 1e-4));
+            }
+            DType::Q6K => put_f16(b, 208, scale(r, 1e-4)),
+            DType::IQ4NL => put_f16(b, 0, scale(r, 1e-4)),
+            DType::IQ4XS => put_f16(b, 0, scale(r, 1e-5)),
+            // 2^(e - 128) for e in 100..140: scales from 4e-9 to 4e3
+            DType::MXFP4 => b[0] = r.random_range(100..140),
+            _ => unreachable!(),
         }
     }
 }
