@@ -8,7 +8,7 @@ use crate::team;
 use half::f16;
 
 use super::decode_attention;
-use super::online_softmax::{self, Block, MAX_KEYS, State};
+use super::online_softmax::{self, Block, Heads, MAX_KEYS};
 use super::vec::{f16_to_f32, scale};
 
 /// Keys and values: rows of `n_kv_heads * head_dim`.
@@ -479,8 +479,9 @@ fn block(
     m.fill(f32::NEG_INFINITY);
     let l = &mut l[..rows * group];
     l.fill(0.0);
-    // One query row (decode) reads each key `group` times: in place. More
-    // rows read an f16 block often enough to convert it once.
+    // One query row (decode) reads each key once per pair of the group's
+    // query heads: in place. More rows read an f16 block often enough to
+    // convert it once.
     let mut stage = (rows > 1).then(|| stage.get_or_insert_with(|| Stage::new(K_BLOCK, hd)));
 
     let mut kb = k_lo;
@@ -494,16 +495,14 @@ fn block(
                     continue;
                 }
                 let b = blk.rows(j0 - t, j1 - j0);
-                for h in 0..group {
-                    let qh = &q[(r0 + i) * q_width + (g * group + h) * hd..][..hd];
-                    let idx = i * group + h;
-                    let st = State {
-                        m: &mut m[idx],
-                        l: &mut l[idx],
-                        acc: &mut acc[idx * hd..][..hd],
-                    };
-                    online_softmax::update(qh, b, s.scale, st);
-                }
+                let qg = &q[(r0 + i) * q_width + g * group * hd..][..group * hd];
+                let idx = i * group;
+                let st = Heads {
+                    m: &mut m[idx..idx + group],
+                    l: &mut l[idx..idx + group],
+                    acc: &mut acc[idx * hd..(idx + group) * hd],
+                };
+                online_softmax::update_heads(qg, b, s.scale, st);
             }
         });
         kb += n;

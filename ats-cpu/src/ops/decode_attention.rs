@@ -8,7 +8,7 @@
 use crate::team;
 
 use super::attention::{AttnShape, KeyRange, KvRows, Stage};
-use super::online_softmax::{self, State};
+use super::online_softmax::{self, Heads};
 use super::vec::{axpy, scale};
 
 /// Most query rows the split path takes.
@@ -79,15 +79,16 @@ pub(crate) fn split_attention(
                             continue;
                         }
                         let rows = blk.rows(x0 - t, x1 - x0);
-                        for h in 0..nh {
-                            let idx = r * nh + h;
-                            let st = State {
-                                m: &mut m[idx],
-                                l: &mut l[idx],
-                                acc: &mut acc[idx * hd..][..hd],
+                        for g in 0..s.n_kv_heads {
+                            // the group's query heads: consecutive states
+                            let idx = r * nh + g * group;
+                            let st = Heads {
+                                m: &mut m[idx..idx + group],
+                                l: &mut l[idx..idx + group],
+                                acc: &mut acc[idx * hd..(idx + group) * hd],
                             };
-                            let b = rows.cols((h / group) * hd);
-                            online_softmax::update(&q[idx * hd..][..hd], b, s.scale, st);
+                            let q = &q[idx * hd..(idx + group) * hd];
+                            online_softmax::update_heads(q, rows.cols(g * hd), s.scale, st);
                         }
                     }
                 });

@@ -1,9 +1,11 @@
 //! One attention head over one block of keys: the scores, then the online
 //! softmax update of the head's running maximum `m`, sum `l` and weighted
-//! values `acc`. Both attention paths call it for every (head, key block);
-//! the AVX2 path keeps the accumulators in registers across the block's keys,
-//! takes the exponentials eight at a time and reads an f16 cache where it
-//! lies, widening each eight values in a register.
+//! values `acc`. Both attention paths call it for every KV head's group of
+//! query heads and key block ([`update_heads`]); the AVX2 path takes the
+//! group's heads two at a time, loading (and widening) each key and value
+//! once for both, keeps the accumulators in registers across the block's
+//! keys, takes the exponentials eight at a time and reads an f16 cache
+//! where it lies, widening each eight values in a register.
 
 use half::f16;
 
@@ -134,6 +136,70 @@ pub(crate) fn update(q: &[f32], b: Block<'_>, scale_by: f32, st: State<'_>) {
     update_scalar(q, b, scale_by, st)
 }
 
+/// The running states of consecutive query heads (a KV head's group):
+/// head `h`'s maximum `m[h]`, sum `l[h]` and weighted values
+/// `acc[h * head_dim..][..head_dim]`.
+pub(crate) struct Heads<'a> {
+    /// Largest scores.
+    pub m: &'a mut [f32],
+    /// Sums of `exp(score - m)`.
+    pub l: &'a mut [f32],
+    /// Weighted values, one head after another.
+    pub acc: &'a mut [f32],
+}
+
+/// [`update`] for consecutive query heads `q` (`m.len()` heads, one after
+/// another) that read the keys and values of `b`: two at a time, each key
+/// and value loaded once for both (the same bits as one at a time).
+pub(crate) fn update_heads(q: &[f32], b: Block<'_>, scale_by: f32, st: Heads<'_>) {
+    let n = st.m.len();
+    if n == 0 {
+        return;
+    }
+    let hd = q.len() / n;
+    debug_assert!(q.len() == n * hd && st.l.len() == n && st.acc.len() >= n * hd);
+    let mut heads = q
+        .chunks_exact(hd)
+        .zip(st.m.iter_mut().zip(st.l.iter_mut()))
+        .zip(st.acc.chunks_exact_mut(hd))
+        .map(|((q, (m, l)), acc)| (q, State { m, l, acc }));
+    while let Some((q0, s0)) = heads.next() {
+        match heads.next() {
+            Some((q1, s1)) => update_pair([q0, q1], b, scale_by, [s0, s1]),
+            None => update(q0, b, scale_by, s0),
+        }
+    }
+}
+
+/// [`update`] for two heads of one length.
+fn update_pair(q: [&[f32]; 2], b: Block<'_>, scale_by: f32, st: [State<'_>; 2]) {
+    debug_assert!(b.n <= MAX_KEYS && q[0].len() == q[1].len());
+    #[cfg(target_arch = "x86_64")]
+    if super::vec::has_avx2() && q[0].len().is_multiple_of(8) && q[0].len() <= 256 {
+        let need = if b.n == 0 {
+            0
+        } else {
+            (b.n - 1) * b.stride + q[0].len()
+        };
+        assert!(need <= b.kv.len(), "attention block past its rows");
+        let (stride, n) = (b.stride, b.n);
+        // SAFETY: as in `update`, for both heads (of one length).
+        return unsafe {
+            match b.kv {
+                KvData::F32 { k, v } => {
+                    avx2::update_pair(q, Typed { k, v, stride, n }, scale_by, st)
+                }
+                KvData::F16 { k, v } => {
+                    avx2::update_pair(q, Typed { k, v, stride, n }, scale_by, st)
+                }
+            }
+        };
+    }
+    let [s0, s1] = st;
+    update_scalar(q[0], b, scale_by, s0);
+    update_scalar(q[1], b, scale_by, s1);
+}
+
 /// [`update`], portable.
 pub(crate) fn update_scalar(q: &[f32], b: Block<'_>, scale_by: f32, st: State<'_>) {
     let (stride, n) = (b.stride, b.n);
@@ -205,23 +271,81 @@ mod avx2 {
     /// AVX2, FMA and F16C; `q.len()` a multiple of 8 up to 256; rows `0..n`
     /// of `k` and `v` (at `j * stride`, `q.len()` long) inside the slices;
     /// `st.acc` at least `q.len()` long; `n <= MAX_KEYS`.
-    // Index loops: iterator adapters were left as calls in this kernel.
-    #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn update<E: KvElem>(
         q: &[f32],
         b: Typed<'_, E>,
         scale_by: f32,
-        st: State<'_>,
+        mut st: State<'_>,
     ) {
-        let Typed { k, v, stride, n } = b;
-        let hd = q.len();
-        let (pq, pk, pv) = (q.as_ptr(), k.as_ptr(), v.as_ptr());
         let mut sc = [0f32; MAX_KEYS];
-        // scores four keys at a time: four independent FMA chains, q loaded once
+        // SAFETY: as the caller guarantees.
+        unsafe { scores::<E, 1>([q], b, scale_by, [&mut sc]) };
+        probabilities(&mut sc, b.n, &mut st);
+        let hd = q.len();
+        let mut c0 = 0;
+        while c0 < hd {
+            let w = (hd - c0).min(64) / 8;
+            // SAFETY: columns c0..c0 + 8w are inside acc (hd long) and the
+            // rows 0..n of v (caller).
+            unsafe { weigh_cols::<E, 1>([st.acc.as_mut_ptr()], c0, w, b, [&sc[..b.n]]) };
+            c0 += 8 * w;
+        }
+    }
+
+    /// [`update`] for two heads that read the same keys and values: each
+    /// key and value is loaded (and widened) once for both, and each head
+    /// gets exactly [`update`]'s operations, so the same bits.
+    ///
+    /// # Safety
+    /// As [`update`], for both queries (of one length) and states.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn update_pair<E: KvElem>(
+        q: [&[f32]; 2],
+        b: Typed<'_, E>,
+        scale_by: f32,
+        st: [State<'_>; 2],
+    ) {
+        let [mut s0, mut s1] = st;
+        let (mut p0, mut p1) = ([0f32; MAX_KEYS], [0f32; MAX_KEYS]);
+        // SAFETY: as the caller guarantees.
+        unsafe { scores::<E, 2>(q, b, scale_by, [&mut p0, &mut p1]) };
+        probabilities(&mut p0, b.n, &mut s0);
+        probabilities(&mut p1, b.n, &mut s1);
+        let hd = q[0].len();
+        let acc = [s0.acc.as_mut_ptr(), s1.acc.as_mut_ptr()];
+        // 32 columns of both heads' accumulators fit the 16 registers
+        let mut c0 = 0;
+        while c0 < hd {
+            let w = (hd - c0).min(32) / 8;
+            // SAFETY: as in `update`, for both accumulators.
+            unsafe { weigh_cols::<E, 2>(acc, c0, w, b, [&p0[..b.n], &p1[..b.n]]) };
+            c0 += 8 * w;
+        }
+    }
+
+    /// The scaled scores of the `H` queries against keys `0..n`, into
+    /// `sc[h][..n]`: four keys at a time (four independent FMA chains per
+    /// query, each key loaded once), then the rest one at a time.
+    ///
+    /// # Safety
+    /// As [`update`], for each query.
+    // Index loops: iterator adapters were left as calls in this kernel.
+    #[allow(clippy::needless_range_loop)]
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn scores<E: KvElem, const H: usize>(
+        q: [&[f32]; H],
+        b: Typed<'_, E>,
+        scale_by: f32,
+        sc: [&mut [f32; MAX_KEYS]; H],
+    ) {
+        let Typed { k, stride, n, .. } = b;
+        let hd = q[0].len();
+        let pk = k.as_ptr();
         let mut j = 0;
         while j + 4 <= n {
-            let mut a = [_mm256_setzero_ps(); 4];
+            let mut a = [[_mm256_setzero_ps(); 4]; H];
             // SAFETY: rows j..j+4 are inside k (caller); i + 8 <= hd.
             unsafe {
                 let rows = [
@@ -231,33 +355,48 @@ mod avx2 {
                     pk.add((j + 3) * stride),
                 ];
                 for i in (0..hd).step_by(8) {
-                    let qv = _mm256_loadu_ps(pq.add(i));
-                    for (t, acc) in a.iter_mut().enumerate() {
-                        *acc = _mm256_fmadd_ps(qv, E::load8(rows[t].add(i)), *acc);
+                    let kv = [0, 1, 2, 3].map(|t| E::load8(rows[t].add(i)));
+                    for h in 0..H {
+                        let qv = _mm256_loadu_ps(q[h].as_ptr().add(i));
+                        for t in 0..4 {
+                            a[h][t] = _mm256_fmadd_ps(qv, kv[t], a[h][t]);
+                        }
                     }
                 }
             }
-            // [a0 a1 a2 a3] summed across lanes at once
-            let t = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-            let s4 = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-            let s4 = _mm_mul_ps(s4, _mm_set1_ps(scale_by));
-            // SAFETY: j + 4 <= n <= MAX_KEYS.
-            unsafe { _mm_storeu_ps(sc.as_mut_ptr().add(j), s4) };
+            for h in 0..H {
+                // [a0 a1 a2 a3] summed across lanes at once
+                let a = &a[h];
+                let t = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+                let s4 = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+                let s4 = _mm_mul_ps(s4, _mm_set1_ps(scale_by));
+                // SAFETY: j + 4 <= n <= MAX_KEYS.
+                unsafe { _mm_storeu_ps(sc[h].as_mut_ptr().add(j), s4) };
+            }
             j += 4;
         }
-        // (index loops here and below: iterator adapters were left as calls
-        // in this kernel, each spilling the vector registers)
         for jj in j..n {
-            let mut a0 = _mm256_setzero_ps();
-            // SAFETY: row jj's hd values are inside k (caller); i + 8 <= hd.
-            unsafe {
-                let row = pk.add(jj * stride);
-                for i in (0..hd).step_by(8) {
-                    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(pq.add(i)), E::load8(row.add(i)), a0);
+            for h in 0..H {
+                let mut a0 = _mm256_setzero_ps();
+                // SAFETY: row jj's hd values are inside k (caller); i + 8 <= hd.
+                unsafe {
+                    let row = pk.add(jj * stride);
+                    for i in (0..hd).step_by(8) {
+                        let qv = _mm256_loadu_ps(q[h].as_ptr().add(i));
+                        a0 = _mm256_fmadd_ps(qv, E::load8(row.add(i)), a0);
+                    }
                 }
+                sc[h][jj] = hsum(a0) * scale_by;
             }
-            sc[jj] = hsum(a0) * scale_by;
         }
+    }
+
+    /// The online softmax step of one head: rescales `st` to the block's
+    /// maximum and turns `sc[..n]` into probabilities, adding them to `l`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn probabilities(sc: &mut [f32; MAX_KEYS], n: usize, st: &mut State<'_>) {
+        let hd = st.acc.len();
         let mx = sc[..n].iter().fold(*st.m, |m, &x| m.max(x));
         if mx > *st.m {
             let corr = (*st.m - mx).exp();
@@ -281,60 +420,81 @@ mod avx2 {
             }
         }
         *st.l += hsum(lsum);
-        // weighted values: up to 64 columns of accumulators in registers
-        // per pass, the pass's width fixed at compile time
-        let pa = st.acc.as_mut_ptr();
-        let mut c0 = 0;
-        while c0 < hd {
-            let w = (hd - c0).min(64) / 8;
-            // SAFETY: columns c0..c0 + 8w are inside acc (hd long) and the
-            // rows 0..n of v (caller).
-            unsafe {
-                let (acc, row) = (pa.add(c0), pv.add(c0));
-                match w {
-                    8 => weigh::<E, 8>(acc, row, stride, &sc[..n]),
-                    7 => weigh::<E, 7>(acc, row, stride, &sc[..n]),
-                    6 => weigh::<E, 6>(acc, row, stride, &sc[..n]),
-                    5 => weigh::<E, 5>(acc, row, stride, &sc[..n]),
-                    4 => weigh::<E, 4>(acc, row, stride, &sc[..n]),
-                    3 => weigh::<E, 3>(acc, row, stride, &sc[..n]),
-                    2 => weigh::<E, 2>(acc, row, stride, &sc[..n]),
-                    _ => weigh::<E, 1>(acc, row, stride, &sc[..n]),
-                }
+    }
+
+    /// Columns `c0..c0 + 8w` (`w` in 1..=8, and `H * w <= 8`) of each head's
+    /// `acc[h]` += its weighted values.
+    ///
+    /// # Safety
+    /// As [`weigh`], for each head.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn weigh_cols<E: KvElem, const H: usize>(
+        acc: [*mut f32; H],
+        c0: usize,
+        w: usize,
+        b: Typed<'_, E>,
+        p: [&[f32]; H],
+    ) {
+        let row = b.v.as_ptr().wrapping_add(c0);
+        let acc = acc.map(|a| a.wrapping_add(c0));
+        // the pass's width fixed at compile time
+        // SAFETY: as the caller guarantees.
+        unsafe {
+            match w {
+                8 => weigh::<E, H, 8>(acc, row, b.stride, p),
+                7 => weigh::<E, H, 7>(acc, row, b.stride, p),
+                6 => weigh::<E, H, 6>(acc, row, b.stride, p),
+                5 => weigh::<E, H, 5>(acc, row, b.stride, p),
+                4 => weigh::<E, H, 4>(acc, row, b.stride, p),
+                3 => weigh::<E, H, 3>(acc, row, b.stride, p),
+                2 => weigh::<E, H, 2>(acc, row, b.stride, p),
+                _ => weigh::<E, H, 1>(acc, row, b.stride, p),
             }
-            c0 += 8 * w;
         }
     }
 
-    /// `acc[..8W] += sum_j p[j] x v_j[..8W]`, `v_j` at `row + j * stride`.
+    /// `acc[h][..8W] += sum_j p[h][j] x v_j[..8W]` for each head `h`, `v_j`
+    /// at `row + j * stride` (loaded once for all heads).
     ///
     /// # Safety
     /// AVX2, FMA and F16C; `8 W` values readable at `row + j * stride` for
-    /// each `j < p.len()`, and writable at `acc`.
+    /// each `j < p[h].len()` (all of one length), and writable at each
+    /// `acc[h]`.
     #[inline]
     #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn weigh<E: KvElem, const W: usize>(
-        acc: *mut f32,
+    unsafe fn weigh<E: KvElem, const H: usize, const W: usize>(
+        acc: [*mut f32; H],
         row: *const E,
         stride: usize,
-        p: &[f32],
+        p: [&[f32]; H],
     ) {
-        let mut a = [_mm256_setzero_ps(); W];
+        let mut a = [[_mm256_setzero_ps(); W]; H];
         // SAFETY: as the caller guarantees.
         unsafe {
-            for t in 0..W {
-                a[t] = _mm256_loadu_ps(acc.add(8 * t));
-            }
-            for j in 0..p.len() {
-                let vp = _mm256_set1_ps(p[j]);
-                let row = row.add(j * stride);
+            for h in 0..H {
                 for t in 0..W {
-                    a[t] = _mm256_fmadd_ps(vp, E::load8(row.add(8 * t)), a[t]);
+                    a[h][t] = _mm256_loadu_ps(acc[h].add(8 * t));
                 }
             }
-            for t in 0..W {
-                _mm256_storeu_ps(acc.add(8 * t), a[t]);
+            for j in 0..p[0].len() {
+                let row = row.add(j * stride);
+                let mut vp = [_mm256_setzero_ps(); H];
+                for h in 0..H {
+                    vp[h] = _mm256_set1_ps(p[h][j]);
+                }
+                for t in 0..W {
+                    let v = E::load8(row.add(8 * t));
+                    for h in 0..H {
+                        a[h][t] = _mm256_fmadd_ps(vp[h], v, a[h][t]);
+                    }
+                }
+            }
+            for h in 0..H {
+                for t in 0..W {
+                    _mm256_storeu_ps(acc[h].add(8 * t), a[h][t]);
+                }
             }
         }
     }
@@ -401,6 +561,61 @@ mod tests {
             let vh: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
             let kv = KvData::F16 { k: &kh, v: &vh };
             check(&q, Block { kv, stride, n }, &format!("f16 hd {hd}"));
+        }
+    }
+
+    #[test]
+    fn heads_two_at_a_time_give_the_bits_of_one_at_a_time() {
+        for (heads, hd, n, stride) in [
+            (3, 64, 37, 192),
+            (2, 80, 64, 80),
+            (4, 8, 1, 8),
+            (5, 256, 9, 512),
+            (2, 128, 4, 128),
+        ] {
+            let q = values(heads * hd, 1.0);
+            let k = values(n * stride, 2.0);
+            let v = values(n * stride, 3.0);
+            let kh: Vec<f16> = k.iter().map(|&x| f16::from_f32(x)).collect();
+            let vh: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
+            for kv in [KvData::F32 { k: &k, v: &v }, KvData::F16 { k: &kh, v: &vh }] {
+                let b = Block { kv, stride, n };
+                let fresh = || {
+                    (
+                        vec![f32::NEG_INFINITY; heads],
+                        vec![0f32; heads],
+                        vec![0f32; heads * hd],
+                    )
+                };
+                let (mut m1, mut l1, mut a1) = fresh();
+                let (mut m2, mut l2, mut a2) = fresh();
+                // twice: from fresh states, then on top of them (the rescale)
+                for s in [0.1, 0.7] {
+                    let st = Heads {
+                        m: &mut m1,
+                        l: &mut l1,
+                        acc: &mut a1,
+                    };
+                    update_heads(&q, b, s, st);
+                    for h in 0..heads {
+                        let st = State {
+                            m: &mut m2[h],
+                            l: &mut l2[h],
+                            acc: &mut a2[h * hd..][..hd],
+                        };
+                        update(&q[h * hd..][..hd], b, s, st);
+                    }
+                }
+                let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                let what = format!("{heads} heads of {hd}, {n} keys");
+                assert_eq!(bits(&m1), bits(&m2), "{what}: m");
+                assert_eq!(bits(&l1), bits(&l2), "{what}: l");
+                assert_eq!(bits(&a1), bits(&a2), "{what}: acc");
+                assert!(
+                    a1.iter().any(|&x| x != 0.0),
+                    "{what}: something accumulated"
+                );
+            }
         }
     }
 
