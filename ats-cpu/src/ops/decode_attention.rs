@@ -8,7 +8,7 @@
 use crate::team;
 
 use super::attention::{AttnShape, KeyRange, KvRows, Stage};
-use super::online_softmax::{self, Heads};
+use super::online_softmax::{self, Heads, MAX_KEYS};
 use super::vec::{axpy, scale};
 
 /// Most query rows the split path takes.
@@ -17,8 +17,9 @@ const MAX_QUERIES: usize = 8;
 const SPLIT_MIN_KEYS: usize = 128;
 /// Most splits: bounds the partial states whatever the context.
 const MAX_SPLITS: usize = 64;
-/// Cache rows every query head meets before the next rows (converted to f32
-/// at once from an f16 cache: every query head reads them).
+/// Cache rows every query head meets before the next rows, with several
+/// query rows (converted to f32 at once from an f16 cache: every query head
+/// of every row reads them).
 const ROWS: usize = 16;
 
 /// Key splits for `s`, or `None` when the general path takes the shape.
@@ -29,10 +30,15 @@ pub(crate) fn splits(s: &AttnShape) -> Option<usize> {
 }
 
 /// Scratch bytes of the split path on `threads` threads: the partial states
-/// of every split, and per running task its stage of converted rows.
+/// of every split, and per running task its stage of converted rows (with
+/// several query rows).
 pub(crate) fn scratch_bytes(s: &AttnShape, splits: usize, threads: usize) -> u64 {
     let states = (s.n_queries * s.n_heads * (s.head_dim + 2)) as u64;
-    let task = Stage::bytes(ROWS, s.n_kv_heads * s.head_dim) + 4 * ROWS as u64;
+    let task = if s.n_queries > 1 {
+        Stage::bytes(ROWS, s.n_kv_heads * s.head_dim) + 4 * ROWS as u64
+    } else {
+        0
+    };
     4 * splits as u64 * states + splits.min(threads.max(1)) as u64 * task
 }
 
@@ -61,17 +67,22 @@ pub(crate) fn split_attention(
     let per = (k_hi - k_lo).div_ceil(splits);
     let mut parts = vec![0f32; splits * stride];
     let mut chunks: Vec<&mut [f32]> = parts.chunks_mut(stride).collect();
+    // One query row reads each row once per pair of a group's heads:
+    // widened where it lies, in blocks as long as the kernel takes. More
+    // rows read it often enough to stage it as f32.
+    let staged = s.n_queries > 1;
+    let step = if staged { ROWS } else { MAX_KEYS };
     team::for_each_mut_init(
         &mut chunks,
-        || Stage::new(ROWS, kvw),
+        || staged.then(|| Stage::new(ROWS, kvw)),
         |stage, i, part| {
             let (a, b) = (k_lo + i * per, (k_lo + (i + 1) * per).min(k_hi));
             let (acc, ml) = part.split_at_mut(states * hd);
             let (m, l) = ml.split_at_mut(states);
             m.fill(f32::NEG_INFINITY);
-            for j0 in (a..b).step_by(ROWS) {
-                let n = ROWS.min(b - j0);
-                kv.visit(j0, n, kvw, 0..kvw, Some(&mut *stage), |t, blk| {
+            for j0 in (a..b).step_by(step) {
+                let n = step.min(b - j0);
+                kv.visit(j0, n, kvw, 0..kvw, stage.as_mut(), |t, blk| {
                     for r in 0..s.n_queries {
                         let (lo, hi) = range.of(r, s.n_keys);
                         let (x0, x1) = (lo.max(t), hi.min(t + blk.n));
