@@ -391,13 +391,36 @@ mod avx2 {
         }
     }
 
+    /// The largest of `from` and `x` (a multiple of 8 long), eight lanes at
+    /// a time: a maximum is exact in any order, and a NaN score is passed
+    /// over as `f32::max` passes it over (`maxps` returns its second
+    /// operand, the running maximum, when the first is NaN). A scalar fold
+    /// was a chain of 64 dependent `maxss` a block, as long as the block's
+    /// scores took.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn max8(x: &[f32], from: f32) -> f32 {
+        let mut m = _mm256_set1_ps(from);
+        for c in x.chunks_exact(8) {
+            // SAFETY: 8 floats.
+            let v = unsafe { _mm256_loadu_ps(c.as_ptr()) };
+            m = _mm256_max_ps(v, m);
+        }
+        let m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+        let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        _mm_cvtss_f32(_mm_max_ss(m2, _mm_shuffle_ps(m2, m2, 1)))
+    }
+
     /// The online softmax step of one head: rescales `st` to the block's
     /// maximum and turns `sc[..n]` into probabilities, adding them to `l`.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     fn probabilities(sc: &mut [f32; MAX_KEYS], n: usize, st: &mut State<'_>) {
         let hd = st.acc.len();
-        let mx = sc[..n].iter().fold(*st.m, |m, &x| m.max(x));
+        // the tail lanes are -inf: no maximum, and exp(-inf - mx) = 0
+        let n8 = n.div_ceil(8) * 8;
+        sc[n..n8].fill(f32::NEG_INFINITY);
+        let mx = max8(&sc[..n8], *st.m);
         if mx > *st.m {
             let corr = (*st.m - mx).exp();
             *st.l *= corr;
@@ -406,9 +429,7 @@ mod avx2 {
             }
             *st.m = mx;
         }
-        // probabilities, eight at a time (the tail lanes are exp(-inf - mx) = 0)
-        let n8 = n.div_ceil(8) * 8;
-        sc[n..n8].fill(f32::NEG_INFINITY);
+        // probabilities, eight at a time
         let vmx = _mm256_set1_ps(mx);
         let mut lsum = _mm256_setzero_ps();
         for c in (0..n8).step_by(8) {
@@ -561,6 +582,26 @@ mod tests {
             let vh: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
             let kv = KvData::F16 { k: &kh, v: &vh };
             check(&q, Block { kv, stride, n }, &format!("f16 hd {hd}"));
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_vector_maximum_is_the_scalar_fold() {
+        if !crate::ops::vec::has_avx2() {
+            return;
+        }
+        let mut x = values(64, 4.0);
+        x[37] = 9.5;
+        // NaNs in the first and last eight, in every lane of the last
+        x[5] = f32::NAN;
+        x[56..64].fill(f32::NAN);
+        x[50] = f32::NEG_INFINITY;
+        for from in [f32::NEG_INFINITY, 0.5, 12.0] {
+            let want = x.iter().fold(from, |m, &v| m.max(v));
+            // SAFETY: AVX2 detected above.
+            let got = unsafe { avx2::max8(&x, from) };
+            assert_eq!(got.to_bits(), want.to_bits(), "from {from}");
         }
     }
 
