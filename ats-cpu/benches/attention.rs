@@ -11,35 +11,22 @@ mod common;
 use std::hint::black_box;
 use std::time::Duration;
 
-use ats_cpu::ops::attention::{AttnShape, KeyRange, KvData, KvRows, RowMap, flash_attention};
-use common::values;
+use ats_cpu::ops::attention::{KeyRange, KvData, KvRows, RowMap, flash_attention};
+use common::{AttnCase, attn_case};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use half::f16;
 
 fn decode(c: &mut Criterion) {
     let mut g = c.benchmark_group("attention_decode");
     g.measurement_time(Duration::from_secs(3));
-    for (model, heads, kv_heads, hd) in [("llama-8b", 32, 8, 128), ("smollm2", 9, 3, 64)] {
+    for (model, heads) in [("llama-8b", (32, 8, 128)), ("smollm2", (9, 3, 64))] {
         for ctx in [512usize, 2048] {
-            let q = values(heads * hd, 1);
-            let k: Vec<f16> = values(ctx * kv_heads * hd, 2)
-                .into_iter()
-                .map(f16::from_f32)
-                .collect();
-            let v: Vec<f16> = values(ctx * kv_heads * hd, 3)
-                .into_iter()
-                .map(f16::from_f32)
-                .collect();
-            let mut out = vec![0f32; heads * hd];
-            let shape = AttnShape {
-                n_heads: heads,
-                n_kv_heads: kv_heads,
-                head_dim: hd,
-                scale: 1.0 / (hd as f32).sqrt(),
-                n_queries: 1,
-                n_keys: ctx,
-                q_block: 0,
-            };
+            let AttnCase {
+                q,
+                k,
+                v,
+                mut out,
+                shape,
+            } = attn_case(heads, 1, ctx);
             g.throughput(Throughput::Bytes((2 * k.len() * 2) as u64));
             g.bench_function(BenchmarkId::new(model, ctx), |b| {
                 b.iter(|| {
@@ -60,26 +47,14 @@ fn decode(c: &mut Criterion) {
 fn paged(c: &mut Criterion) {
     let mut g = c.benchmark_group("attention_paged");
     g.measurement_time(Duration::from_secs(3));
-    let (heads, kv_heads, hd, ctx) = (32, 8, 128, 2048usize);
-    let q = values(heads * hd, 1);
-    let k: Vec<f16> = values(ctx * kv_heads * hd, 2)
-        .into_iter()
-        .map(f16::from_f32)
-        .collect();
-    let v: Vec<f16> = values(ctx * kv_heads * hd, 3)
-        .into_iter()
-        .map(f16::from_f32)
-        .collect();
-    let mut out = vec![0f32; heads * hd];
-    let shape = AttnShape {
-        n_heads: heads,
-        n_kv_heads: kv_heads,
-        head_dim: hd,
-        scale: 1.0 / (hd as f32).sqrt(),
-        n_queries: 1,
-        n_keys: ctx,
-        q_block: 0,
-    };
+    let ctx = 2048usize;
+    let AttnCase {
+        q,
+        k,
+        v,
+        mut out,
+        shape,
+    } = attn_case((32, 8, 128), 1, ctx);
     g.throughput(Throughput::Bytes((2 * k.len() * 2) as u64));
     for bt in [0usize, 16, 32, 64, 256] {
         let blocks: Vec<u32> = (0..(ctx / bt.max(1)) as u32).rev().collect();

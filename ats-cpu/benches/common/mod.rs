@@ -5,8 +5,12 @@
 // Each benchmark and example uses part of this module.
 #![allow(dead_code)]
 
+use std::time::Instant;
+
 use ats_core::dtype::DType;
 use ats_cpu::matmul::weight_bytes;
+use ats_cpu::ops::attention::AttnShape;
+use half::f16;
 
 /// `n` values in [-1, 1] from a xorshift32 seeded with `seed`.
 pub fn values(n: usize, seed: u32) -> Vec<f32> {
@@ -47,4 +51,67 @@ pub fn weights(dtype: DType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
         }
     }
     data
+}
+
+/// Attention of `n_queries` rows over `n_keys` keys, `heads` query heads
+/// and `kv_heads` KV heads of `hd`, scaled by `1 / sqrt(hd)`, no Q chunk.
+pub fn attn_shape(
+    (heads, kv_heads, hd): (usize, usize, usize),
+    n_queries: usize,
+    n_keys: usize,
+) -> AttnShape {
+    AttnShape {
+        n_heads: heads,
+        n_kv_heads: kv_heads,
+        head_dim: hd,
+        scale: 1.0 / (hd as f32).sqrt(),
+        n_queries,
+        n_keys,
+        q_block: 0,
+    }
+}
+
+/// The inputs and output of one attention call over an f16 cache.
+pub struct AttnCase {
+    /// Queries (`n_queries x n_heads x head_dim`).
+    pub q: Vec<f32>,
+    /// Keys (`n_keys x n_kv_heads x head_dim`).
+    pub k: Vec<f16>,
+    /// Values, as the keys.
+    pub v: Vec<f16>,
+    /// The output, as the queries.
+    pub out: Vec<f32>,
+    /// The shape ([`attn_shape`]).
+    pub shape: AttnShape,
+}
+
+/// [`attn_shape`]'s call with [`values`] for its inputs (seeds 1, 2, 3).
+pub fn attn_case(heads: (usize, usize, usize), n_queries: usize, n_keys: usize) -> AttnCase {
+    let (n_heads, kv_heads, hd) = heads;
+    let f16s = |seed| -> Vec<f16> {
+        values(n_keys * kv_heads * hd, seed)
+            .into_iter()
+            .map(f16::from_f32)
+            .collect()
+    };
+    AttnCase {
+        q: values(n_queries * n_heads * hd, 1),
+        k: f16s(2),
+        v: f16s(3),
+        out: vec![0f32; n_queries * n_heads * hd],
+        shape: attn_shape(heads, n_queries, n_keys),
+    }
+}
+
+/// The minimum and median microseconds of `rounds` runs of `f`.
+pub fn min_median_us(rounds: usize, mut f: impl FnMut()) -> (f64, f64) {
+    let mut times: Vec<f64> = (0..rounds.max(1))
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64() * 1e6
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    (times[0], times[times.len() / 2])
 }

@@ -35,9 +35,23 @@ fn check_case(dtype: DType, isa: Isa, rows: usize, cols: usize, n: usize, seed: 
     let mut r = random::rng(seed);
     let data = random::weights(dtype, rows, cols, &mut r);
     let x = random::activations(n * cols, &mut r);
-    let w = WeightMatrix::new(dtype, rows, cols, &data).unwrap();
+    check_product(dtype, isa, (rows, cols), &data, &x, n)
+}
+
+/// Runs `data` (`rows` x `cols` of `dtype`) against `n` tokens of `x` on
+/// `isa` and checks every output against the references; returns the
+/// outputs.
+fn check_product(
+    dtype: DType,
+    isa: Isa,
+    (rows, cols): (usize, usize),
+    data: &[u8],
+    x: &[f32],
+    n: usize,
+) -> Vec<f32> {
+    let w = WeightMatrix::new(dtype, rows, cols, data).unwrap();
     let mut y = vec![f32::NAN; n * rows];
-    matmul(&w, &x, n, &mut y, isa).unwrap();
+    matmul(&w, &x[..n * cols], n, &mut y, isa).unwrap();
     let rb = w.row_bytes().unwrap();
     let deq: Vec<_> = (0..rows)
         .map(|i| dequantize(dtype, &data[i * rb..(i + 1) * rb], cols))
@@ -133,31 +147,12 @@ fn saturated_blocks_against_the_largest_activations_match_the_reference() {
     for dtype in ALL_DTYPES.into_iter().filter(|d| d.block_size() > 1) {
         let mut r = random::rng(5);
         let data = random::saturated(dtype, rows, cols, &mut r);
-        let w = WeightMatrix::new(dtype, rows, cols, &data).unwrap();
         let x: Vec<f32> = (0..16 * cols)
             .map(|i| if (i / cols) % 2 == 0 { 1.0 } else { -3.0 })
             .collect();
-        let deq: Vec<_> = data
-            .chunks_exact(w.row_bytes().unwrap())
-            .map(|row| dequantize(dtype, row, cols))
-            .collect();
         for isa in Isa::available() {
             for n in [1, 8, 16] {
-                let mut y = vec![f32::NAN; n * rows];
-                matmul(&w, &x[..n * cols], n, &mut y, isa).unwrap();
-                for t in 0..n {
-                    let xt = &x[t * cols..(t + 1) * cols];
-                    let a = quantize_acts(dtype, xt);
-                    for (i, d) in deq.iter().enumerate() {
-                        let e = expect(dtype, d, xt, &a);
-                        let got = y[t * rows + i] as f64;
-                        assert!(
-                            (got - e.emulated).abs() <= e.tol_emulated,
-                            "{dtype} {isa} {n} tokens: t{t} r{i}: {got} vs {}",
-                            e.emulated
-                        );
-                    }
-                }
+                check_product(dtype, isa, (rows, cols), &data, &x, n);
             }
         }
     }
