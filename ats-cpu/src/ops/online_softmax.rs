@@ -115,17 +115,11 @@ impl KvElem for f16 {
 pub(crate) fn update(q: &[f32], b: Block<'_>, scale_by: f32, st: State<'_>) {
     debug_assert!(b.n <= MAX_KEYS);
     #[cfg(target_arch = "x86_64")]
-    if super::vec::has_avx2() && q.len().is_multiple_of(8) && q.len() <= 256 {
-        let need = if b.n == 0 {
-            0
-        } else {
-            (b.n - 1) * b.stride + q.len()
-        };
-        assert!(need <= b.kv.len(), "attention block past its rows");
+    if avx2_takes(q.len(), &b) {
         let (stride, n) = (b.stride, b.n);
         // SAFETY: AVX2/FMA/F16C detected; the head size is a multiple of 8
         // up to 256 (the accumulator tiles); rows 0..n lie inside the
-        // slices (asserted above).
+        // slices (asserted by `avx2_takes`).
         return unsafe {
             match b.kv {
                 KvData::F32 { k, v } => avx2::update(q, Typed { k, v, stride, n }, scale_by, st),
@@ -134,6 +128,24 @@ pub(crate) fn update(q: &[f32], b: Block<'_>, scale_by: f32, st: State<'_>) {
         };
     }
     update_scalar(q, b, scale_by, st)
+}
+
+/// Whether the AVX2 kernels take heads of `hd` values over `b`: AVX2
+/// detected and `hd` a multiple of 8 up to 256 (their accumulator tiles).
+/// Asserts that the block's rows lie inside its slices, which the kernels
+/// read unchecked.
+#[cfg(target_arch = "x86_64")]
+fn avx2_takes(hd: usize, b: &Block<'_>) -> bool {
+    if !(super::vec::has_avx2() && hd.is_multiple_of(8) && hd <= 256) {
+        return false;
+    }
+    let need = if b.n == 0 {
+        0
+    } else {
+        (b.n - 1) * b.stride + hd
+    };
+    assert!(need <= b.kv.len(), "attention block past its rows");
+    true
 }
 
 /// The running states of consecutive query heads (a KV head's group):
@@ -175,13 +187,7 @@ pub(crate) fn update_heads(q: &[f32], b: Block<'_>, scale_by: f32, st: Heads<'_>
 fn update_pair(q: [&[f32]; 2], b: Block<'_>, scale_by: f32, st: [State<'_>; 2]) {
     debug_assert!(b.n <= MAX_KEYS && q[0].len() == q[1].len());
     #[cfg(target_arch = "x86_64")]
-    if super::vec::has_avx2() && q[0].len().is_multiple_of(8) && q[0].len() <= 256 {
-        let need = if b.n == 0 {
-            0
-        } else {
-            (b.n - 1) * b.stride + q[0].len()
-        };
-        assert!(need <= b.kv.len(), "attention block past its rows");
+    if avx2_takes(q[0].len(), &b) {
         let (stride, n) = (b.stride, b.n);
         // SAFETY: as in `update`, for both heads (of one length).
         return unsafe {
