@@ -735,6 +735,9 @@ fn bodies_must_be_json_and_browsers_need_an_allowed_origin() {
 /// 32 x 16 MiB), preparations 2 at a time a few copies each; the model
 /// and its KV pool are in the warm baseline.
 const LOAD_PEAK_KIB: u64 = 640 * 1024;
+/// What the allocator's arenas may keep after the loads, over the warm
+/// server (at most 46 MB measured).
+const ARENAS_KIB: u64 = 48 * 1024;
 
 #[test]
 fn hostile_load_16_at_a_time_leaves_normal_requests_answered() {
@@ -815,12 +818,15 @@ fn hostile_load(model: &std::path::Path, rounds: usize) {
             peak < base + LOAD_PEAK_KIB,
             "peak {peak} KiB from {base} KiB"
         );
-        // the allocator keeps some (8 to 34 MB measured after one load,
-        // varying run to run with the threads' timing), but a second load
-        // adds no more than that: a leak per request (24 prompts of 15 MB
-        // a load) would show
+        // the allocator keeps some for its threads' arenas (1 to 46 MB
+        // over the warm figure measured, varying run to run with the
+        // threads' timing), once: usually in the first load, but once the
+        // first left 3.4 MB and the second took 42.5. So a second load may
+        // fill them up to ARENAS_KIB, and adds no more than 32 MB beyond
+        // that: a leak per request (24 prompts of 15 MB a load) would show
+        let kept = first.max(base + ARENAS_KIB);
         assert!(
-            after < first + 32 * 1024,
+            after < kept + 32 * 1024,
             "RSS {base} KiB warm -> {first} KiB -> {after} KiB after a second load"
         );
         assert!(after < base + 96 * 1024, "RSS {base} KiB -> {after} KiB");
