@@ -288,15 +288,8 @@ mod avx2 {
         // SAFETY: as the caller guarantees.
         unsafe { scores::<E, 1>([q], b, scale_by, [&mut sc]) };
         probabilities(&mut sc, b.n, &mut st);
-        let hd = q.len();
-        let mut c0 = 0;
-        while c0 < hd {
-            let w = (hd - c0).min(64) / 8;
-            // SAFETY: columns c0..c0 + 8w are inside acc (hd long) and the
-            // rows 0..n of v (caller).
-            unsafe { weigh_cols::<E, 1>([st.acc.as_mut_ptr()], c0, w, b, [&sc[..b.n]]) };
-            c0 += 8 * w;
-        }
+        // SAFETY: acc is hd long and rows 0..n of v are inside it (caller).
+        unsafe { weigh_all::<E, 1>([st.acc.as_mut_ptr()], q.len(), b, [&sc[..b.n]]) };
     }
 
     /// [`update`] for two heads that read the same keys and values: each
@@ -318,14 +311,31 @@ mod avx2 {
         unsafe { scores::<E, 2>(q, b, scale_by, [&mut p0, &mut p1]) };
         probabilities(&mut p0, b.n, &mut s0);
         probabilities(&mut p1, b.n, &mut s1);
-        let hd = q[0].len();
         let acc = [s0.acc.as_mut_ptr(), s1.acc.as_mut_ptr()];
-        // 32 columns of both heads' accumulators fit the 16 registers
+        // SAFETY: as in `update`, for both accumulators.
+        unsafe { weigh_all::<E, 2>(acc, q[0].len(), b, [&p0[..b.n], &p1[..b.n]]) };
+    }
+
+    /// Each head's `acc[h][..hd]` += its weighted values, in passes of
+    /// `64 / H` columns: the `H` heads' accumulators of a pass fill 8 of
+    /// the 16 registers.
+    ///
+    /// # Safety
+    /// As [`weigh`], for `hd` columns of each head.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn weigh_all<E: KvElem, const H: usize>(
+        acc: [*mut f32; H],
+        hd: usize,
+        b: Typed<'_, E>,
+        p: [&[f32]; H],
+    ) {
         let mut c0 = 0;
         while c0 < hd {
-            let w = (hd - c0).min(32) / 8;
-            // SAFETY: as in `update`, for both accumulators.
-            unsafe { weigh_cols::<E, 2>(acc, c0, w, b, [&p0[..b.n], &p1[..b.n]]) };
+            let w = (hd - c0).min(64 / H) / 8;
+            // SAFETY: columns c0..c0 + 8w are inside each acc and the rows
+            // 0..n of v (caller).
+            unsafe { weigh_cols::<E, H>(acc, c0, w, b, p) };
             c0 += 8 * w;
         }
     }
