@@ -362,6 +362,33 @@ pub(super) fn prefetch_ahead<const L1: bool>(at: *const u8, bytes: usize) {
     }
 }
 
+/// Super-blocks ahead that the 16-row 8-token tiles ask for each row's
+/// weights ([`prefetch_rows`]).
+pub(super) const ROWS_AHEAD: usize = 4;
+
+/// Asks, into L2, for the `bytes`-byte block `b` of each of the 16 rows
+/// from `first` (`stride` apart), or past the rows' ends (`b >= nb`) for
+/// the next tile's rows (the 16 below): hints only, the addresses may lie
+/// past the matrix (never read). The 8-token tiles spend long enough on a
+/// block of 16 rows that asking for each row's block a few ahead beats a
+/// sweep of the tile's bytes [`L2_AHEAD`] on: a sweep reaches the blocks
+/// in the wrong order once a tile is larger than that (16 rows of 8192
+/// Q6_K values are 105 KiB), and early otherwise.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+pub(super) fn prefetch_rows(first: *const u8, stride: usize, bytes: usize, b: usize, nb: usize) {
+    let at = match b.checked_sub(nb) {
+        None => first.wrapping_add(b * bytes),
+        Some(k) => first.wrapping_add(ROWS * stride + k * bytes),
+    };
+    for r in 0..ROWS {
+        let row = at.wrapping_add(r * stride);
+        for line in (0..bytes).step_by(64) {
+            _mm_prefetch::<_MM_HINT_T1>(row.wrapping_add(line) as *const i8);
+        }
+    }
+}
+
 /// How the 16-row kernels read a format with a value layout
 /// ([`LegacyBlock::VALUES`]).
 pub(super) struct Layout {

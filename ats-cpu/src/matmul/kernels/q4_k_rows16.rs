@@ -22,7 +22,8 @@ use std::arch::x86_64::*;
 
 use super::legacy_rows16::{TOKENS, by_dword};
 use super::legacy512::{
-    ROWS, f16_lanes, first_dwords, halves4, lanes4, prefetch_ahead, quad_rows, store_rows,
+    ROWS, ROWS_AHEAD, f16_lanes, first_dwords, halves4, lanes4, prefetch_rows, quad_rows,
+    store_rows,
 };
 use super::q4_k512::{BYTES, block_sums, scale_words};
 use crate::matmul::acts::QuantActs;
@@ -141,7 +142,7 @@ pub(super) unsafe fn tokens8_vnni(
                 isum[t] = _mm512_dpwssd_epi32(isum[t], s[1], scales[j]);
             }
         }
-        prefetch_ahead::<false>(first.wrapping_add(ROWS * b * BYTES), ROWS * BYTES);
+        prefetch_rows(first, stride, BYTES, b + ROWS_AHEAD, nb);
         let h = first_dwords(&heads);
         let (d, dmin) = (f16_lanes::<0>(h), f16_lanes::<16>(h));
         // -dmin, as the other paths negate it (the sign bit flipped)
