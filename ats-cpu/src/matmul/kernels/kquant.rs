@@ -151,6 +151,11 @@ pub(super) trait SuperBlock {
     /// ([`super::q4_k_rows16`]).
     #[cfg(target_arch = "x86_64")]
     const ROWS16_TOKENS8_VNNI: Option<Rows16Tokens8Fn> = None;
+    /// Whether that tile, run twice, beats the 16-token prompt tile at 16
+    /// tokens, so that it runs up to 31 tokens (1024x2048 x 16 tokens in
+    /// `isa_pair` on a Xeon: Q4_K 264 us against 280-293, Q6_K 406-410
+    /// against 341-347).
+    const ROWS16_TOKENS8_TO_31: bool = false;
     /// Its 8-token tile on AVX-512 VNNI for rounds of 8 tokens or more
     /// below the prompt tiles, if any ([`super::kquant_tokens8`]).
     #[cfg(target_arch = "x86_64")]

@@ -55,6 +55,8 @@ mod q6_k;
 #[cfg(target_arch = "x86_64")]
 mod q6_k512;
 #[cfg(target_arch = "x86_64")]
+mod q6_k_rows16;
+#[cfg(target_arch = "x86_64")]
 mod q6_k_rows8;
 mod q8_0;
 #[cfg(target_arch = "x86_64")]
@@ -672,6 +674,9 @@ fn drive_tokens8_vnni<K: SuperBlock>(
 ) {
     const ROWS: usize = kquant_tokens8::ROWS;
     let rb = shape.row_bytes;
+    if let Some(rows16) = K::ROWS16_TOKENS8_VNNI.filter(|_| rows16_fit(isa, rb)) {
+        return drive_tokens8_rows16::<K>(shape, y, (rows16, tile8), acts, data, isa);
+    }
     let row = |r: usize| data[r * rb..(r + 1) * rb].as_ptr();
     let tile = |r: &[usize; ROWS], t0: usize, o: &mut [[f32; ROWS]; 8]| {
         // SAFETY: the caller checked VNNI and built `qs8` and `bsums8`;
@@ -682,6 +687,52 @@ fn drive_tokens8_vnni<K: SuperBlock>(
     let single = |r: &[usize; ROWS], t: usize, o: &mut [[f32; ROWS]; 1]| {
         // SAFETY: `isa` is available; whole rows; t < n_tokens.
         unsafe { kquant_rows_one::<K, ROWS>(r, row, acts, t, isa, &mut o[0]) }
+    };
+    let tiles = gemm::Tiles {
+        tile: &tile,
+        narrow: None,
+        single: &single,
+        wide_min: WIDE_MIN,
+    };
+    gemm::drive(shape, y, tiles)
+}
+
+/// [`drive_tokens8_vnni`] with the format's 16-row 8-token tile
+/// (`kernels.0`) where the tile's rows are in a row, else its 8-row tile
+/// (`kernels.1`) twice (a task's last rows, which repeat).
+#[cfg(target_arch = "x86_64")]
+fn drive_tokens8_rows16<K: SuperBlock>(
+    shape: Shape,
+    y: &mut [f32],
+    kernels: (kquant::Rows16Tokens8Fn, kquant_tokens8::Tokens8Fn),
+    acts: &QuantActs,
+    data: &[u8],
+    isa: Isa,
+) {
+    const HALF: usize = kquant_tokens8::ROWS;
+    let rb = shape.row_bytes;
+    let row = |r: usize| data[r * rb..(r + 1) * rb].as_ptr();
+    let tile = |r: &[usize; 16], t0: usize, o: &mut [[f32; 16]; 8]| {
+        if in_a_row(r) {
+            // SAFETY: VNNI is the ISA (the caller checked); 16 whole rows
+            // from r[0], rb apart, 16 * rb below 2^31; the driver passes
+            // t0 + 8 <= t_pad; Q8_K activations.
+            return unsafe { kernels.0(row(r[0]), rb, acts, t0, o) };
+        }
+        for half in 0..2 {
+            let rows: [usize; HALF] = std::array::from_fn(|i| r[HALF * half + i]);
+            let mut part = [[0f32; HALF]; 8];
+            // SAFETY: as above, and `qs8`/`bsums8` are built for the
+            // 8-row tile; no prefetch past the rows (0).
+            unsafe { kernels.1(ptrs(&rows, row), acts, t0, 0, &mut part) };
+            for (o, p) in o.iter_mut().zip(&part) {
+                o[HALF * half..HALF * (half + 1)].copy_from_slice(p);
+            }
+        }
+    };
+    let single = |r: &[usize; 16], t: usize, o: &mut [[f32; 16]; 1]| {
+        // SAFETY: `isa` is available; whole rows; t < n_tokens.
+        unsafe { kquant_rows_one::<K, 16>(r, row, acts, t, isa, &mut o[0]) }
     };
     let tiles = gemm::Tiles {
         tile: &tile,
@@ -718,11 +769,8 @@ fn run_kquant<K: SuperBlock>(
             acts.interleave_bsums8();
         }
     }
-    // A format with a 16-row 8-token tile runs it up to 31 tokens (Q4_K
-    // 1024x2048 in `isa_pair`: 16 tokens 264 us as two passes, 280-293 in
-    // the 16-token tile).
     #[cfg(target_arch = "x86_64")]
-    let prompt_from = if K::ROWS16_TOKENS8_VNNI.is_some() && rows16_fit(isa, row_bytes(w)) {
+    let prompt_from = if K::ROWS16_TOKENS8_TO_31 && rows16_fit(isa, row_bytes(w)) {
         TOKENS32_MIN
     } else {
         TOKENS16_MIN

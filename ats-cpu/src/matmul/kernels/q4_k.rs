@@ -26,6 +26,8 @@ impl SuperBlock for Q4K {
     const ROWS16_TOKENS8_VNNI: Option<super::kquant::Rows16Tokens8Fn> =
         Some(super::q4_k_rows16::tokens8_vnni);
     #[cfg(target_arch = "x86_64")]
+    const ROWS16_TOKENS8_TO_31: bool = true;
+    #[cfg(target_arch = "x86_64")]
     const PROMPT_TILES_VNNI: Option<super::prompt_tiles::Tiles> = Some([
         super::k4_tiles::tokens_vnni::<false, 1, 4>,
         super::k4_tiles::tokens_vnni::<false, 2, 4>,

@@ -116,6 +116,9 @@ impl SuperBlock for Q6K {
     const TOKENS8_VNNI: Option<super::kquant_tokens8::Tokens8Fn> =
         Some(super::kquant_tokens8::tokens8_vnni::<Q6K>);
     #[cfg(target_arch = "x86_64")]
+    const ROWS16_TOKENS8_VNNI: Option<super::kquant::Rows16Tokens8Fn> =
+        Some(super::q6_k_rows16::tokens8_vnni);
+    #[cfg(target_arch = "x86_64")]
     const PROMPT_TILES_VNNI: Option<super::prompt_tiles::Tiles> = Some([
         super::q6_k512::tokens_vnni::<1, 4>,
         super::q6_k512::tokens_vnni::<2, 4>,
