@@ -105,35 +105,52 @@ fn top_bits(v: __m512i, r: usize) -> __m512i {
     _mm512_and_si512(v, _mm512_set1_epi8(0x30))
 }
 
-/// Run `j`'s 32 values (`128 (j / 4) + 32 (j % 4) ..`) of the 16 rows, as
-/// [`by_dword`] lays them out: register `c` holds values `4c..4c + 4` of
-/// every row, unsigned (0..64).
+/// The 32 bytes at `at` of each of the 16 rows' super-blocks at `q + r *
+/// stride`, transposed as [`by_dword`] lays them out: register `c` holds
+/// bytes `4c..4c + 4` of every row.
 ///
 /// # Safety
 /// As [`scales`].
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
-unsafe fn run(q: *const u8, stride: usize, j: usize) -> [__m512i; 8] {
-    let (n, r) = (j / 4, j % 4);
+unsafe fn bytes32(q: *const u8, stride: usize, at: usize) -> [__m512i; 8] {
     let z = _mm512_setzero_si512();
     let (mut lo, mut hi) = ([z; 4], [z; 4]);
-    let low_at = 64 * n + 32 * (r % 2);
-    let high_at = 128 + 32 * n;
     for g in 0..4 {
-        let rows = q.wrapping_add(4 * g * stride);
-        // SAFETY: 32 bytes at `low_at` and at `high_at` of each row's
-        // super-block (caller).
-        let ((a, c), (ha, hc)) = unsafe {
-            (
-                halves4(quad_rows(rows.wrapping_add(low_at), stride)),
-                halves4(quad_rows(rows.wrapping_add(high_at), stride)),
-            )
-        };
-        lo[g] = _mm512_or_si512(nibbles(a, r), top_bits(ha, r));
-        hi[g] = _mm512_or_si512(nibbles(c, r), top_bits(hc, r));
+        // SAFETY: 32 bytes at `at` of each row's super-block (caller).
+        (lo[g], hi[g]) = unsafe { halves4(quad_rows(q.wrapping_add(4 * g * stride + at), stride)) };
     }
     let (a, b) = (by_dword(lo), by_dword(hi));
     [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
+}
+
+/// One half of the 16 rows' super-blocks (values `128 n..128 n + 128`),
+/// transposed once for its 4 runs: the nibble bytes of runs 0 and 2
+/// (`.0[0]`), of runs 1 and 3 (`.0[1]`), and the high bit pairs of all
+/// four (`.1`). Byte-wise operations commute with the transposition.
+///
+/// # Safety
+/// As [`scales`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+unsafe fn half(q: *const u8, stride: usize, n: usize) -> ([[__m512i; 8]; 2], [__m512i; 8]) {
+    // SAFETY: bytes 64n..64n + 64 and 128 + 32n..160 + 32n of each row's
+    // super-block (caller).
+    unsafe {
+        (
+            [bytes32(q, stride, 64 * n), bytes32(q, stride, 64 * n + 32)],
+            bytes32(q, stride, 128 + 32 * n),
+        )
+    }
+}
+
+/// Run `r` of a [`half`]'s values (`32 r..32 r + 32` of it) from its
+/// nibble bytes `low` and bit pairs `high`, unsigned (0..64), register `c`
+/// holding values `4c..4c + 4` of every row.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+fn run(low: &[__m512i; 8], high: &[__m512i; 8], r: usize) -> [__m512i; 8] {
+    std::array::from_fn(|c| _mm512_or_si512(nibbles(low[c], r), top_bits(high[c], r)))
 }
 
 /// Dot products of 16 evenly spaced Q6_K rows with tokens `t0..t0 + 8`,
@@ -168,9 +185,14 @@ pub(super) unsafe fn tokens8_vnni(
         // SAFETY: super-block b of each row is whole (caller).
         let (sc, pairs) = unsafe { scales(q, stride) };
         let mut isum = [z; TOKENS];
+        let mut halves = ([[z; 8]; 2], [z; 8]);
         for j in 0..8 {
-            // SAFETY: as above.
-            let w = unsafe { run(q, stride, j) };
+            let (n, r) = (j / 4, j % 4);
+            if r == 0 {
+                // SAFETY: as above.
+                halves = unsafe { half(q, stride, n) };
+            }
+            let w = run(&halves.0[r % 2], &halves.1, r);
             for t in 0..TOKENS {
                 let mut s = [z; 2];
                 for k in 0..8 {
