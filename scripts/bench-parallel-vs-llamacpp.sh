@@ -7,13 +7,16 @@
 #   LLAMA_BATCHED_BENCH=/path/to/llama-batched-bench bash scripts/bench-parallel-vs-llamacpp.sh [ROUNDS]
 # Models: SmolLM2-135M Q4_1 and a synthetic 1B llama in Q4_K_M carrying
 # SmolLM2's tokenizer (`ats-cli synth --preset llama-1b --vocab-from`), so
-# llama.cpp loads it. Environment: THREADS (2), NPL (1,4,8,16).
+# llama.cpp loads it. Environment: THREADS (2), NPL (1,4,8,16), GEN_1B (64:
+# the 1B's tokens generated a sequence; at 16, about a second of rounds at 8
+# sequences, the noise of a shared host swamped the rates).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS="${1:-2}"
 LBB="${LLAMA_BATCHED_BENCH:?set LLAMA_BATCHED_BENCH to the llama-batched-bench binary}"
 T="${THREADS:-2}"
 NPL="${NPL:-1,4,8,16}"
+GEN_1B="${GEN_1B:-64}"
 cargo build --release -q -p ats-cli
 ATS=target/release/ats-cli
 SMOL="$(bash ../shared/scripts/fetch-smollm2.sh)"
@@ -33,5 +36,5 @@ for t in d["tests"]:
 for r in $(seq "$ROUNDS"); do
     echo "### round $r"
     run "$SMOL" 128 32
-    run "$ONEB" 32 16
+    run "$ONEB" 32 "$GEN_1B"
 done
