@@ -88,6 +88,13 @@ fn dword<const IMM: i32>(v: __m512i) -> __m512i {
     _mm512_shuffle_epi32::<IMM>(v)
 }
 
+/// Each of tokens `t0..t0 + 8`'s Q8_K values as dwords (64 a
+/// super-block).
+pub(super) fn token_dwords(acts: &QuantActs, t0: usize) -> [*const i32; TOKENS] {
+    let nb = acts.blocks;
+    std::array::from_fn(|t| acts.qs[(t0 + t) * nb * 8..].as_ptr() as *const i32)
+}
+
 /// Dot products of 16 evenly spaced Q4_K rows with tokens `t0..t0 + 8`,
 /// token `t0 + n`'s into `out[n]`.
 ///
@@ -108,11 +115,7 @@ pub(super) unsafe fn tokens8_vnni(
     let (nb, tp) = (acts.blocks, acts.t_pad);
     debug_assert!(t0 + TOKENS <= tp && acts.qs.len() == tp * nb * 8);
     debug_assert!(acts.bsums.len() == tp * nb);
-    // each token's super-blocks, as dwords (64 a super-block)
-    let mut x = [acts.qs.as_ptr() as *const i32; TOKENS];
-    for t in 0..TOKENS {
-        x[t] = acts.qs[(t0 + t) * nb * 8..].as_ptr() as *const i32;
-    }
+    let x = token_dwords(acts, t0);
     let z = _mm512_setzero_si512();
     let mut acc = [_mm512_setzero_ps(); TOKENS];
     for b in 0..nb {

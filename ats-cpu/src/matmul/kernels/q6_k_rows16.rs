@@ -21,6 +21,7 @@ use super::legacy_rows16::{TOKENS, by_dword};
 use super::legacy512::{
     ROWS, ROWS_AHEAD, f16_lanes, halves4, lanes4, prefetch_rows, quad_rows, store_rows,
 };
+use super::q4_k_rows16::token_dwords;
 use crate::matmul::acts::QuantActs;
 
 /// Bytes per super-block: 128 bytes of low nibbles, 64 of high bit pairs,
@@ -173,11 +174,7 @@ pub(super) unsafe fn tokens8_vnni(
     let (nb, tp) = (acts.blocks, acts.t_pad);
     debug_assert!(t0 + TOKENS <= tp && acts.qs.len() == tp * nb * 8);
     debug_assert!(acts.bsums.len() == tp * nb);
-    // each token's super-blocks, as dwords (64 a super-block)
-    let mut x = [acts.qs.as_ptr() as *const i32; TOKENS];
-    for t in 0..TOKENS {
-        x[t] = acts.qs[(t0 + t) * nb * 8..].as_ptr() as *const i32;
-    }
+    let x = token_dwords(acts, t0);
     let z = _mm512_setzero_si512();
     let mut acc = [_mm512_setzero_ps(); TOKENS];
     for b in 0..nb {
