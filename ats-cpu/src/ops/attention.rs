@@ -82,6 +82,10 @@ impl RowMap<'_> {
     }
 
     /// Keys `t0..t0 + n` as runs of consecutive rows: `(first row, keys)`.
+    /// A run ends at every block's end, even where the next block follows
+    /// among the rows: the kernels then split a sequence's keys the same
+    /// way wherever the pool put its blocks, so a sequence alone and in a
+    /// batch get the same bits (merging adjacent blocks changed them).
     pub fn runs(&self, t0: usize, n: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
         let step = match *self {
             RowMap::Contiguous => n.max(1),

@@ -1,6 +1,7 @@
 //! `exp` of eight f32 lanes (AVX2), for the attention softmax and the gated
 //! activations: libm's scalar `expf` per element was the largest cost of
-//! SwiGLU in batched decode.
+//! SwiGLU in batched decode. Sixteen lanes (AVX-512 F) for the 512-bit
+//! attention kernels, with the same operations, so the same bits per lane.
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2 {
@@ -42,6 +43,44 @@ pub(crate) mod avx2 {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512 {
+    use std::arch::x86_64::*;
+
+    /// [`super::avx2::exp8`] for sixteen lanes: each lane's operations are
+    /// the same, so are its bits.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub fn exp16(x: __m512) -> __m512 {
+        let lo = _mm512_set1_ps(-87.336_54);
+        let under = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, lo);
+        let x = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.3));
+        // round to nearest, no exceptions: `_mm256_round_ps`'s mode
+        let fx = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
+        );
+        let r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693_359_4), x);
+        let r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.121_944_4e-4), r);
+        let mut p = _mm512_set1_ps(1.987_569_1e-4);
+        for c in [
+            1.398_199_9e-3,
+            8.333_452e-3,
+            4.166_579_6e-2,
+            1.666_666_5e-1,
+            5e-1,
+        ] {
+            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+        }
+        let r2 = _mm512_mul_ps(r, r);
+        let y = _mm512_add_ps(_mm512_fmadd_ps(p, r2, r), _mm512_set1_ps(1.0));
+        let pow2 = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(
+            _mm512_cvtps_epi32(fx),
+            _mm512_set1_epi32(127),
+        )));
+        _mm512_maskz_mov_ps(!under, _mm512_mul_ps(y, pow2))
+    }
+}
+
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use std::arch::x86_64::*;
@@ -75,5 +114,33 @@ mod tests {
             worst = worst.max(ulp);
         }
         assert!(worst <= 2.0, "worst {worst} ulp");
+    }
+
+    #[test]
+    fn exp16_gives_exp8_bits_in_every_lane() {
+        if !crate::ops::vec::has_avx512f() {
+            eprintln!("no AVX-512 F: exp16 is not used here");
+            return;
+        }
+        let xs: Vec<f32> = (0..48_000)
+            .map(|i| -100.0 + i as f32 * 0.004_17)
+            .chain([f32::NEG_INFINITY, -0.0, 0.0, 88.3, 89.0, f32::NAN])
+            .collect();
+        for c in xs.chunks(16) {
+            let mut x = [0f32; 16];
+            x[..c.len()].copy_from_slice(c);
+            let (mut wide, mut narrow) = ([0f32; 16], [0f32; 16]);
+            // SAFETY: AVX-512 F (and with it AVX2/FMA) detected above.
+            unsafe {
+                let v = super::avx512::exp16(_mm512_loadu_ps(x.as_ptr()));
+                _mm512_storeu_ps(wide.as_mut_ptr(), v);
+                for h in 0..2 {
+                    let v = exp8(_mm256_loadu_ps(x.as_ptr().add(8 * h)));
+                    _mm256_storeu_ps(narrow.as_mut_ptr().add(8 * h), v);
+                }
+            }
+            let bits = |v: &[f32; 16]| v.map(f32::to_bits);
+            assert_eq!(bits(&wide), bits(&narrow), "{x:?}");
+        }
     }
 }

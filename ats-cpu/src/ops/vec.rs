@@ -22,6 +22,22 @@ pub(crate) fn has_avx2() -> bool {
     })
 }
 
+/// Whether the 512-bit attention kernels run here: the AVX2 paths, and
+/// AVX-512 F.
+pub(crate) fn has_avx512f() -> bool {
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            has_avx2() && std::is_x86_feature_detected!("avx512f")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    })
+}
+
 /// `sum a[i] * b[i]` (portable).
 pub fn dot_scalar(a: &[f32], b: &[f32]) -> f32 {
     // four partial sums, the same association as the SIMD path's lanes would not be;

@@ -1,11 +1,12 @@
 //! One attention head over one block of keys: the scores, then the online
 //! softmax update of the head's running maximum `m`, sum `l` and weighted
 //! values `acc`. Both attention paths call it for every KV head's group of
-//! query heads and key block ([`update_heads`]); the AVX2 path takes the
-//! group's heads two at a time, loading (and widening) each key and value
-//! once for both, keeps the accumulators in registers across the block's
-//! keys, takes the exponentials eight at a time and reads an f16 cache
-//! where it lies, widening each eight values in a register.
+//! query heads and key block ([`update_heads`]). Where AVX-512 F is
+//! detected, [`avx512`] takes up to four of the group's heads at once; the
+//! AVX2 path takes them two at a time. Both load (and widen) each key and
+//! value once for the heads they take, keep the accumulators in registers
+//! across the block's keys, take the exponentials a register at a time and
+//! read an f16 cache where it lies, widening the values in a register.
 
 use half::f16;
 
@@ -77,6 +78,13 @@ pub(crate) trait KvElem: Copy {
     /// AVX2 and F16C; eight values readable at `p`.
     #[cfg(target_arch = "x86_64")]
     unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256;
+
+    /// Sixteen values from `p`, widened to f32.
+    ///
+    /// # Safety
+    /// AVX-512 F; sixteen values readable at `p`.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load16(p: *const Self) -> std::arch::x86_64::__m512;
 }
 
 impl KvElem for f32 {
@@ -91,6 +99,14 @@ impl KvElem for f32 {
     unsafe fn load8(p: *const f32) -> std::arch::x86_64::__m256 {
         // SAFETY: eight f32 readable at p (caller).
         unsafe { std::arch::x86_64::_mm256_loadu_ps(p) }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    unsafe fn load16(p: *const f32) -> std::arch::x86_64::__m512 {
+        // SAFETY: sixteen f32 readable at p (caller).
+        unsafe { std::arch::x86_64::_mm512_loadu_ps(p) }
     }
 }
 
@@ -109,25 +125,50 @@ impl KvElem for f16 {
         // SAFETY: eight f16 (16 bytes) readable at p (caller); F16C present.
         unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
     }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    unsafe fn load16(p: *const f16) -> std::arch::x86_64::__m512 {
+        use std::arch::x86_64::*;
+        // SAFETY: sixteen f16 (32 bytes) readable at p (caller); AVX-512 F
+        // present.
+        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)) }
+    }
 }
 
 /// Updates `st` with the keys of `b` for query `q` (scores scaled by `scale`).
 pub(crate) fn update(q: &[f32], b: Block<'_>, scale_by: f32, st: State<'_>) {
     debug_assert!(b.n <= MAX_KEYS);
     #[cfg(target_arch = "x86_64")]
+    if wide_takes(q.len(), &b) {
+        // SAFETY: the 512-bit kernels take the head's length and block.
+        return unsafe { update_wide([q], b, scale_by, [st]) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if avx2_takes(q.len(), &b) {
-        let (stride, n) = (b.stride, b.n);
-        // SAFETY: AVX2/FMA/F16C detected; the head size is a multiple of 8
-        // up to 256 (the accumulator tiles); rows 0..n lie inside the
-        // slices (asserted by `avx2_takes`).
-        return unsafe {
-            match b.kv {
-                KvData::F32 { k, v } => avx2::update(q, Typed { k, v, stride, n }, scale_by, st),
-                KvData::F16 { k, v } => avx2::update(q, Typed { k, v, stride, n }, scale_by, st),
-            }
-        };
+        // SAFETY: the AVX2 kernels take the head's length and block.
+        return unsafe { update_avx2(q, b, scale_by, st) };
     }
     update_scalar(q, b, scale_by, st)
+}
+
+/// [`update`] on 256-bit registers.
+///
+/// # Safety
+/// [`avx2_takes`] for the head's length and `b`.
+#[cfg(target_arch = "x86_64")]
+unsafe fn update_avx2(q: &[f32], b: Block<'_>, scale_by: f32, st: State<'_>) {
+    let (stride, n) = (b.stride, b.n);
+    // SAFETY: AVX2/FMA/F16C detected; the head size is a multiple of 8 up
+    // to 256 (the accumulator tiles); rows 0..n lie inside the slices
+    // (asserted by `avx2_takes`, the caller).
+    unsafe {
+        match b.kv {
+            KvData::F32 { k, v } => avx2::update(q, Typed { k, v, stride, n }, scale_by, st),
+            KvData::F16 { k, v } => avx2::update(q, Typed { k, v, stride, n }, scale_by, st),
+        }
+    }
 }
 
 /// Whether the AVX2 kernels take heads of `hd` values over `b`: AVX2
@@ -146,6 +187,111 @@ fn avx2_takes(hd: usize, b: &Block<'_>) -> bool {
     };
     assert!(need <= b.kv.len(), "attention block past its rows");
     true
+}
+
+/// Whether the 512-bit kernels take heads of `hd` values over `b`
+/// (asserting, as [`avx2_takes`], that the block's rows lie inside its
+/// slices).
+#[cfg(target_arch = "x86_64")]
+fn wide_takes(hd: usize, b: &Block<'_>) -> bool {
+    avx512::takes(hd) && avx2_takes(hd, b)
+}
+
+/// [`update`] for the `H` heads `q` (of one length) on 512-bit registers.
+///
+/// # Safety
+/// [`wide_takes`] for the heads' length and `b`.
+#[cfg(target_arch = "x86_64")]
+unsafe fn update_wide<const H: usize>(
+    q: [&[f32]; H],
+    b: Block<'_>,
+    scale_by: f32,
+    st: [State<'_>; H],
+) {
+    let hd = q[0].len();
+    assert!(
+        q.iter().all(|q| q.len() == hd) && st.iter().all(|s| s.acc.len() >= hd),
+        "attention heads of one length"
+    );
+    debug_assert!(b.n <= MAX_KEYS);
+    let (stride, n) = (b.stride, b.n);
+    // SAFETY: AVX-512 F detected, the head length a multiple of 16 up to
+    // 256 and the block's rows inside its slices (`wide_takes`, the
+    // caller); queries and accumulators of that length (asserted).
+    unsafe {
+        match b.kv {
+            KvData::F32 { k, v } => {
+                avx512::update_group(q, Typed { k, v, stride, n }, scale_by, st)
+            }
+            KvData::F16 { k, v } => {
+                avx512::update_group(q, Typed { k, v, stride, n }, scale_by, st)
+            }
+        }
+    }
+}
+
+/// [`update_heads`] on 512-bit registers: the heads in as few runs of up
+/// to [`avx512::MAX_HEADS`] as there can be, of sizes as even as can be.
+///
+/// # Safety
+/// [`wide_takes`] for `hd` and `b`.
+#[cfg(target_arch = "x86_64")]
+unsafe fn update_heads_wide(q: &[f32], b: Block<'_>, scale_by: f32, st: Heads<'_>, hd: usize) {
+    let n = st.m.len();
+    let runs = n.div_ceil(avx512::MAX_HEADS);
+    let Heads {
+        mut m,
+        mut l,
+        mut acc,
+    } = st;
+    let mut q = q;
+    for i in 0..runs {
+        let size = n / runs + usize::from(i < n % runs);
+        let (qh, qr) = q.split_at(size * hd);
+        let (mh, mr) = std::mem::take(&mut m).split_at_mut(size);
+        let (lh, lr) = std::mem::take(&mut l).split_at_mut(size);
+        let (ah, ar) = std::mem::take(&mut acc).split_at_mut(size * hd);
+        (q, m, l, acc) = (qr, mr, lr, ar);
+        let heads = Heads {
+            m: mh,
+            l: lh,
+            acc: ah,
+        };
+        // SAFETY: as the caller guarantees.
+        unsafe {
+            match size {
+                1 => update_heads_wide_n::<1>(qh, b, scale_by, heads),
+                2 => update_heads_wide_n::<2>(qh, b, scale_by, heads),
+                3 => update_heads_wide_n::<3>(qh, b, scale_by, heads),
+                _ => update_heads_wide_n::<4>(qh, b, scale_by, heads),
+            }
+        }
+    }
+}
+
+/// [`update_wide`] for the `H` heads of `st` (queries `q`, one after
+/// another).
+///
+/// # Safety
+/// As [`update_wide`].
+#[cfg(target_arch = "x86_64")]
+unsafe fn update_heads_wide_n<const H: usize>(
+    q: &[f32],
+    b: Block<'_>,
+    scale_by: f32,
+    st: Heads<'_>,
+) {
+    let hd = q.len() / H;
+    let qs: [&[f32]; H] = std::array::from_fn(|h| &q[h * hd..][..hd]);
+    let mut heads =
+        st.m.iter_mut()
+            .zip(st.l.iter_mut())
+            .zip(st.acc.chunks_exact_mut(hd))
+            .map(|((m, l), acc)| State { m, l, acc });
+    let states: [State<'_>; H] =
+        std::array::from_fn(|_| heads.next().expect("a state for every head"));
+    // SAFETY: as the caller guarantees.
+    unsafe { update_wide(qs, b, scale_by, states) }
 }
 
 /// The running states of consecutive query heads (a KV head's group):
@@ -170,6 +316,11 @@ pub(crate) fn update_heads(q: &[f32], b: Block<'_>, scale_by: f32, st: Heads<'_>
     }
     let hd = q.len() / n;
     debug_assert!(q.len() == n * hd && st.l.len() == n && st.acc.len() >= n * hd);
+    #[cfg(target_arch = "x86_64")]
+    if wide_takes(hd, &b) {
+        // SAFETY: the 512-bit kernels take the heads' length and block.
+        return unsafe { update_heads_wide(q, b, scale_by, st, hd) };
+    }
     let mut heads = q
         .chunks_exact(hd)
         .zip(st.m.iter_mut().zip(st.l.iter_mut()))
@@ -257,6 +408,9 @@ fn widened<E: KvElem>(row: &[E], mut f: impl FnMut(usize, &[f32])) {
         f(i * WIDEN, E::widen(piece, &mut buf));
     }
 }
+
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
@@ -550,6 +704,16 @@ mod tests {
     /// Runs [`update`] and [`update_scalar`] twice on `b` (from a fresh
     /// state, then on top of it: the rescale) and compares the states.
     fn check(q: &[f32], b: Block<'_>, what: &str) {
+        check_with(update, q, b, what)
+    }
+
+    /// [`check`] for the update `f`.
+    fn check_with(
+        f: impl Fn(&[f32], Block<'_>, f32, State<'_>),
+        q: &[f32],
+        b: Block<'_>,
+        what: &str,
+    ) {
         let hd = q.len();
         let (mut m1, mut l1, mut a1) = (f32::NEG_INFINITY, 0f32, vec![0f32; hd]);
         let (mut m2, mut l2, mut a2) = (f32::NEG_INFINITY, 0f32, vec![0f32; hd]);
@@ -559,7 +723,7 @@ mod tests {
                 l: &mut l1,
                 acc: &mut a1,
             };
-            update(q, b, s, st1);
+            f(q, b, s, st1);
             let st2 = State {
                 m: &mut m2,
                 l: &mut l2,
@@ -601,6 +765,42 @@ mod tests {
         }
     }
 
+    /// Both x86 paths against the portable one, whichever `update` picks
+    /// here: the 512-bit one takes every head length the AVX2 one takes
+    /// that is a multiple of 16.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn each_x86_path_matches_the_portable_one() {
+        let mut ran = 0;
+        for (hd, n, stride) in [(64, 64, 192), (64, 13, 64), (128, 33, 256), (256, 7, 256)] {
+            let q = values(hd, 1.0);
+            let k = values(n * stride, 2.0);
+            let v = values(n * stride, 3.0);
+            let kh: Vec<f16> = k.iter().map(|&x| f16::from_f32(x)).collect();
+            let vh: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
+            for kv in [KvData::F32 { k: &k, v: &v }, KvData::F16 { k: &kh, v: &vh }] {
+                let b = Block { kv, stride, n };
+                if avx2_takes(hd, &b) {
+                    // SAFETY: the AVX2 kernels take it (checked just now).
+                    let f = |q: &[f32], b: Block<'_>, s, st: State<'_>| unsafe {
+                        update_avx2(q, b, s, st)
+                    };
+                    check_with(f, &q, b, &format!("avx2, hd {hd}, {n} keys"));
+                    ran += 1;
+                }
+                if wide_takes(hd, &b) {
+                    // SAFETY: the 512-bit kernels take it (checked just now).
+                    let f = |q: &[f32], b: Block<'_>, s, st: State<'_>| unsafe {
+                        update_wide([q], b, s, [st])
+                    };
+                    check_with(f, &q, b, &format!("avx512, hd {hd}, {n} keys"));
+                    ran += 1;
+                }
+            }
+        }
+        eprintln!("{ran} x86 cases");
+    }
+
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn the_vector_maximum_is_the_scalar_fold() {
@@ -625,6 +825,9 @@ mod tests {
     fn heads_two_at_a_time_give_the_bits_of_one_at_a_time() {
         for (heads, hd, n, stride) in [
             (3, 64, 37, 192),
+            (7, 64, 20, 448),
+            (8, 64, 64, 512),
+            (9, 64, 3, 576),
             (2, 80, 64, 80),
             (4, 8, 1, 8),
             (5, 256, 9, 512),
