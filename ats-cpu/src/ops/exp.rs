@@ -3,9 +3,31 @@
 //! SwiGLU in batched decode. Sixteen lanes (AVX-512 F) for the 512-bit
 //! attention kernels, with the same operations, so the same bits per lane.
 
+/// ln of the smallest normal f32: below it the result is 0.
+#[cfg(target_arch = "x86_64")]
+const LO: f32 = -87.336_54;
+/// The largest argument taken (the result stays finite).
+#[cfg(target_arch = "x86_64")]
+const HI: f32 = 88.3;
+/// ln 2 in two parts for the Cody-Waite reduction: `r = x - n ln 2`.
+#[cfg(target_arch = "x86_64")]
+const LN2: [f32; 2] = [0.693_359_4, -2.121_944_4e-4];
+/// The polynomial's coefficients, highest degree first (Cephes' expf).
+#[cfg(target_arch = "x86_64")]
+const POLY: [f32; 6] = [
+    1.987_569_1e-4,
+    1.398_199_9e-3,
+    8.333_452e-3,
+    4.166_579_6e-2,
+    1.666_666_5e-1,
+    5e-1,
+];
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2 {
     use std::arch::x86_64::*;
+
+    use super::{HI, LN2, LO, POLY};
 
     /// `exp(x)` for eight lanes: Cody-Waite reduction by ln 2 and a degree-5
     /// polynomial (Cephes' expf), within 2 ulp of the libm result for the
@@ -14,24 +36,18 @@ pub(crate) mod avx2 {
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     pub fn exp8(x: __m256) -> __m256 {
-        let lo = _mm256_set1_ps(-87.336_54); // ln of the smallest normal f32
+        let lo = _mm256_set1_ps(LO);
         let under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-        let x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.3));
+        let x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(HI));
         let fx = _mm256_round_ps(
             _mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)),
             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
         );
-        let r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693_359_4), x);
-        let r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.121_944_4e-4), r);
-        let mut p = _mm256_set1_ps(1.987_569_1e-4);
-        for c in [
-            1.398_199_9e-3,
-            8.333_452e-3,
-            4.166_579_6e-2,
-            1.666_666_5e-1,
-            5e-1,
-        ] {
-            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+        let r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(LN2[0]), x);
+        let r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(LN2[1]), r);
+        let mut p = _mm256_set1_ps(POLY[0]);
+        for c in &POLY[1..] {
+            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(*c));
         }
         let r2 = _mm256_mul_ps(r, r);
         let y = _mm256_add_ps(_mm256_fmadd_ps(p, r2, r), _mm256_set1_ps(1.0));
@@ -47,29 +63,25 @@ pub(crate) mod avx2 {
 pub(crate) mod avx512 {
     use std::arch::x86_64::*;
 
+    use super::{HI, LN2, LO, POLY};
+
     /// [`super::avx2::exp8`] for sixteen lanes: each lane's operations are
     /// the same, so are its bits.
     #[inline]
     #[target_feature(enable = "avx512f,avx2,fma")]
     pub fn exp16(x: __m512) -> __m512 {
-        let lo = _mm512_set1_ps(-87.336_54);
+        let lo = _mm512_set1_ps(LO);
         let under = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, lo);
-        let x = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.3));
+        let x = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(HI));
         // round to nearest, no exceptions: `_mm256_round_ps`'s mode
         let fx = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
             _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
         );
-        let r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693_359_4), x);
-        let r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.121_944_4e-4), r);
-        let mut p = _mm512_set1_ps(1.987_569_1e-4);
-        for c in [
-            1.398_199_9e-3,
-            8.333_452e-3,
-            4.166_579_6e-2,
-            1.666_666_5e-1,
-            5e-1,
-        ] {
-            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+        let r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(LN2[0]), x);
+        let r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(LN2[1]), r);
+        let mut p = _mm512_set1_ps(POLY[0]);
+        for c in &POLY[1..] {
+            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(*c));
         }
         let r2 = _mm512_mul_ps(r, r);
         let y = _mm512_add_ps(_mm512_fmadd_ps(p, r2, r), _mm512_set1_ps(1.0));
