@@ -2,8 +2,8 @@
 //! query heads of one KV head's group at once: each key and value is loaded
 //! and widened once for all of them, sixteen lanes at a time. Widening f16
 //! is what bounds the AVX2 path (it widens every key and value once per
-//! pair of heads, eight lanes at a time), and this CPU's 512-bit FMAs run
-//! at the rate of its 256-bit ones, so twice the lanes.
+//! pair of heads, eight lanes at a time); and on the Xeon it was measured
+//! on, 512-bit FMAs issue at the rate of 256-bit ones, so twice the lanes.
 //!
 //! Each head gets the same operations whichever heads it is taken with, so
 //! the same bits. They differ from the AVX2 path's (sixteen partial sums,
