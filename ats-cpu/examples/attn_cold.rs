@@ -14,17 +14,12 @@
 mod common;
 
 use ats_cpu::ops::attention::{KeyRange, KvData, KvRows, RowMap, flash_attention};
-use common::{attn_case, min_median_us};
+use common::{arg_or, attn_case, min_median_us};
 
 fn main() {
-    let arg = |i: usize, d: usize| {
-        std::env::args()
-            .nth(i)
-            .and_then(|a| a.parse().ok())
-            .unwrap_or(d)
-    };
-    let (rounds, keys, copies, threads) = (arg(1, 30), arg(2, 160), arg(3, 240), arg(4, 2));
-    let block = arg(5, 0);
+    let (rounds, keys, copies, threads) =
+        (arg_or(1, 30), arg_or(2, 160), arg_or(3, 240), arg_or(4, 2));
+    let block = arg_or(5, 0);
     let n_blocks = if block > 0 { keys.div_ceil(block) } else { 0 };
     let table: Vec<u32> = (0..n_blocks as u32).rev().collect();
     let map = if block > 0 {

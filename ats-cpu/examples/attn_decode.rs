@@ -11,13 +11,10 @@
 mod common;
 
 use ats_cpu::ops::attention::{KeyRange, KvData, KvRows, flash_attention};
-use common::{attn_case, min_median_us};
+use common::{arg_or, attn_case, min_median_us};
 
 fn main() {
-    let rounds: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(2000);
+    let rounds = arg_or(1, 2000);
     let team = ats_cpu::team::Team::new(1, "attn-decode").unwrap();
     for (name, heads) in [("smollm2", (9, 3, 64)), ("llama-1b", (32, 8, 64))] {
         for keys in [200, 2000] {

@@ -10,16 +10,10 @@
 mod common;
 
 use ats_cpu::ops::attention::{KeyRange, KvData, KvRows, flash_attention};
-use common::{attn_case, min_median_us};
+use common::{arg_or, attn_case, min_median_us};
 
 fn main() {
-    let arg = |i: usize, d: usize| {
-        std::env::args()
-            .nth(i)
-            .and_then(|a| a.parse().ok())
-            .unwrap_or(d)
-    };
-    let (rounds, p) = (arg(1, 20), arg(2, 512));
+    let (rounds, p) = (arg_or(1, 20), arg_or(2, 512));
     let team = ats_cpu::team::Team::new(1, "attn-prefill").unwrap();
     for (name, heads) in [("smollm2", (9, 3, 64)), ("llama-1b", (32, 8, 64))] {
         let mut c = attn_case(heads, p, p);

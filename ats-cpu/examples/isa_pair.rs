@@ -15,13 +15,10 @@ use std::time::Instant;
 
 use ats_core::dtype::DType;
 use ats_cpu::matmul::{Isa, MatmulScratch, WeightMatrix, matmul_with};
-use common::weights;
+use common::{arg_or, weights};
 
 fn main() {
-    let rounds: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(400);
+    let rounds = arg_or(1, 400);
     let filter = std::env::args().nth(2).unwrap_or_default();
     let isas: Vec<Isa> = Isa::available()
         .into_iter()

@@ -12,6 +12,15 @@ use ats_cpu::matmul::weight_bytes;
 use ats_cpu::ops::attention::AttnShape;
 use half::f16;
 
+/// Command-line argument `i` as a number, or `default` when it is absent or
+/// not one.
+pub fn arg_or(i: usize, default: usize) -> usize {
+    std::env::args()
+        .nth(i)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(default)
+}
+
 /// `n` values in [-1, 1] from a xorshift32 seeded with `seed`.
 pub fn values(n: usize, seed: u32) -> Vec<f32> {
     let mut s = seed | 1;

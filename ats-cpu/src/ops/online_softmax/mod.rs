@@ -307,8 +307,9 @@ pub(crate) struct Heads<'a> {
 }
 
 /// [`update`] for consecutive query heads `q` (`m.len()` heads, one after
-/// another) that read the keys and values of `b`: two at a time, each key
-/// and value loaded once for both (the same bits as one at a time).
+/// another) that read the keys and values of `b`: up to four at a time on
+/// 512-bit registers, else two at a time, each key and value loaded once
+/// for the heads taken together (the same bits as one at a time).
 pub(crate) fn update_heads(q: &[f32], b: Block<'_>, scale_by: f32, st: Heads<'_>) {
     let n = st.m.len();
     if n == 0 {
@@ -701,6 +702,11 @@ mod tests {
             .collect()
     }
 
+    /// `x` in f16.
+    fn halves(x: &[f32]) -> Vec<f16> {
+        x.iter().map(|&v| f16::from_f32(v)).collect()
+    }
+
     /// Runs [`update`] and [`update_scalar`] twice on `b` (from a fresh
     /// state, then on top of it: the rescale) and compares the states.
     fn check(q: &[f32], b: Block<'_>, what: &str) {
@@ -758,8 +764,7 @@ mod tests {
             let v = values(n * stride, 3.0);
             let kv = KvData::F32 { k: &k, v: &v };
             check(&q, Block { kv, stride, n }, &format!("f32 hd {hd}"));
-            let kh: Vec<f16> = k.iter().map(|&x| f16::from_f32(x)).collect();
-            let vh: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
+            let (kh, vh) = (halves(&k), halves(&v));
             let kv = KvData::F16 { k: &kh, v: &vh };
             check(&q, Block { kv, stride, n }, &format!("f16 hd {hd}"));
         }
@@ -776,8 +781,7 @@ mod tests {
             let q = values(hd, 1.0);
             let k = values(n * stride, 2.0);
             let v = values(n * stride, 3.0);
-            let kh: Vec<f16> = k.iter().map(|&x| f16::from_f32(x)).collect();
-            let vh: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
+            let (kh, vh) = (halves(&k), halves(&v));
             for kv in [KvData::F32 { k: &k, v: &v }, KvData::F16 { k: &kh, v: &vh }] {
                 let b = Block { kv, stride, n };
                 if avx2_takes(hd, &b) {
@@ -836,8 +840,7 @@ mod tests {
             let q = values(heads * hd, 1.0);
             let k = values(n * stride, 2.0);
             let v = values(n * stride, 3.0);
-            let kh: Vec<f16> = k.iter().map(|&x| f16::from_f32(x)).collect();
-            let vh: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
+            let (kh, vh) = (halves(&k), halves(&v));
             for kv in [KvData::F32 { k: &k, v: &v }, KvData::F16 { k: &kh, v: &vh }] {
                 let b = Block { kv, stride, n };
                 let fresh = || {
