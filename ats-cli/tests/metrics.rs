@@ -112,6 +112,11 @@ fn metrics_count_requests_tokens_the_pool_and_each_ledger_region() {
         0.0,
         "a 400 is no engine failure"
     );
+    assert_eq!(
+        m.value("ats_requests_preempted_total"),
+        0.0,
+        "one request never gives way"
+    );
     assert_eq!(m.value("ats_requests_running"), 0.0);
     assert_eq!(m.value("ats_requests_queued"), 0.0);
     assert_eq!(

@@ -1,6 +1,7 @@
 //! The scheduler: requests answered together give each the answer it gets
 //! alone (greedy), decodes are not starved by a long prompt, a full KV pool
-//! is back-pressure or a clear error, never an over-full pool, a
+//! preempts the newest request, which later resumes with the answer it
+//! gets alone (never an over-full pool), a
 //! cancelled request frees its blocks, and grammars and log-probabilities
 //! are per request.
 
@@ -10,6 +11,7 @@ use std::sync::Arc;
 use ats_core::SamplerConfig;
 use ats_core::device::KvType;
 use ats_core::grammar::{GrammarSpec, Grammars};
+use ats_core::round::{EmbedOverride, Positions};
 use ats_core::sampling::TokenLogprob;
 use ats_core::spec::ModelSpec;
 use ats_sched::config::Policy;
@@ -200,7 +202,6 @@ fn requests_with_a_common_prefix_compute_it_once() {
 /// A request of `prompt` whose rows `rows` are the image `image` (one row
 /// of the model's width per image token), at M-RoPE text positions.
 fn image_request(prompt: &[u32], rows: std::ops::Range<usize>, image: &[f32]) -> Request {
-    use ats_core::round::{EmbedOverride, Positions};
     let embeds = EmbedOverride {
         rows: rows.collect(),
         data: image.to_vec(),
@@ -296,28 +297,195 @@ fn decodes_go_on_while_a_long_prompt_is_fed_in_chunks() {
     assert_eq!(done[&long].tokens.len(), 2);
 }
 
+/// Two prompts of a block each (of 32 tokens), with no common prefix.
+fn two_prompts() -> [Vec<u32>; 2] {
+    [
+        (0..24).map(|i| (i * 11 + 1) % 500).collect(),
+        (0..20).map(|i| (i * 7 + 3) % 500).collect(),
+    ]
+}
+
 #[test]
-fn a_full_kv_pool_makes_requests_wait_or_fail_clearly() {
-    // 64 tokens of cache for two requests that need 40 each
-    let mut s = session(64);
-    let p: Vec<u32> = (0..36).map(|i| (i * 11 + 1) % 500).collect();
+fn a_full_kv_pool_preempts_the_newest_request_and_resumes_it() {
+    // 3 blocks of cache for two answers that each grow into a second block
+    let mut s = session(96);
+    assert_eq!(s.run_config().kv_block_tokens, 32, "premise: blocks of 32");
+    let p = two_prompts();
+    let mut solo = session(512);
+    let want: Vec<Generation> = p
+        .iter()
+        .map(|p| {
+            solo.reset();
+            solo.generate(p, &greedy(40), &mut |_| true).unwrap()
+        })
+        .collect();
     let mut sched = Scheduler::new(SchedulerConfig {
         max_seqs: 2,
         round_tokens: None,
     });
-    let ids: Vec<RequestId> = (0..2)
-        .map(|_| sched.submit(Request::text(p.clone(), greedy(4))))
+    let ids: Vec<RequestId> = p
+        .iter()
+        .map(|p| sched.submit(Request::text(p.clone(), greedy(40))))
         .collect();
-    let done = drain(&mut sched, &mut s).done;
-    let ok = ids.iter().filter(|id| done[*id].is_ok()).count();
-    assert!(ok >= 1, "one fits: {done:?}");
-    for id in &ids {
-        if let Err(e) = &done[id] {
-            assert!(e.contains("KV pool is full"), "{e}");
-        }
+    let Drained {
+        text, done, most, ..
+    } = drain(&mut sched, &mut s);
+    assert_eq!(most, 2, "both ran at once before the pool filled");
+    assert!(
+        sched.preemptions() >= 1,
+        "the pool cannot hold both answers"
+    );
+    for (i, id) in ids.iter().enumerate() {
+        let g = done[id].as_ref().unwrap();
+        assert_eq!(g.tokens, want[i].tokens, "request {i}: its answer alone");
+        assert_eq!(
+            text.get(id).cloned().unwrap_or_default(),
+            g.text,
+            "request {i}: the events carry the text once"
+        );
+        assert_eq!(g.timings.gen_tokens, 40);
+        assert_eq!(g.timings.prompt_tokens, p[i].len());
     }
     assert_eq!(s.pool_stats().held, 0);
-    assert!(s.pool_stats().blocks * s.run_config().kv_block_tokens >= 64);
+    assert!(s.pool_stats().blocks * s.run_config().kv_block_tokens >= 96);
+}
+
+#[test]
+fn a_preempted_request_stopped_while_it_waits_ends_with_its_answer_so_far() {
+    let mut s = session(96);
+    let mut sched = Scheduler::new(SchedulerConfig {
+        max_seqs: 2,
+        round_tokens: None,
+    });
+    let ids: Vec<RequestId> = two_prompts()
+        .into_iter()
+        .map(|p| sched.submit(Request::text(p, greedy(40))))
+        .collect();
+    let mut text = String::new();
+    let collect = |evs: Vec<Event>, text: &mut String| {
+        let mut done = None;
+        for ev in evs {
+            match ev {
+                Event::Text { id, text: t } if id == ids[1] => text.push_str(&t),
+                Event::Done { id, generation } if id == ids[1] => done = Some(generation),
+                Event::Failed { error, .. } => panic!("{error}"),
+                _ => {}
+            }
+        }
+        done
+    };
+    for _ in 0..200 {
+        if sched.preemptions() > 0 {
+            break;
+        }
+        assert!(collect(sched.step(&mut s), &mut text).is_none());
+    }
+    assert_eq!((sched.preemptions(), sched.waiting()), (1, 1));
+    let g = collect(sched.stop(ids[1], &mut s), &mut text).expect("its answer");
+    assert_eq!(g.stop, StopReason::Cancelled);
+    assert!(!g.tokens.is_empty(), "it had answered before it gave way");
+    assert_eq!(g.text, text, "the events carry the text once");
+    assert_eq!(sched.waiting(), 0);
+    let done = drain(&mut sched, &mut s).done;
+    assert_eq!(done[&ids[0]].as_ref().unwrap().tokens.len(), 40);
+    assert_eq!(s.pool_stats().held, 0);
+}
+
+#[test]
+fn a_request_alone_stops_at_the_context_and_is_never_preempted() {
+    // the pool is the context: a request alone fills both at once
+    let mut s = session(64);
+    let p: Vec<u32> = (0..60).map(|i| (i * 11 + 1) % 500).collect();
+    let mut sched = Scheduler::new(SchedulerConfig::default());
+    let id = sched.submit(Request::text(p, greedy(10)));
+    let done = drain(&mut sched, &mut s).done;
+    let g = done[&id].as_ref().unwrap();
+    assert_eq!(g.stop, StopReason::ContextFull);
+    assert_eq!(sched.preemptions(), 0, "nothing to give way to");
+    assert_eq!(s.pool_stats().held, 0);
+}
+
+#[test]
+fn a_preempted_image_request_resumes_at_its_own_positions() {
+    let spec = Arc::new(ModelSpec::open(fixtures().join("qwen2_vl/qwen2_vl-f32.gguf")).unwrap());
+    let n_embd = spec.hp.n_embd;
+    let on = |n_ctx: usize| {
+        engine_on(
+            spec.clone(),
+            host_only(cpu(2)),
+            n_ctx,
+            KvType::F32,
+            Policy::Ats,
+            false,
+        )
+    };
+    let mut s = on(128);
+    assert_eq!(s.run_config().kv_block_tokens, 32, "premise: blocks of 32");
+    let ps = prompts(&s);
+    // a 4 x 5 image after 3 tokens, at M-RoPE grid positions: the text
+    // after it (and the answer) sits 12 positions below its token index
+    let request = |text: &[u32], seed: u32| {
+        let p = [&text[..3], &[0; 20][..], &text[3..]].concat();
+        let image: Vec<f32> = (0..20 * n_embd)
+            .map(|i| ((i as u32).wrapping_mul(2654435761) ^ seed) as f32 / u32::MAX as f32 - 0.5)
+            .collect();
+        let mut pos = Positions::mrope_text(0, 3);
+        for r in 0..20 {
+            pos.data.extend([3, 3 + r / 5, 3 + r % 5, 0]);
+        }
+        let after = 8 + (p.len() - 23);
+        pos.data.extend(Positions::mrope_text(8, p.len() - 23).data);
+        Request {
+            prompt: p,
+            embeds: Some((
+                EmbedOverride {
+                    rows: (3..23).collect(),
+                    data: image,
+                },
+                pos,
+                after as i64,
+            )),
+            params: greedy(40),
+        }
+    };
+    let reqs = [
+        request(&[&ps[0][..], &ps[4][..]].concat(), 1),
+        request(&ps[3], 2),
+    ];
+    assert!(
+        reqs.iter().all(|r| (33..64).contains(&r.prompt.len())),
+        "premise: two blocks of prompt each"
+    );
+    let mut alone = on(512);
+    let want: Vec<Vec<u32>> = reqs
+        .iter()
+        .map(|r| {
+            let mut one = Scheduler::new(SchedulerConfig::default());
+            let id = one.submit(r.clone());
+            drain(&mut one, &mut alone)
+                .done
+                .remove(&id)
+                .unwrap()
+                .unwrap()
+                .tokens
+        })
+        .collect();
+    // 4 blocks for two answers of 3 blocks each
+    let mut sched = Scheduler::new(SchedulerConfig {
+        max_seqs: 2,
+        round_tokens: None,
+    });
+    let ids: Vec<RequestId> = reqs.iter().map(|r| sched.submit(r.clone())).collect();
+    let done = drain(&mut sched, &mut s).done;
+    assert!(
+        sched.preemptions() >= 1,
+        "the pool cannot hold both answers"
+    );
+    for (i, id) in ids.iter().enumerate() {
+        let g = done[id].as_ref().unwrap();
+        assert_eq!(g.tokens, want[i], "request {i}: its answer alone");
+    }
+    assert_eq!(s.pool_stats().held, 0);
 }
 
 #[test]

@@ -112,6 +112,12 @@ fn requests(e: &mut Exposition, s: &StatsSnapshot) {
         s.failed,
     );
     e.one(
+        "ats_requests_preempted_total",
+        Counter,
+        "Times a running request gave its KV blocks back to the others and resumed later.",
+        s.preempted,
+    );
+    e.one(
         "ats_requests_running",
         Gauge,
         "Requests running now, each a sequence of the session.",
@@ -282,6 +288,7 @@ mod tests {
             served: 7,
             cancelled: 1,
             failed: 0,
+            preempted: 3,
             prompt_tokens: 90,
             cached_tokens: 30,
             generated_tokens: 12,
@@ -315,6 +322,7 @@ mod tests {
             }
         }
         assert!(text.contains("ats_requests_served_total 7\n"));
+        assert!(text.contains("ats_requests_preempted_total 3\n"));
         assert!(text.contains(
             "ats_memory_used_bytes{role=\"gpu\",device=\"sim \\\"gpu\\\"\\\\0\",region=\"resident\"} 4\n"
         ));

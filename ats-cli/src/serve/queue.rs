@@ -90,6 +90,7 @@ struct Stats {
     served: AtomicU64,
     cancelled: AtomicU64,
     failed: AtomicU64,
+    preempted: AtomicU64,
     prompt_tokens: AtomicU64,
     cached_tokens: AtomicU64,
     generated_tokens: AtomicU64,
@@ -114,6 +115,9 @@ pub struct StatsSnapshot {
     pub cancelled: u64,
     /// Generations that failed.
     pub failed: u64,
+    /// Times a running request gave its KV blocks back to the others (it
+    /// resumed later).
+    pub preempted: u64,
     /// Prompt tokens of finished requests.
     pub prompt_tokens: u64,
     /// Of those, tokens taken from the KV pool instead of computed.
@@ -250,6 +254,7 @@ impl Queue {
             served: s.served.load(Ordering::SeqCst),
             cancelled: s.cancelled.load(Ordering::SeqCst),
             failed: s.failed.load(Ordering::SeqCst),
+            preempted: s.preempted.load(Ordering::SeqCst),
             prompt_tokens: s.prompt_tokens.load(Ordering::SeqCst),
             cached_tokens: s.cached_tokens.load(Ordering::SeqCst),
             generated_tokens: s.generated_tokens.load(Ordering::SeqCst),
@@ -429,6 +434,9 @@ impl Worker {
         self.stats
             .running
             .store(self.sched.running(), Ordering::SeqCst);
+        self.stats
+            .preempted
+            .store(self.sched.preemptions(), Ordering::SeqCst);
         let round = self.sched.last_round().filter(|r| Some(*r) != before);
         self.state.publish(&self.session, round);
         match events {

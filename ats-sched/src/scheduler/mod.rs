@@ -7,6 +7,13 @@
 //! budget with prompt chunks, so running answers are never starved by a
 //! long prompt. Sampling, stop strings and limits are per request; events
 //! say what each request got.
+//!
+//! When the KV pool cannot hold every running answer, the newest request is
+//! preempted: its blocks go back and it waits at the front of the queue with
+//! its answer so far. Once the pool can hold it again it computes its prompt
+//! and that answer again (from what the pool still caches of them) and goes
+//! on from the same sampler, grammar and stop-string state, so its events
+//! read as if it had never stopped.
 
 mod request;
 
@@ -60,11 +67,35 @@ impl RoundRecord {
     }
 }
 
+/// A request waiting for a sequence.
+struct Waiting {
+    id: RequestId,
+    req: Request,
+    /// When it was submitted, on the session's clock (`None` until the next
+    /// [`Scheduler::step`] sees it: [`Scheduler::submit`] has no session to
+    /// read the clock of).
+    submitted: Option<f64>,
+    /// What a preempted request had answered (`None`: not started).
+    resume: Option<Resume>,
+}
+
+/// The state a preempted request goes on from.
+struct Resume {
+    decoder: Decoder,
+    timings: Timings,
+    /// Tokens of the answer that `req.prompt` ends with.
+    answer_in_prompt: usize,
+}
+
 /// A request being answered.
 struct Running {
     id: RequestId,
     seq: SeqId,
+    /// The request; after a preemption its prompt ends with the answer so
+    /// far (the tokens to compute again).
     req: Request,
+    /// Tokens of the answer that `req.prompt` ends with.
+    answer_in_prompt: usize,
     /// Prompt tokens in the cache.
     fed: usize,
     /// The token to feed next (once the prompt is in).
@@ -78,13 +109,12 @@ struct Running {
 /// Admits requests and runs their rounds on a session.
 pub struct Scheduler {
     cfg: SchedulerConfig,
-    /// Requests not started, each with when it was submitted on the
-    /// session's clock (`None` until the next [`Scheduler::step`] sees it:
-    /// [`Scheduler::submit`] has no session to read the clock of).
-    waiting: VecDeque<(RequestId, Request, Option<f64>)>,
+    /// Requests not running, preempted ones first.
+    waiting: VecDeque<Waiting>,
     running: Vec<Running>,
     next_id: RequestId,
     last_round: Option<RoundRecord>,
+    preemptions: u64,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -115,7 +145,13 @@ impl Scheduler {
             running: Vec::new(),
             next_id: 0,
             last_round: None,
+            preemptions: 0,
         }
+    }
+
+    /// Requests preempted so far to free KV blocks (each resumed later).
+    pub fn preemptions(&self) -> u64 {
+        self.preemptions
     }
 
     /// What the last round that ran carried (`None` before the first).
@@ -127,14 +163,19 @@ impl Scheduler {
     pub fn submit(&mut self, req: Request) -> RequestId {
         let id = self.next_id;
         self.next_id += 1;
-        self.waiting.push_back((id, req, None));
+        self.waiting.push_back(Waiting {
+            id,
+            req,
+            submitted: None,
+            resume: None,
+        });
         id
     }
 
     /// Drops a request, queued or running (its sequence ends); false if it
     /// is not there.
     pub fn cancel(&mut self, id: RequestId, session: &mut Session) -> bool {
-        if let Some(i) = self.waiting.iter().position(|w| w.0 == id) {
+        if let Some(i) = self.waiting.iter().position(|w| w.id == id) {
             self.waiting.remove(i);
             return true;
         }
@@ -148,19 +189,23 @@ impl Scheduler {
         }
     }
 
-    /// Ends request `id` now, as a caller's stop: a running one finishes
-    /// with [`StopReason::Cancelled`], its tokens and timings so far (its
-    /// sequence ends); a queued one is dropped. Returns its events.
+    /// Ends request `id` now, as a caller's stop: a running or preempted
+    /// one finishes with [`StopReason::Cancelled`], its tokens and timings
+    /// so far (its sequence ends); one not started is dropped. Returns its
+    /// events.
     pub fn stop(&mut self, id: RequestId, session: &mut Session) -> Vec<Event> {
-        if let Some(i) = self.waiting.iter().position(|w| w.0 == id) {
-            self.waiting.remove(i);
-            return Vec::new();
+        if let Some(i) = self.waiting.iter().position(|w| w.id == id) {
+            let w = self.waiting.remove(i).expect("found above");
+            return match w.resume {
+                Some(r) => finish(id, r.decoder, r.timings, Ok(StopReason::Cancelled)),
+                None => Vec::new(),
+            };
         }
         match self.running.iter().position(|r| r.id == id) {
             Some(i) => {
                 let r = self.running.remove(i);
                 session.remove_sequence(r.seq);
-                finish(r, Ok(StopReason::Cancelled))
+                finish(r.id, r.decoder, r.timings, Ok(StopReason::Cancelled))
             }
             None => Vec::new(),
         }
@@ -185,8 +230,8 @@ impl Scheduler {
     pub fn step(&mut self, session: &mut Session) -> Vec<Event> {
         let mut events = Vec::new();
         let now = session.now();
-        for w in self.waiting.iter_mut().filter(|w| w.2.is_none()) {
-            w.2 = Some(now);
+        for w in self.waiting.iter_mut().filter(|w| w.submitted.is_none()) {
+            w.submitted = Some(now);
         }
         self.admit(session, &mut events);
         if self.running.is_empty() {
@@ -242,11 +287,17 @@ impl Scheduler {
             if self
                 .waiting
                 .front()
-                .is_some_and(|w| self.prefix_in_flight(session, &w.1))
+                .is_some_and(|w| self.must_wait(session, w))
             {
                 return;
             }
-            let Some((id, req, submitted)) = self.waiting.pop_front() else {
+            let Some(Waiting {
+                id,
+                req,
+                submitted,
+                resume,
+            }) = self.waiting.pop_front()
+            else {
                 return;
             };
             if req.prompt.is_empty() || req.prompt.len() > session.n_ctx() {
@@ -262,22 +313,47 @@ impl Scheduler {
             }
             let (seq, cached) =
                 session.add_sequence_for_input(&req.prompt, req.embeds.as_ref().map(|e| &e.0));
-            let timings = Timings {
-                prompt_tokens: req.prompt.len(),
-                cached_tokens: cached,
-                ..Timings::default()
-            };
-            self.running.push(Running {
-                id,
-                seq,
-                fed: cached,
-                next: None,
+            let state = resume.unwrap_or_else(|| Resume {
                 decoder: Decoder::new(&req.params),
-                req,
-                submitted: submitted.unwrap_or_else(|| session.now()),
-                timings,
+                timings: Timings {
+                    prompt_tokens: req.prompt.len(),
+                    cached_tokens: cached,
+                    ..Timings::default()
+                },
+                answer_in_prompt: 0,
             });
+            // in order of arrival, a resumed request among those admitted
+            // after it: the newest is the one that gives way
+            let at = self.running.partition_point(|r| r.id < id);
+            self.running.insert(
+                at,
+                Running {
+                    id,
+                    seq,
+                    fed: cached,
+                    next: None,
+                    decoder: state.decoder,
+                    answer_in_prompt: state.answer_in_prompt,
+                    req,
+                    submitted: submitted.unwrap_or_else(|| session.now()),
+                    timings: state.timings,
+                },
+            );
         }
+    }
+
+    /// Whether the first waiting request must wait (and those behind it,
+    /// first come first served): its prompt's prefix is being computed, or
+    /// it was preempted and the pool cannot hold it yet beside the
+    /// running ones (taken back at once, it would take blocks they need
+    /// and be preempted again).
+    fn must_wait(&self, session: &Session, w: &Waiting) -> bool {
+        if w.resume.is_some() {
+            let bt = session.run_config().kv_block_tokens.max(1);
+            let need = (w.req.prompt.len() + 1).div_ceil(bt);
+            return !self.running.is_empty() && session.free_blocks() < need;
+        }
+        self.prefix_in_flight(session, &w.req)
     }
 
     /// Whether a running request is computing blocks of `req`'s prompt
@@ -438,19 +514,37 @@ impl Scheduler {
         for (at, outcome) in done {
             let r = self.running.remove(at);
             session.remove_sequence(r.seq);
-            events.extend(finish(r, outcome));
+            events.extend(finish(r.id, r.decoder, r.timings, outcome));
         }
     }
 
-    /// Ends the newest running request with `why` (its blocks go back).
+    /// Gives the blocks of the running request that arrived last back: it
+    /// waits at the front of the queue with its answer so far. A request
+    /// running alone can never fit and fails with `why`.
     fn preempt_newest(&mut self, session: &mut Session, why: &str, events: &mut Vec<Event>) {
-        if let Some(r) = self.running.pop() {
-            session.remove_sequence(r.seq);
+        let Some(r) = self.running.pop() else {
+            return;
+        };
+        session.remove_sequence(r.seq);
+        if self.running.is_empty() {
             events.push(Event::Failed {
                 id: r.id,
                 error: why.to_string(),
             });
+            return;
         }
+        self.preemptions += 1;
+        let answer = r.decoder.tokens();
+        self.waiting.push_front(Waiting {
+            id: r.id,
+            req: r.req.continued(&answer[r.answer_in_prompt..]),
+            submitted: Some(r.submitted),
+            resume: Some(Resume {
+                answer_in_prompt: answer.len(),
+                decoder: r.decoder,
+                timings: r.timings,
+            }),
+        });
     }
 
     /// Fails every request in `work` with `e` (their sequences end).
@@ -476,20 +570,24 @@ impl Scheduler {
 
 /// The events a finished request ends with: the rest of its text, then
 /// the whole answer.
-fn finish(r: Running, outcome: Result<StopReason, String>) -> Vec<Event> {
+fn finish(
+    id: RequestId,
+    decoder: Decoder,
+    mut timings: Timings,
+    outcome: Result<StopReason, String>,
+) -> Vec<Event> {
     let stop = match outcome {
         Ok(s) => s,
-        Err(error) => return vec![Event::Failed { id: r.id, error }],
+        Err(error) => return vec![Event::Failed { id, error }],
     };
     let mut out = Vec::new();
-    let (tokens, text, held_back_bytes, logprobs) = r.decoder.finish(&stop, &mut |t, lps| {
-        push_text(&mut out, r.id, t, lps);
+    let (tokens, text, held_back_bytes, logprobs) = decoder.finish(&stop, &mut |t, lps| {
+        push_text(&mut out, id, t, lps);
         true
     });
-    let mut timings = r.timings;
     timings.gen_tokens = tokens.len();
     out.push(Event::Done {
-        id: r.id,
+        id,
         generation: Generation {
             tokens,
             text,

@@ -28,6 +28,27 @@ impl Request {
             params,
         }
     }
+
+    /// This request with `answer` (tokens generated for it) after its
+    /// prompt, at the positions decoding gave them: a preempted request
+    /// computes them again.
+    pub(crate) fn continued(&self, answer: &[u32]) -> Request {
+        let embeds = self.embeds.as_ref().map(|(rows, pos, after)| {
+            let start = (*after).max(0) as usize;
+            let text = match pos.components {
+                1 => Positions::linear(start, answer.len()),
+                _ => Positions::mrope_text(start, answer.len()),
+            };
+            let mut pos = pos.clone();
+            pos.data.extend(text.data);
+            (rows.clone(), pos, after + answer.len() as i64)
+        });
+        Request {
+            prompt: [&self.prompt[..], answer].concat(),
+            embeds,
+            params: self.params.clone(),
+        }
+    }
 }
 
 /// What happened to a request in a step.
