@@ -430,13 +430,16 @@ impl Worker {
     fn step(&mut self) {
         let (sched, session) = (&mut self.sched, &mut self.session);
         let before = sched.last_round();
+        let preempted = sched.preemptions();
         let events = std::panic::catch_unwind(AssertUnwindSafe(|| sched.step(session)));
         self.stats
             .running
             .store(self.sched.running(), Ordering::SeqCst);
-        self.stats
-            .preempted
-            .store(self.sched.preemptions(), Ordering::SeqCst);
+        // added, not stored: a scheduler rebuilt after a panic counts from 0
+        self.stats.preempted.fetch_add(
+            self.sched.preemptions().saturating_sub(preempted),
+            Ordering::SeqCst,
+        );
         let round = self.sched.last_round().filter(|r| Some(*r) != before);
         self.state.publish(&self.session, round);
         match events {
