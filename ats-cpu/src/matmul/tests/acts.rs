@@ -32,6 +32,11 @@ fn simd_quantisers_match_scalar_bit_for_bit() {
     let mut r = random::rng(5);
     let mut inputs = vec![random::activations(4 * 512, &mut r), tie_inputs().repeat(4)];
     inputs.push(vec![0.0; 4 * 512]);
+    // rows of 18 blocks (SmolLM2's 576): a group of 16 and a tail of 2
+    let mut narrow = random::activations(4 * 576, &mut r);
+    narrow[600] = 0.0;
+    narrow[32 * 20..32 * 21].fill(0.0);
+    narrow[33 * 32 + 7] = -1e-30;
     for x in &inputs {
         for format in [ActFormat::Q8_0, ActFormat::Q8_1, ActFormat::Q8K] {
             let s = quantize(x, 4, format, Isa::Scalar);
@@ -43,6 +48,16 @@ fn simd_quantisers_match_scalar_bit_for_bit() {
                 assert_eq!(bits(&v.d), bits(&s.d), "{isa} {format:?}");
                 assert_eq!(bits(&v.s), bits(&s.s), "{isa} {format:?}");
             }
+        }
+    }
+    for format in [ActFormat::Q8_0, ActFormat::Q8_1] {
+        let s = quantize(&narrow, 4, format, Isa::Scalar);
+        for isa in Isa::available() {
+            let v = quantize(&narrow, 4, format, isa);
+            let bits = |f: &[f32]| f.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(v.qs, s.qs, "{isa} {format:?}, 576 columns");
+            assert_eq!(bits(&v.d), bits(&s.d), "{isa} {format:?}, 576 columns");
+            assert_eq!(bits(&v.s), bits(&s.s), "{isa} {format:?}, 576 columns");
         }
     }
 }
