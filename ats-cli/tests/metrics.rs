@@ -1,6 +1,7 @@
 //! `GET /metrics` as a Prometheus scraper reads it: the text exposition
 //! format parsed line by line, each family with its HELP and TYPE, and the
-//! values those of the server's own state.
+//! values those of the server's own state; and what it counts when
+//! requests outgrow the KV pool (they give way, none fails).
 
 mod common;
 
@@ -176,4 +177,56 @@ fn metrics_count_requests_tokens_the_pool_and_each_ledger_region() {
     let replans = st["replans"]["replans"].as_f64().unwrap();
     assert_eq!(m.value("ats_replans_total{outcome=\"changed\"}"), replans);
     assert_eq!(m.types["ats_replans_total"], "counter");
+}
+
+#[test]
+fn requests_outgrowing_the_pool_give_way_and_each_answers_as_alone() {
+    // A pool of 4 blocks (the context, 128 tokens) for 4 requests at once
+    // whose answers take 3 blocks each: the newest give way and resume.
+    let server = Server::start(&qwen2(), &["-c", "128", "--parallel", "4", "--queue", "64"]);
+    let texts = ["copyright notice", "hello there", "the license", "warranty"];
+    let body = |i: usize| {
+        json!({
+            "messages": [{"role": "user", "content": texts[i % 4]}],
+            "temperature": 0,
+            "max_tokens": 50 + (i % 3) * 5,
+            "ignore_eos": true,
+        })
+        .to_string()
+    };
+    let answer = |i: usize| {
+        let (s, v) = post(&server.url("/v1/chat/completions"), &body(i));
+        assert_eq!(s, 200, "request {i}: {v}");
+        v["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    // each distinct request alone first
+    let alone: Vec<String> = (0..12).map(answer).collect();
+    let together: Vec<(usize, String)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..12)
+            .map(|t| {
+                let answer = &answer;
+                s.spawn(move || {
+                    (0..3)
+                        .map(|k| (t + 12 * k, answer(t + 12 * k)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("client"))
+            .collect()
+    });
+    for (i, got) in &together {
+        assert_eq!(got, &alone[i % 12], "request {i}: its answer alone");
+    }
+    let m = scrape(&server);
+    assert_eq!(m.value("ats_requests_failed_total"), 0.0);
+    assert!(
+        m.value("ats_requests_preempted_total") >= 1.0,
+        "4 answers of 3 blocks in a pool of 4"
+    );
 }
