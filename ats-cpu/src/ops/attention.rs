@@ -39,7 +39,6 @@ impl<'a> KvData<'a> {
         }
     }
 
-    /// Both slices from value `n`.
     /// Asks for `rows` rows of `cols` values from value `at`, `stride`
     /// apart, of the keys and of the values: hints only, never read.
     fn prefetch(&self, at: usize, rows: usize, stride: usize, cols: usize) {
@@ -66,6 +65,7 @@ impl<'a> KvData<'a> {
         let _ = (at, rows, stride, cols);
     }
 
+    /// Both slices from value `n`.
     pub(crate) fn skip(self, n: usize) -> KvData<'a> {
         match self {
             KvData::F32 { k, v } => KvData::F32 {
@@ -185,15 +185,15 @@ impl<'a> KvRows<'a> {
                 f(t0, Block { kv, stride: w, n });
             }
             (_, data) => {
-                // one block per run of consecutive rows (n <= MAX_KEYS)
-                // One head's columns of rows a pool's block apart: the
-                // hardware's stream prefetch loses them at every block's
-                // end (whole rows, read one after another, it keeps).
+                // One block per run of consecutive rows (n <= MAX_KEYS).
+                // One head's columns of rows a pool's block apart are asked
+                // for a block ahead: the hardware's stream prefetch loses
+                // them at every block's end (whole rows, read one after
+                // another, it keeps).
                 let ask = cols.len() < width;
                 let mut key = t0;
                 for (row, len) in self.map.runs(t0, n) {
-                    // the next block, while this one is computed
-                    if let Some((next, rows)) = self.map.run_at(key + len).filter(|_| ask) {
+                    if ask && let Some((next, rows)) = self.map.run_at(key + len) {
                         data.prefetch(next * width + cols.start, rows, width, cols.len());
                     }
                     let kv = data.skip(row * width + cols.start);

@@ -76,15 +76,16 @@ struct Waiting {
     /// read the clock of).
     submitted: Option<f64>,
     /// What a preempted request had answered (`None`: not started).
-    resume: Option<Resume>,
+    answer: Option<Answer>,
 }
 
-/// The state a preempted request goes on from.
-struct Resume {
+/// A request's answer so far: what it goes on from when it runs again.
+struct Answer {
     decoder: Decoder,
     timings: Timings,
-    /// Tokens of the answer that `req.prompt` ends with.
-    answer_in_prompt: usize,
+    /// Tokens of the answer that the request's prompt ends with (computed
+    /// again after a preemption).
+    in_prompt: usize,
 }
 
 /// A request being answered.
@@ -94,16 +95,13 @@ struct Running {
     /// The request; after a preemption its prompt ends with the answer so
     /// far (the tokens to compute again).
     req: Request,
-    /// Tokens of the answer that `req.prompt` ends with.
-    answer_in_prompt: usize,
     /// Prompt tokens in the cache.
     fed: usize,
     /// The token to feed next (once the prompt is in).
     next: Option<u32>,
-    decoder: Decoder,
     /// When it was submitted, on the session's clock ([`Session::now`]).
     submitted: f64,
-    timings: Timings,
+    answer: Answer,
 }
 
 /// Admits requests and runs their rounds on a session.
@@ -167,7 +165,7 @@ impl Scheduler {
             id,
             req,
             submitted: None,
-            resume: None,
+            answer: None,
         });
         id
     }
@@ -196,8 +194,8 @@ impl Scheduler {
     pub fn stop(&mut self, id: RequestId, session: &mut Session) -> Vec<Event> {
         if let Some(i) = self.waiting.iter().position(|w| w.id == id) {
             let w = self.waiting.remove(i).expect("found above");
-            return match w.resume {
-                Some(r) => finish(id, r.decoder, r.timings, Ok(StopReason::Cancelled)),
+            return match w.answer {
+                Some(a) => finish(id, a, Ok(StopReason::Cancelled)),
                 None => Vec::new(),
             };
         }
@@ -205,7 +203,7 @@ impl Scheduler {
             Some(i) => {
                 let r = self.running.remove(i);
                 session.remove_sequence(r.seq);
-                finish(r.id, r.decoder, r.timings, Ok(StopReason::Cancelled))
+                finish(r.id, r.answer, Ok(StopReason::Cancelled))
             }
             None => Vec::new(),
         }
@@ -295,7 +293,7 @@ impl Scheduler {
                 id,
                 req,
                 submitted,
-                resume,
+                answer,
             }) = self.waiting.pop_front()
             else {
                 return;
@@ -313,14 +311,14 @@ impl Scheduler {
             }
             let (seq, cached) =
                 session.add_sequence_for_input(&req.prompt, req.embeds.as_ref().map(|e| &e.0));
-            let state = resume.unwrap_or_else(|| Resume {
+            let answer = answer.unwrap_or_else(|| Answer {
                 decoder: Decoder::new(&req.params),
                 timings: Timings {
                     prompt_tokens: req.prompt.len(),
                     cached_tokens: cached,
                     ..Timings::default()
                 },
-                answer_in_prompt: 0,
+                in_prompt: 0,
             });
             // in order of arrival, a resumed request among those admitted
             // after it: the newest is the one that gives way
@@ -332,11 +330,9 @@ impl Scheduler {
                     seq,
                     fed: cached,
                     next: None,
-                    decoder: state.decoder,
-                    answer_in_prompt: state.answer_in_prompt,
                     req,
                     submitted: submitted.unwrap_or_else(|| session.now()),
-                    timings: state.timings,
+                    answer,
                 },
             );
         }
@@ -348,7 +344,7 @@ impl Scheduler {
     /// running ones (taken back at once, it would take blocks they need
     /// and be preempted again).
     fn must_wait(&self, session: &Session, w: &Waiting) -> bool {
-        if w.resume.is_some() {
+        if w.answer.is_some() {
             let bt = session.run_config().kv_block_tokens.max(1);
             let need = (w.req.prompt.len() + 1).div_ceil(bt);
             return !self.running.is_empty() && session.free_blocks() < need;
@@ -477,11 +473,11 @@ impl Scheduler {
             match w.chunk {
                 Some(n) => {
                     r.fed += n;
-                    r.timings.prompt_ms += round_ms;
+                    r.answer.timings.prompt_ms += round_ms;
                 }
                 None => {
-                    r.timings.decode_rounds += 1;
-                    r.timings.decode_ms += round_ms;
+                    r.answer.timings.decode_rounds += 1;
+                    r.answer.timings.decode_ms += round_ms;
                 }
             }
             if logits.is_empty() {
@@ -499,9 +495,9 @@ impl Scheduler {
                 push_text(events, id, t, lps);
                 true
             };
-            let next = r.decoder.step(step, &tok, &mut emit);
-            if r.timings.ttft_ms == 0.0 {
-                r.timings.ttft_ms = (session.now() - r.submitted) * 1e3;
+            let next = r.answer.decoder.step(step, &tok, &mut emit);
+            if r.answer.timings.ttft_ms == 0.0 {
+                r.answer.timings.ttft_ms = (session.now() - r.submitted) * 1e3;
             }
             match next {
                 Ok(Next::Feed(t)) => r.next = Some(t),
@@ -514,7 +510,7 @@ impl Scheduler {
         for (at, outcome) in done {
             let r = self.running.remove(at);
             session.remove_sequence(r.seq);
-            events.extend(finish(r.id, r.decoder, r.timings, outcome));
+            events.extend(finish(r.id, r.answer, outcome));
         }
     }
 
@@ -534,16 +530,15 @@ impl Scheduler {
             return;
         }
         self.preemptions += 1;
-        let answer = r.decoder.tokens();
+        let mut answer = r.answer;
+        let tokens = answer.decoder.tokens();
+        let req = r.req.continued(&tokens[answer.in_prompt..]);
+        answer.in_prompt = tokens.len();
         self.waiting.push_front(Waiting {
             id: r.id,
-            req: r.req.continued(&answer[r.answer_in_prompt..]),
+            req,
             submitted: Some(r.submitted),
-            resume: Some(Resume {
-                answer_in_prompt: answer.len(),
-                decoder: r.decoder,
-                timings: r.timings,
-            }),
+            answer: Some(answer),
         });
     }
 
@@ -570,17 +565,17 @@ impl Scheduler {
 
 /// The events a finished request ends with: the rest of its text, then
 /// the whole answer.
-fn finish(
-    id: RequestId,
-    decoder: Decoder,
-    mut timings: Timings,
-    outcome: Result<StopReason, String>,
-) -> Vec<Event> {
+fn finish(id: RequestId, answer: Answer, outcome: Result<StopReason, String>) -> Vec<Event> {
     let stop = match outcome {
         Ok(s) => s,
         Err(error) => return vec![Event::Failed { id, error }],
     };
     let mut out = Vec::new();
+    let Answer {
+        decoder,
+        mut timings,
+        ..
+    } = answer;
     let (tokens, text, held_back_bytes, logprobs) = decoder.finish(&stop, &mut |t, lps| {
         push_text(&mut out, id, t, lps);
         true
