@@ -12,6 +12,7 @@ pub mod norm;
 mod online_softmax;
 mod par;
 pub mod rope;
+mod rope_angles;
 pub mod rows;
 pub mod vec;
 

@@ -4,6 +4,8 @@
 use ats_core::graph::{RopeKind, RopeSpec};
 use ats_core::round::Positions;
 
+use super::rope_angles;
+
 /// Applies RoPE in place to `x` (`rows x n_heads*head_dim`), row `r` at `positions` row `r`.
 /// `freq_factors` divide each pair's angle (Llama 3).
 pub fn rope(x: &mut [f32], spec: &RopeSpec, positions: &Positions, freq_factors: Option<&[f32]>) {
@@ -20,46 +22,36 @@ pub fn rope_rows(
     freq_factors: Option<&[f32]>,
 ) {
     let width = spec.n_heads * spec.head_dim;
-    let n_pairs = match spec.kind {
-        RopeKind::Vision2d => spec.head_dim / 2,
-        _ => spec.rot_dim / 2,
-    };
-    let half = n_pairs;
-    let sources: Vec<(usize, f32)> = (0..n_pairs)
-        .map(|i| {
-            let (c, j) = spec.pair_source(i);
-            let mut inv = spec.inv_freq(j);
-            if let Some(f) = freq_factors {
-                inv /= f[j];
+    let half = rope_angles::n_pairs(spec);
+    let rows = x.len() / width.max(1);
+    rope_angles::with_angles(spec, positions, (first, rows), freq_factors, |table| {
+        for (row, cs) in x
+            .chunks_exact_mut(width)
+            .zip(table.chunks_exact(half.max(1)))
+        {
+            for head in row.chunks_exact_mut(spec.head_dim) {
+                rotate(head, cs, spec.kind);
             }
-            (c, inv)
-        })
-        .collect();
-    let mut cs = vec![(0.0f32, 0.0f32); n_pairs];
-    let mscale = spec.mscale();
-    for (r, row) in x.chunks_exact_mut(width).enumerate() {
-        for (i, &(c, inv)) in sources.iter().enumerate() {
-            // text rounds of an M-RoPE model may carry one component only
-            let c = if positions.components > c { c } else { 0 };
-            let angle = positions.get(first + r, c) as f32 * inv;
-            cs[i] = (angle.cos() * mscale, angle.sin() * mscale);
         }
-        for head in row.chunks_exact_mut(spec.head_dim) {
-            match spec.kind {
-                RopeKind::Normal => {
-                    for (i, &(cos, sin)) in cs.iter().enumerate() {
-                        let (a, b) = (head[2 * i], head[2 * i + 1]);
-                        head[2 * i] = a * cos - b * sin;
-                        head[2 * i + 1] = a * sin + b * cos;
-                    }
-                }
-                _ => {
-                    for (i, &(cos, sin)) in cs.iter().enumerate() {
-                        let (a, b) = (head[i], head[i + half]);
-                        head[i] = a * cos - b * sin;
-                        head[i + half] = a * sin + b * cos;
-                    }
-                }
+    })
+}
+
+/// Rotates one head's pairs by their `(cos, sin)`.
+fn rotate(head: &mut [f32], cs: &[(f32, f32)], kind: RopeKind) {
+    let half = cs.len();
+    match kind {
+        RopeKind::Normal => {
+            for (i, &(cos, sin)) in cs.iter().enumerate() {
+                let (a, b) = (head[2 * i], head[2 * i + 1]);
+                head[2 * i] = a * cos - b * sin;
+                head[2 * i + 1] = a * sin + b * cos;
+            }
+        }
+        _ => {
+            for (i, &(cos, sin)) in cs.iter().enumerate() {
+                let (a, b) = (head[i], head[i + half]);
+                head[i] = a * cos - b * sin;
+                head[i + half] = a * sin + b * cos;
             }
         }
     }
