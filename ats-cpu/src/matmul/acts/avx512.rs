@@ -61,28 +61,30 @@ pub(super) fn q8_row(
     for g0 in (0..blocks).step_by(GROUP) {
         let n = GROUP.min(blocks - g0);
         let xg = &x[g0 * QK8..(g0 + n) * QK8];
-        // each block's largest magnitude, in lane b
-        let mut amax = [0f32; GROUP];
-        for (b, a) in amax.iter_mut().enumerate().take(n) {
+        // each block's largest magnitude, in lane b (put in the register
+        // lane by lane: sixteen scalar stores read back as one vector
+        // stalled on store forwarding)
+        let mut am = _mm512_setzero_ps();
+        for b in 0..n {
             // SAFETY: block b of the group is inside `xg`.
             let v = unsafe { load_block(xg.as_ptr().add(b * QK8)) };
-            *a = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1])));
+            let a = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1])));
+            am = _mm512_mask_mov_ps(am, 1 << b, _mm512_set1_ps(a));
         }
-        // SAFETY: sixteen floats.
-        let am = unsafe { _mm512_loadu_ps(amax.as_ptr()) };
         let dd = _mm512_div_ps(am, _mm512_set1_ps(127.0));
         let nonzero = _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(dd, _mm512_setzero_ps());
         let id = _mm512_maskz_div_ps(nonzero, _mm512_set1_ps(1.0), dd);
         let mut ids = [0f32; GROUP];
         // SAFETY: sixteen floats.
         unsafe { _mm512_storeu_ps(ids.as_mut_ptr(), id) };
-        let mut sums = [0i32; GROUP];
+        let mut sums = _mm512_setzero_si512();
         for b in 0..n {
             // SAFETY: block b of the group is inside `xg`.
             let v = unsafe { load_block(xg.as_ptr().add(b * QK8)) };
             let idb = _mm512_set1_ps(ids[b]);
             let q = v.map(|v| _mm512_cvtps_epi32(round_away(_mm512_mul_ps(v, idb))));
-            sums[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(q[0], q[1]));
+            let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q[0], q[1]));
+            sums = _mm512_mask_mov_epi32(sums, 1 << b, _mm512_set1_epi32(sum));
             let out = qs[g0 + b].0.as_mut_ptr() as *mut __m128i;
             // SAFETY: `Q8Block` is 32 bytes: two 16-byte stores.
             unsafe {
@@ -90,8 +92,7 @@ pub(super) fn q8_row(
                 _mm_storeu_si128(out.add(1), _mm512_cvtsepi32_epi8(q[1]));
             }
         }
-        // SAFETY: sixteen ints.
-        let sum = _mm512_cvtepi32_ps(unsafe { _mm512_loadu_si512(sums.as_ptr().cast()) });
+        let sum = _mm512_cvtepi32_ps(sums);
         let d16 = round_f16(dd);
         // As `super::block_sum`.
         let sb = match format {
