@@ -345,6 +345,10 @@ fn a_full_kv_pool_preempts_the_newest_request_and_resumes_it() {
         );
         assert_eq!(g.timings.gen_tokens, 40);
         assert_eq!(g.timings.prompt_tokens, p[i].len());
+        assert_eq!(
+            g.timings.decode_rounds, 39,
+            "request {i}: a decode round a token after the first, preempted or not"
+        );
     }
     assert_eq!(s.pool_stats().held, 0);
     assert!(s.pool_stats().blocks * s.run_config().kv_block_tokens >= 96);

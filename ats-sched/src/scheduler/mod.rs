@@ -88,6 +88,25 @@ struct Answer {
     in_prompt: usize,
 }
 
+impl Answer {
+    /// Adds a round to the timings. A preempted request computes its
+    /// answer so far again as prompt chunks: that time is its generation's
+    /// (the prompt was processed once), and the chunk that samples its next
+    /// token counts as that token's decode round, so a resumed answer still
+    /// has one decode round a token after the first.
+    fn count_round(&mut self, chunk: bool, sampled: bool, round_ms: f64) {
+        let t = &mut self.timings;
+        if chunk && self.in_prompt == 0 {
+            t.prompt_ms += round_ms;
+            return;
+        }
+        t.decode_ms += round_ms;
+        if !chunk || sampled {
+            t.decode_rounds += 1;
+        }
+    }
+}
+
 /// A request being answered.
 struct Running {
     id: RequestId,
@@ -470,16 +489,11 @@ impl Scheduler {
         let mut done: Vec<(usize, Result<StopReason, String>)> = Vec::new();
         for (w, logits) in work.iter().zip(out) {
             let r = &mut self.running[w.at];
-            match w.chunk {
-                Some(n) => {
-                    r.fed += n;
-                    r.answer.timings.prompt_ms += round_ms;
-                }
-                None => {
-                    r.answer.timings.decode_rounds += 1;
-                    r.answer.timings.decode_ms += round_ms;
-                }
+            if let Some(n) = w.chunk {
+                r.fed += n;
             }
+            r.answer
+                .count_round(w.chunk.is_some(), !logits.is_empty(), round_ms);
             if logits.is_empty() {
                 continue;
             }
