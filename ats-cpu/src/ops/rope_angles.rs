@@ -1,20 +1,24 @@
 //! The scaled cos and sin of every (row, rotation pair) of a RoPE call,
-//! kept per thread for the next call that asks for the same ones.
+//! kept per thread for the next calls that ask for the same ones.
 //!
 //! A round's RoPE nodes (the queries and keys of every layer) rotate rows at
 //! the same positions with the same frequencies: a SmolLM2 round of 8
 //! decode tokens computed the same 8 x 32 angles 60 times, 2.7% of the
-//! round on the thread that runs the small ops alone. The table is a memo:
-//! its key holds everything the values depend on, so a hit gives the bits a
-//! recomputation would.
+//! round on the thread that runs the small ops alone. A prompt's rows are
+//! cut into chunks over the team, a few a thread, so a thread keeps its
+//! last [`KEEP`] tables. A table is a memo: its key holds everything the
+//! values depend on, so a hit gives the bits a recomputation would.
 
 use std::cell::RefCell;
 
 use ats_core::graph::{RopeKind, RopeSpec};
 use ats_core::round::Positions;
 
+/// Tables a thread keeps: more than the chunks of a prompt's rows one
+/// thread takes ([`super::par`] cuts 4 a thread).
+const KEEP: usize = 8;
+
 /// What a table's values depend on.
-#[derive(PartialEq)]
 struct Key {
     /// The spec with `n_heads` set to 0 (the heads rotated do not matter).
     spec: RopeSpec,
@@ -26,6 +30,24 @@ struct Key {
     positions: Vec<i32>,
 }
 
+/// A key as a call gives it, borrowed.
+struct Asked<'a> {
+    spec: RopeSpec,
+    factors: Option<&'a [f32]>,
+    components: usize,
+    positions: &'a [i32],
+}
+
+impl Key {
+    /// Whether this is the key of `asked`.
+    fn is(&self, asked: &Asked<'_>) -> bool {
+        self.spec == asked.spec
+            && self.factors.as_deref() == asked.factors
+            && self.components == asked.components
+            && self.positions == asked.positions
+    }
+}
+
 /// A table and its key.
 struct Table {
     key: Key,
@@ -35,8 +57,8 @@ struct Table {
 }
 
 thread_local! {
-    /// The last table this thread built.
-    static LAST: RefCell<Option<Table>> = const { RefCell::new(None) };
+    /// The tables this thread built last, the newest at the end.
+    static KEPT: RefCell<Vec<Table>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Rotation pairs a head of `spec` has.
@@ -57,22 +79,37 @@ pub(super) fn with_angles<R>(
     f: impl FnOnce(&[(f32, f32)]) -> R,
 ) -> R {
     let comps = positions.components;
-    let key = Key {
+    let asked = Asked {
         spec: RopeSpec {
             n_heads: 0,
             ..*spec
         },
-        factors: freq_factors.map(<[f32]>::to_vec),
+        factors: freq_factors,
         components: comps,
-        positions: positions.data[first * comps..(first + rows) * comps].to_vec(),
+        positions: &positions.data[first * comps..(first + rows) * comps],
     };
-    LAST.with(|last| {
-        let mut last = last.borrow_mut();
-        if last.as_ref().is_none_or(|t| t.key != key) {
-            let cs = compute(spec, positions, (first, rows), freq_factors);
-            *last = Some(Table { key, cs });
+    KEPT.with(|kept| {
+        let mut kept = kept.borrow_mut();
+        match kept.iter().position(|t| t.key.is(&asked)) {
+            Some(i) => {
+                let hit = kept.remove(i);
+                kept.push(hit);
+            }
+            None => {
+                if kept.len() == KEEP {
+                    kept.remove(0);
+                }
+                let cs = compute(spec, positions, (first, rows), freq_factors);
+                let key = Key {
+                    spec: asked.spec,
+                    factors: asked.factors.map(<[f32]>::to_vec),
+                    components: comps,
+                    positions: asked.positions.to_vec(),
+                };
+                kept.push(Table { key, cs });
+            }
         }
-        f(last.as_ref().map_or(&[][..], |t| &t.cs[..]))
+        f(kept.last().map_or(&[][..], |t| &t.cs[..]))
     })
 }
 
@@ -134,7 +171,7 @@ mod tests {
         let p = Positions::linear(5, 4);
         let s = spec(10000.0);
         let fresh = |s: &RopeSpec, p: &Positions, rows, f| {
-            LAST.with(|l| *l.borrow_mut() = None);
+            KEPT.with(|k| k.borrow_mut().clear());
             table(s, p, rows, f)
         };
         let base = fresh(&s, &p, (0, 4), None);
@@ -143,6 +180,7 @@ mod tests {
         assert_eq!(table(&s, &p, (0, 4), None), base);
         let heads = RopeSpec { n_heads: 9, ..s };
         assert_eq!(table(&heads, &p, (0, 4), None), base);
+        assert_eq!(KEPT.with(|k| k.borrow().len()), 1, "hits build nothing");
         // anything else it depends on gives a new table, as if computed fresh
         let p2 = Positions::linear(6, 4);
         let s2 = spec(500000.0);
@@ -159,5 +197,23 @@ mod tests {
             assert_eq!(got, fresh(s, p, rows, f));
         }
         assert_eq!(table(&s, &p, (1, 3), None), base[4..]);
+    }
+
+    #[test]
+    fn a_thread_keeps_its_last_tables() {
+        let s = spec(10000.0);
+        KEPT.with(|k| k.borrow_mut().clear());
+        let ps: Vec<Positions> = (0..=KEEP).map(|i| Positions::linear(i * 10, 2)).collect();
+        for p in &ps[..KEEP] {
+            table(&s, p, (0, 2), None);
+        }
+        // a hit makes the oldest the newest, so the next miss drops the second
+        table(&s, &ps[0], (0, 2), None);
+        table(&s, &ps[KEEP], (0, 2), None);
+        let firsts: Vec<i32> =
+            KEPT.with(|k| k.borrow().iter().map(|t| t.key.positions[0]).collect());
+        assert_eq!(firsts.len(), KEEP);
+        assert!(firsts.contains(&0) && !firsts.contains(&10));
+        assert_eq!(firsts.last(), Some(&(KEEP as i32 * 10)));
     }
 }
