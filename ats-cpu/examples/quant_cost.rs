@@ -15,20 +15,10 @@ use ats_cpu::matmul::{Isa, WeightMatrix, matmul};
 #[path = "../benches/common/mod.rs"]
 mod common;
 
-use common::{arg_or, values};
+use common::{arg_or, values, weights};
 
 /// Rows of the product: one 16-row tile.
 const ROWS: usize = 16;
-
-/// Q4_1 rows with scale and minimum 1/16 and varied nibbles.
-fn weights(cols: usize) -> Vec<u8> {
-    let rb = DType::Q4_1.row_bytes(cols).expect("whole blocks");
-    let mut w: Vec<u8> = (0..ROWS * rb).map(|i| (i * 37 % 251) as u8).collect();
-    for block in w.chunks_exact_mut(20) {
-        block[..4].copy_from_slice(&[0x00, 0x2c, 0x00, 0x2c]);
-    }
-    w
-}
 
 /// Microseconds per call, alternating between `inputs`.
 fn us_per_call(m: &WeightMatrix<'_>, inputs: &[Vec<f32>], tokens: usize, calls: usize) -> f64 {
@@ -45,7 +35,7 @@ fn main() {
     let cols: usize = arg_or(1, 576);
     let tokens: usize = arg_or(2, 8);
     let calls: usize = arg_or(3, 200_000);
-    let w = weights(cols);
+    let w = weights(DType::Q4_1, ROWS, cols, 1);
     let m = WeightMatrix::new(DType::Q4_1, ROWS, cols, &w).expect("shape");
     let inputs: Vec<Vec<f32>> = (1..=2).map(|seed| values(tokens * cols, seed)).collect();
     let fresh = us_per_call(&m, &inputs, tokens, calls);

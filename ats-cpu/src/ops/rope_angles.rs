@@ -9,6 +9,7 @@
 //! last [`KEEP`] tables. A table is a memo: its key holds everything the
 //! values depend on, so a hit gives the bits a recomputation would.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 
 use ats_core::graph::{RopeKind, RopeSpec};
@@ -18,39 +19,34 @@ use ats_core::round::Positions;
 /// thread takes ([`super::par`] cuts 4 a thread).
 const KEEP: usize = 8;
 
-/// What a table's values depend on.
-struct Key {
+/// What a table's values depend on: borrowed from a call, owned in a
+/// kept table.
+#[derive(PartialEq)]
+struct Key<'a> {
     /// The spec with `n_heads` set to 0 (the heads rotated do not matter).
     spec: RopeSpec,
     /// The frequency divisors, if any.
-    factors: Option<Vec<f32>>,
+    factors: Option<Cow<'a, [f32]>>,
     /// Position components of the rows.
     components: usize,
     /// The rows' positions (`components` a row).
-    positions: Vec<i32>,
+    positions: Cow<'a, [i32]>,
 }
 
-/// A key as a call gives it, borrowed.
-struct Asked<'a> {
-    spec: RopeSpec,
-    factors: Option<&'a [f32]>,
-    components: usize,
-    positions: &'a [i32],
-}
-
-impl Key {
-    /// Whether this is the key of `asked`.
-    fn is(&self, asked: &Asked<'_>) -> bool {
-        self.spec == asked.spec
-            && self.factors.as_deref() == asked.factors
-            && self.components == asked.components
-            && self.positions == asked.positions
+impl Key<'_> {
+    /// The key with its slices copied, to keep.
+    fn owned(self) -> Key<'static> {
+        Key {
+            factors: self.factors.map(|f| Cow::Owned(f.into_owned())),
+            positions: Cow::Owned(self.positions.into_owned()),
+            ..self
+        }
     }
 }
 
 /// A table and its key.
 struct Table {
-    key: Key,
+    key: Key<'static>,
     /// `cs[row * n_pairs + i]`: pair `i`'s `(cos, sin)` times the spec's
     /// magnitude scale.
     cs: Vec<(f32, f32)>,
@@ -79,18 +75,18 @@ pub(super) fn with_angles<R>(
     f: impl FnOnce(&[(f32, f32)]) -> R,
 ) -> R {
     let comps = positions.components;
-    let asked = Asked {
+    let asked = Key {
         spec: RopeSpec {
             n_heads: 0,
             ..*spec
         },
-        factors: freq_factors,
+        factors: freq_factors.map(Cow::Borrowed),
         components: comps,
-        positions: &positions.data[first * comps..(first + rows) * comps],
+        positions: Cow::Borrowed(&positions.data[first * comps..(first + rows) * comps]),
     };
     KEPT.with(|kept| {
         let mut kept = kept.borrow_mut();
-        match kept.iter().position(|t| t.key.is(&asked)) {
+        match kept.iter().position(|t| t.key == asked) {
             Some(i) => {
                 let hit = kept.remove(i);
                 kept.push(hit);
@@ -100,13 +96,10 @@ pub(super) fn with_angles<R>(
                     kept.remove(0);
                 }
                 let cs = compute(spec, positions, (first, rows), freq_factors);
-                let key = Key {
-                    spec: asked.spec,
-                    factors: asked.factors.map(<[f32]>::to_vec),
-                    components: comps,
-                    positions: asked.positions.to_vec(),
-                };
-                kept.push(Table { key, cs });
+                kept.push(Table {
+                    key: asked.owned(),
+                    cs,
+                });
             }
         }
         f(kept.last().map_or(&[][..], |t| &t.cs[..]))
