@@ -345,7 +345,7 @@ impl VisionEncoder {
                 cfg,
                 exec_plan,
             )?;
-            ex.run(&round)?
+            ex.run(&round)?.to_vec()
             // the executor and every buffer it holds are dropped here
         };
         // the timings of the encoder's kernels are the vision phase's: left

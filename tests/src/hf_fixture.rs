@@ -180,14 +180,14 @@ impl HfFixture {
         let mut base = executor(host_only(cpu.clone()), ExecPlan::all_cpu(&graph));
         let want: Vec<Vec<f32>> = rounds
             .iter()
-            .map(|r| base.run(&Arc::new(r.clone())).unwrap())
+            .map(|r| base.run(&Arc::new(r.clone())).unwrap().to_vec())
             .collect();
         let mut rng = XorShift(seed);
         for trial in 0..12 {
             let plan = random_plan(&graph, trial, &mut rng);
             let mut ex = executor(with_gpu(cpu.clone(), sim_gpu(1 << 30)), plan);
             for (k, r) in rounds.iter().enumerate() {
-                let d = max_abs_diff(&ex.run(&Arc::new(r.clone())).unwrap(), &want[k]);
+                let d = max_abs_diff(ex.run(&Arc::new(r.clone())).unwrap(), &want[k]);
                 assert!(d < 1e-4, "trial {trial} round {k}: differs by {d}");
             }
         }

@@ -32,7 +32,7 @@ fn run_all(dir: &str, file: &str, kv: KvType) -> f32 {
     }
     let logits = ex.run(&Arc::new(round)).unwrap();
     let (want, _) = r.f32("logits");
-    max_abs_diff(&logits, &want)
+    max_abs_diff(logits, &want)
 }
 
 #[test]

@@ -83,9 +83,13 @@ fn text_round(spec: &ModelSpec, ids: &[u32], past: usize) -> Arc<Round> {
 fn rounds(ex: &mut Executor, spec: &ModelSpec, ids: &[u32]) -> Vec<Vec<f32>> {
     let (a, b) = ids.split_at(ids.len() - 2);
     vec![
-        ex.run(&text_round(spec, a, 0)).unwrap(),
-        ex.run(&text_round(spec, &b[..1], a.len())).unwrap(),
-        ex.run(&text_round(spec, &b[1..], a.len() + 1)).unwrap(),
+        ex.run(&text_round(spec, a, 0)).unwrap().to_vec(),
+        ex.run(&text_round(spec, &b[..1], a.len()))
+            .unwrap()
+            .to_vec(),
+        ex.run(&text_round(spec, &b[1..], a.len() + 1))
+            .unwrap()
+            .to_vec(),
     ]
 }
 
@@ -211,7 +215,7 @@ fn quantised_fixtures_match_the_dequantised_reference() {
             let got = ex
                 .run(&Arc::new(Round::text(ids.clone(), 0, true)))
                 .unwrap();
-            let d = max_abs_diff(&got, &want);
+            let d = max_abs_diff(got, &want);
             eprintln!("{variant} {what}: max |gpu - hf_dequant| = {d:.2e}");
             if d.is_nan() || d >= tol {
                 failures.push(format!("{variant} {what}: {d} over {tol}"));
@@ -221,7 +225,7 @@ fn quantised_fixtures_match_the_dequantised_reference() {
             let got1 = ex1
                 .run(&Arc::new(Round::text(vec![ids[0]], 0, true)))
                 .unwrap();
-            let d1 = max_abs_diff(&got1, &want[..got1.len()]);
+            let d1 = max_abs_diff(got1, &want[..got1.len()]);
             eprintln!("{variant} {what} decode: max |gpu - hf_dequant| = {d1:.2e}");
             if d1.is_nan() || d1 >= 1e-3 {
                 failures.push(format!("{variant} {what} decode: {d1} over 1e-3"));
@@ -479,7 +483,8 @@ fn synthetic_models_decode_as_they_prefill_on_the_gpu() {
         };
         let all = executor()
             .run(&Arc::new(Round::text(ids.clone(), 0, true)))
-            .unwrap();
+            .unwrap()
+            .to_vec();
         let n_vocab = all.len() / ids.len();
         let scale = all.iter().fold(1f32, |m, v| m.max(v.abs()));
         let mut ex = executor();
@@ -487,7 +492,7 @@ fn synthetic_models_decode_as_they_prefill_on_the_gpu() {
             .unwrap();
         for (i, &id) in ids.iter().enumerate().skip(n_prompt) {
             let got = ex.run(&Arc::new(Round::text(vec![id], i, true))).unwrap();
-            let d = max_abs_diff(&got, &all[i * n_vocab..(i + 1) * n_vocab]);
+            let d = max_abs_diff(got, &all[i * n_vocab..(i + 1) * n_vocab]);
             eprintln!(
                 "{name} decode at {i}: max |decode - prefill| = {d:.2e} (logits up to {scale:.2})"
             );

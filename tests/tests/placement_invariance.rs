@@ -106,17 +106,19 @@ fn random_placements_give_the_cpu_logits() {
         // prefill, then two decode steps, so the KV cache is exercised on each side
         let (a, b) = ids.split_at(ids.len() - 2);
         let want: Vec<Vec<f32>> = vec![
-            base.run(&Arc::new(round_for(&spec, a))).unwrap(),
+            base.run(&Arc::new(round_for(&spec, a))).unwrap().to_vec(),
             base.run(&Arc::new(Round {
                 past: a.len(),
                 ..round_decode(&spec, b[0], a.len())
             }))
-            .unwrap(),
+            .unwrap()
+            .to_vec(),
             base.run(&Arc::new(Round {
                 past: a.len() + 1,
                 ..round_decode(&spec, b[1], a.len() + 1)
             }))
-            .unwrap(),
+            .unwrap()
+            .to_vec(),
         ];
         for trial in 0..24 {
             let plan = random_plan(&graph, &mut rng, trial.min(3));
@@ -130,11 +132,13 @@ fn random_placements_give_the_cpu_logits() {
             )
             .unwrap();
             let got = [
-                ex.run(&Arc::new(round_for(&spec, a))).unwrap(),
+                ex.run(&Arc::new(round_for(&spec, a))).unwrap().to_vec(),
                 ex.run(&Arc::new(round_decode(&spec, b[0], a.len())))
-                    .unwrap(),
+                    .unwrap()
+                    .to_vec(),
                 ex.run(&Arc::new(round_decode(&spec, b[1], a.len() + 1)))
-                    .unwrap(),
+                    .unwrap()
+                    .to_vec(),
             ];
             for (k, (g, w)) in got.iter().zip(&want).enumerate() {
                 let d = max_rel(g, w);

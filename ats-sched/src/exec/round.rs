@@ -13,11 +13,7 @@ use super::{ExecError, Executor, RoundStats, Schedule, Step};
 
 impl Executor {
     /// Runs `round` with plan `p` (inside the host's context).
-    pub(super) fn run_round(
-        &mut self,
-        round: &Arc<Round>,
-        p: usize,
-    ) -> Result<Vec<f32>, ExecError> {
+    pub(super) fn run_round(&mut self, round: &Arc<Round>, p: usize) -> Result<(), ExecError> {
         let t0 = self.machine.now();
         self.check_round(round)?;
         if p >= self.plans.len() {
@@ -52,11 +48,14 @@ impl Executor {
                 }
             }
         }
-        let out = self.read_output(&s)?;
+        let mut out = std::mem::take(&mut self.output);
+        let read = self.read_output(&s, &mut out);
+        self.output = out;
+        read?;
         stats.total_secs = self.machine.now() - t0;
         self.collect_device_timings(&mut stats);
         self.last_stats = stats;
-        Ok(out)
+        Ok(())
     }
 
     /// The activation buffer of instance `i`.
@@ -166,21 +165,22 @@ impl Executor {
         }
     }
 
-    /// Reads the graph output and waits for every device to finish the round.
-    fn read_output(&self, s: &Schedule) -> Result<Vec<f32>, ExecError> {
+    /// Reads the graph output into `values` (which only grows, zeroed where
+    /// it does) and waits for every device to finish the round.
+    fn read_output(&self, s: &Schedule, values: &mut Vec<f32>) -> Result<(), ExecError> {
         let out = s.instances[s.output];
+        values.resize(out.bytes / 4, 0.0);
         // read straight into the floats (the activations are native f32,
         // as the input rows are written)
-        let mut values = vec![0f32; out.bytes / 4];
         self.device(out.device)?.read(
             &self.buffer(s, s.output),
             0,
-            bytemuck::cast_slice_mut(&mut values),
+            bytemuck::cast_slice_mut(values.as_mut_slice()),
         )?;
         for (_, d) in self.machine.iter() {
             d.synchronize()?;
         }
-        Ok(values)
+        Ok(())
     }
 
     /// Adds the device-timed spans of the finished round to `stats`.

@@ -241,12 +241,12 @@ impl Session {
         round.hidden = hidden;
         let shape = round.shape();
         let round = Arc::new(round);
-        let out = self.executor.run_with(&round, plan)?;
+        let logits = split_logits(inputs, self.executor.run_with(&round, plan)?);
         self.after_round(shape)?;
         for (inp, span) in inputs.iter().zip(&round.seqs) {
             self.advance(inp, &round, span);
         }
-        Ok(self.split_logits(inputs, &out))
+        Ok(logits)
     }
 
     fn check_inputs(&self, inputs: &[SeqInput<'_>]) -> Result<(), SessionError> {
@@ -385,21 +385,21 @@ impl Session {
         s.history.extend_from_slice(inp.tokens);
         self.pool.commit(&mut s.blocks, &s.keys, &s.next_pos);
     }
+}
 
-    /// Each input's rows of the round's output.
-    fn split_logits(&self, inputs: &[SeqInput<'_>], out: &[f32]) -> Vec<Vec<f32>> {
-        let vocab = out.len() / inputs.iter().map(|i| rows_of(i)).sum::<usize>().max(1);
-        let mut at = 0;
-        inputs
-            .iter()
-            .map(|inp| {
-                let n = rows_of(inp) * vocab;
-                let v = out[at..at + n].to_vec();
-                at += n;
-                v
-            })
-            .collect()
-    }
+/// Each input's rows of the round's output.
+fn split_logits(inputs: &[SeqInput<'_>], out: &[f32]) -> Vec<Vec<f32>> {
+    let vocab = out.len() / inputs.iter().map(|i| rows_of(i)).sum::<usize>().max(1);
+    let mut at = 0;
+    inputs
+        .iter()
+        .map(|inp| {
+            let n = rows_of(inp) * vocab;
+            let v = out[at..at + n].to_vec();
+            at += n;
+            v
+        })
+        .collect()
 }
 
 /// Output rows an input asks for.
