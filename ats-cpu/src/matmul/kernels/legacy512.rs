@@ -474,7 +474,7 @@ pub(super) unsafe fn quad_block(
 /// The CPU must support AVX2/FMA/F16C and AVX-512 F/BW/VL/VNNI; `B::VALUES`
 /// is set; row `r` (`0..16`) at `first + r * stride` holds `acts.blocks`
 /// whole blocks, with `16 * stride` below 2^31; `t < acts.n_tokens`;
-/// `acts.xsums` is built.
+/// `acts.xsums` is built where the layout has a bias.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(super) unsafe fn rows16_vnni<B: LegacyBlock>(
     first: *const u8,
@@ -485,7 +485,7 @@ pub(super) unsafe fn rows16_vnni<B: LegacyBlock>(
 ) {
     let layout = Layout::of::<B>();
     let (nb, tp) = (acts.blocks, acts.t_pad);
-    debug_assert!(t < acts.n_tokens && acts.xsums.len() == tp * nb);
+    debug_assert!(t < acts.n_tokens && (layout.bias == 0 || acts.xsums.len() == tp * nb));
     // each row's 4 partial sums start from a quarter of the bias's share
     let quarter = -i32::from(layout.bias / 4);
     let idx = head_offsets(stride);
@@ -501,7 +501,11 @@ pub(super) unsafe fn rows16_vnni<B: LegacyBlock>(
                 _mm512_broadcast_i32x4(_mm_load_si128(x.add(1))),
             ]
         };
-        let init = _mm512_set1_epi32(quarter * acts.xsums[b * tp + t]);
+        let init = if quarter == 0 {
+            _mm512_setzero_si512() // no bias, no sums (not built)
+        } else {
+            _mm512_set1_epi32(quarter * acts.xsums[b * tp + t])
+        };
         let z = _mm512_setzero_si512();
         let (mut quads, mut heads) = ([z; 4], [z; 4]);
         let headed = layout.headed && b + 1 < nb;

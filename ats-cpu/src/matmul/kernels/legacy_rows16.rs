@@ -56,7 +56,7 @@ pub(super) fn by_dword(q: [__m512i; 4]) -> [__m512i; 4] {
 /// The CPU must support AVX2/FMA/F16C and AVX-512 F/BW/VL/VNNI; `B::VALUES`
 /// is set; row `r` (`0..16`) at `first + r * stride` holds `acts.blocks`
 /// whole blocks, with `16 * stride` below 2^31; `t0 + 8 <= acts.t_pad`;
-/// `acts.xsums` is built.
+/// `acts.xsums` is built where the layout has a bias.
 // `t` and `k` index several arrays at once.
 #[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -69,7 +69,7 @@ pub(super) unsafe fn tokens8_vnni<B: LegacyBlock>(
 ) {
     let layout = Layout::of::<B>();
     let (nb, tp) = (acts.blocks, acts.t_pad);
-    debug_assert!(t0 + TOKENS <= tp && acts.xsums.len() == tp * nb);
+    debug_assert!(t0 + TOKENS <= tp && (layout.bias == 0 || acts.xsums.len() == tp * nb));
     debug_assert!(acts.qs.len() >= tp * nb);
     let bias = layout.bias;
     let idx = head_offsets(stride);

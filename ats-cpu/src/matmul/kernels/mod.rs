@@ -362,8 +362,10 @@ fn run_legacy<B: LegacyBlock>(
     if narrow_last {
         acts.interleave4_pairs(last);
     }
-    // the VNNI kernels bias signed weights and take the sums off again
-    if rows16 || (isa == Isa::Avx512Vnni && B::SIGNED) {
+    // the VNNI kernels bias signed weights and take the sums off again (the
+    // 16-row ones only where their levels needed a bias: not Q4_1's)
+    let biased = const { legacy512::unsigned_levels(&B::VALUES).1 != 0 };
+    if (rows16 && biased) || (isa == Isa::Avx512Vnni && B::SIGNED) {
         acts.group_sums();
     }
     let acts = &*acts;
@@ -423,7 +425,7 @@ fn run_legacy<B: LegacyBlock>(
                 // too); a format with a value layout; 16 whole rows from
                 // `first`, `rb` apart with `16 * rb` below 2^31
                 // (`rows16_fit`); the driver passes t0 + 8 <= t_pad; `xsums`
-                // is built whenever `rows16`.
+                // is built whenever `rows16` and the layout has a bias.
                 unsafe { legacy_rows16::tokens8_vnni::<B>(row(first).as_ptr(), rb, acts, t0, o) }
             });
         }
