@@ -698,7 +698,7 @@ impl Planner {
     /// hysteresis and the copies the move needs pay for themselves within
     /// [`PAYBACK_ROUNDS`] decode rounds.
     fn relayout(&mut self, same: &PlanSet) -> Option<PlanSet> {
-        let set = match self.plan_fresh(None) {
+        let set = match self.plan_fresh(super::search::Search::Move) {
             Ok(s) => s,
             Err(e) => {
                 self.adapt.stats.failed += 1;

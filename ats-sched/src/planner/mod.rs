@@ -242,7 +242,7 @@ impl Planner {
             cost,
             gpu,
         };
-        p.set = p.plan_fresh(None)?;
+        p.set = p.plan_fresh(search::Search::First)?;
         p.adapt.start(&p.set)?;
         p.peak_planned = p.set.layout.peak_bytes();
         Ok(p)
@@ -314,10 +314,10 @@ impl Planner {
     }
 
     /// A fresh layout and plans from the current costs.
-    fn plan_fresh(&self, force_kind: Option<PlanKind>) -> Result<PlanSet, PlanError> {
-        let ctx = self.ctx(force_kind);
+    fn plan_fresh(&self, search: search::Search) -> Result<PlanSet, PlanError> {
+        let ctx = self.ctx(None);
         match &self.gpu {
-            Some(g) => search::plan_on_gpu(&ctx, g.budget),
+            Some(g) => search::plan_on_gpu(&ctx, g.budget, search),
             None => Ok(search::plan_host_only(&ctx)),
         }
     }
