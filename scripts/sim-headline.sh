@@ -11,11 +11,7 @@ p=${1:-512}
 n=${2:-128}
 run() { # machine model vram policy -> "prompt gen plan"
     "$bin" bench -m "$dir/$2.gguf" --sim-machine "$1,compute=off" --vram "$3" \
-        -p "$p" -n "$n" -r 1 --policy "$4" --json 2>/dev/null |
-        python3 -c 'import json,sys
-d = json.load(sys.stdin)
-t = {x["test"]: x["avg_ts"] for x in d["tests"]}
-print(t["pp'"$p"'"], t["tg'"$n"'"], d["decode_plan"])'
+        -p "$p" -n "$n" -r 1 --policy "$4" --json 2>/dev/null | bench_rates "$p" "$n"
 }
 printf '| machine | model | VRAM | layers prompt / gen t/s | ats prompt / gen t/s (decode plan) | ats / layers prompt | gen |\n'
 printf '| --- | --- | --- | --- | --- | ---: | ---: |\n'
@@ -25,8 +21,7 @@ for mach in rtx3060-laptop:2G,4G rtx4090-desktop:4G,8G,16G; do
         for v in $(echo "${mach#*:}" | tr , " "); do
             read -r lp lg _ < <(run "$name" "$m" "$v" layers)
             read -r ap ag plan < <(run "$name" "$m" "$v" ats)
-            python3 -c "import sys; n,m,v,lp,lg,ap,ag,pl=sys.argv[1:]; lp,lg,ap,ag=map(float,(lp,lg,ap,ag)); print(f'| {n} | {m} | {v} | {lp:.1f} / {lg:.1f} | {ap:.1f} / {ag:.1f} ({pl}) | {ap/lp:.2f}x | {ag/lg:.2f}x |')" \
-                "$name" "$m" "$v" "$lp" "$lg" "$ap" "$ag" "$plan"
+            ratio_row "$name" "$m" "$v" "$lp" "$lg" "$ap" "$ag" "$plan"
         done
     done
 done

@@ -8,3 +8,25 @@ mkdir -p "$dir"
 for m in llama-8b qwen3-30b-a3b; do
     [ -f "$dir/$m.gguf" ] || "$bin" synth --preset "$m" --zeros -o "$dir/$m.gguf" >/dev/null
 done
+
+# Reads `bench --json` on stdin and prints "PROMPT_TS GEN_TS DECODE_PLAN" for
+# the test of a P-token prompt ($1) and N generated tokens ($2).
+bench_rates() {
+    python3 -c 'import json, sys
+d = json.load(sys.stdin)
+t = {x["test"]: x["avg_ts"] for x in d["tests"]}
+print(t["pp" + sys.argv[1]], t["tg" + sys.argv[2]], d["decode_plan"])' "$1" "$2"
+}
+
+# Prints a table row: the label cells, then `layers` and `ats` rates and
+# their ratios, from LABEL... LAYERS_PROMPT LAYERS_GEN ATS_PROMPT ATS_GEN PLAN.
+ratio_row() {
+    python3 - "$@" <<'PY'
+import sys
+a = sys.argv[1:]
+labels, plan = a[:-5], a[-1]
+lp, lg, ap, ag = (float(x) for x in a[-5:-1])
+cells = " | ".join(labels)
+print(f"| {cells} | {lp:.1f} / {lg:.1f} | {ap:.1f} / {ag:.1f} ({plan}) | {ap / lp:.2f}x | {ag / lg:.2f}x |")
+PY
+}

@@ -14,11 +14,7 @@ p=${2:-512}
 n=${3:-128}
 run() { # model gen threads policy -> "prompt gen plan"
     "$bin" bench -m "$dir/$1.gguf" --sim-machine "pcie-gen5-desktop,pcie=gen$2x16,compute=off" \
-        --vram "$vram" -t "$3" -p "$p" -n "$n" -r 1 --policy "$4" --json 2>/dev/null |
-        python3 -c 'import json,sys
-d = json.load(sys.stdin)
-t = {x["test"]: x["avg_ts"] for x in d["tests"]}
-print(t["pp'"$p"'"], t["tg'"$n"'"], d["decode_plan"])'
+        --vram "$vram" -t "$3" -p "$p" -n "$n" -r 1 --policy "$4" --json 2>/dev/null | bench_rates "$p" "$n"
 }
 printf '| model | threads | PCIe | layers prompt / gen t/s | ats prompt / gen t/s (decode plan) | ats / layers prompt | gen |\n'
 printf '| --- | ---: | --- | --- | --- | ---: | ---: |\n'
@@ -27,8 +23,7 @@ for m in llama-8b qwen3-30b-a3b; do
         for g in 3 4 5; do
             read -r lp lg _ < <(run "$m" "$g" "$t" layers)
             read -r ap ag plan < <(run "$m" "$g" "$t" ats)
-            python3 -c "import sys; m,t,g,lp,lg,ap,ag,pl=sys.argv[1:]; lp,lg,ap,ag=map(float,(lp,lg,ap,ag)); print(f'| {m} | {t} | gen{g} | {lp:.1f} / {lg:.1f} | {ap:.1f} / {ag:.1f} ({pl}) | {ap/lp:.2f}x | {ag/lg:.2f}x |')" \
-                "$m" "$t" "$g" "$lp" "$lg" "$ap" "$ag" "$plan"
+            ratio_row "$m" "$t" "gen$g" "$lp" "$lg" "$ap" "$ag" "$plan"
         done
     done
 done

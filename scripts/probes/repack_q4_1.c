@@ -26,18 +26,23 @@ static inline __m512i by_dw(__m512i q0,__m512i q1,__m512i q2,__m512i q3,int j){
   switch(j){case 0: return _mm512_unpacklo_epi64(ab_lo,cd_lo); case 1: return _mm512_unpackhi_epi64(ab_lo,cd_lo);
   case 2: return _mm512_unpacklo_epi64(ab_hi,cd_hi); default: return _mm512_unpackhi_epi64(ab_hi,cd_hi);}
 }
+// The block at p of 4 rows stride bytes apart, as ats-cpu's `halves4` and
+// `quad_levels_headed` load it: row k's nibble bytes in 128-bit lane k, and
+// (*first) each row's first 16 bytes, its head in dword 0.
+static inline __m512i quad(const uint8_t*p,int stride,__m512i*first){
+  __m256i a=_mm256_loadu_si256((const __m256i*)p), bb=_mm256_loadu_si256((const __m256i*)(p+stride)),
+          c=_mm256_loadu_si256((const __m256i*)(p+2*stride)), e=_mm256_loadu_si256((const __m256i*)(p+3*stride));
+  __m512i ab=_mm512_inserti64x4(_mm512_castsi256_si512(a),bb,1), ce=_mm512_inserti64x4(_mm512_castsi256_si512(c),e,1);
+  *first=_mm512_shuffle_i64x2(ab,ce,0x88);
+  return _mm512_alignr_epi8(_mm512_shuffle_i64x2(ab,ce,0xdd),*first,4);
+}
 __attribute__((noinline)) void tile_stored(const uint8_t*first,int stride,const int32_t*xq,const float*xd,const float*xs,float out[8][16]){
   __m512 acc[8]; for(int t=0;t<8;t++) acc[t]=_mm512_setzero_ps();
   __m512i m4=_mm512_set1_epi8(0x0f);
   for(int b=0;b<NB;b++){
     __m512i lo[4],hi[4],hd[4];
     for(int g=0;g<4;g++){
-      const uint8_t*p=first+4*g*stride+b*BB;
-      __m256i a=_mm256_loadu_si256((const __m256i*)p), bb=_mm256_loadu_si256((const __m256i*)(p+stride)),
-              c=_mm256_loadu_si256((const __m256i*)(p+2*stride)), e=_mm256_loadu_si256((const __m256i*)(p+3*stride));
-      __m512i ab=_mm512_inserti64x4(_mm512_castsi256_si512(a),bb,1), ce=_mm512_inserti64x4(_mm512_castsi256_si512(c),e,1);
-      __m512i f=_mm512_shuffle_i64x2(ab,ce,0x88), s=_mm512_shuffle_i64x2(ab,ce,0xdd);
-      __m512i q=_mm512_alignr_epi8(s,f,4);
+      __m512i f, q=quad(first+4*g*stride+b*BB,stride,&f);
       lo[g]=_mm512_and_si512(q,m4); hi[g]=_mm512_and_si512(_mm512_srli_epi16(q,4),m4); hd[g]=f;
     }
     __m512i w[8]; for(int j=0;j<4;j++){w[j]=by_dw(lo[0],lo[1],lo[2],lo[3],j); w[4+j]=by_dw(hi[0],hi[1],hi[2],hi[3],j);}
@@ -72,12 +77,7 @@ __attribute__((noinline)) void one_stored(const uint8_t*first,int stride,const i
     __m512i x0=_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)(xq+8*b))), x1=_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)(xq+8*b+4)));
     __m512i qd[4],hd[4];
     for(int g=0;g<4;g++){
-      const uint8_t*p=first+4*g*stride+b*BB;
-      __m256i a=_mm256_loadu_si256((const __m256i*)p), bb=_mm256_loadu_si256((const __m256i*)(p+stride)),
-              c=_mm256_loadu_si256((const __m256i*)(p+2*stride)), e=_mm256_loadu_si256((const __m256i*)(p+3*stride));
-      __m512i ab=_mm512_inserti64x4(_mm512_castsi256_si512(a),bb,1), ce=_mm512_inserti64x4(_mm512_castsi256_si512(c),e,1);
-      __m512i f=_mm512_shuffle_i64x2(ab,ce,0x88), s=_mm512_shuffle_i64x2(ab,ce,0xdd);
-      __m512i q=_mm512_alignr_epi8(s,f,4);
+      __m512i f, q=quad(first+4*g*stride+b*BB,stride,&f);
       __m512i lo=_mm512_and_si512(q,m4), hi=_mm512_and_si512(_mm512_srli_epi16(q,4),m4); hd[g]=f;
       qd[g]=_mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(),lo,x0),hi,x1);
     }

@@ -415,6 +415,22 @@ pub fn median_decode_secs(e: &mut ats_sched::session::Session) -> f64 {
     t[1]
 }
 
+/// Virtual seconds of the first decode round of `e` after its auditions
+/// (a re-audition may follow the first; at least 40 rounds run): the round
+/// of the plan they kept. Panics when auditions go on past `max` rounds.
+pub fn tpot_after_auditions(e: &mut ats_sched::session::Session, max: u32) -> f64 {
+    for i in 0..max {
+        let during = e.planner().auditioning();
+        let t0 = e.now();
+        e.decode(100 + i).unwrap_or_else(|err| panic!("{err}"));
+        let tpot = e.now() - t0;
+        if i >= 40 && !during && !e.planner().auditioning() {
+            return tpot;
+        }
+    }
+    panic!("still auditioning after {max} rounds")
+}
+
 /// Puts each KV cache of `plan` on the device its attention node runs on
 /// (a plan that moves nodes at random must move their caches with them).
 pub fn caches_follow_attention(g: &ats_core::graph::Graph, plan: &mut ats_sched::exec::ExecPlan) {

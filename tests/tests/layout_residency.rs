@@ -19,7 +19,10 @@ use ats_core::spec::ModelSpec;
 use ats_sched::config::{Policy, RunConfig, Workload};
 use ats_sched::planner::Planner;
 use ats_sched::session::Session;
-use ats_tests::{frozen_decode_session, median_decode_secs, sim_cost, sim_machine, zeros_model};
+use ats_tests::{
+    frozen_decode_session, median_decode_secs, sim_cost, sim_machine, tpot_after_auditions,
+    zeros_model,
+};
 
 const DEPTH: usize = 4096;
 const VRAM: u64 = 4_000_000_000;
@@ -60,17 +63,7 @@ fn prompt_and_tpot(spec: &Arc<ModelSpec>, policy: Policy) -> (f64, f64) {
     let t0 = e.now();
     e.prefill(&prompt, false).unwrap();
     let prompt_secs = e.now() - t0;
-    let mut tpot = 0.0;
-    for i in 0..100 {
-        let during = e.planner().auditioning();
-        let t0 = e.now();
-        e.decode(100 + i).unwrap();
-        tpot = e.now() - t0;
-        if i >= 40 && !during && !e.planner().auditioning() {
-            break;
-        }
-    }
-    assert!(!e.planner().auditioning(), "still auditioning");
+    let tpot = tpot_after_auditions(&mut e, 100);
     (prompt_secs, tpot)
 }
 

@@ -11,7 +11,7 @@ use ats_core::spec::ModelSpec;
 use ats_sched::config::{Policy, RunConfig, Workload};
 use ats_sched::planner::Planner;
 use ats_sched::session::Session;
-use ats_tests::{sim_cost, sim_machine, zeros_model};
+use ats_tests::{sim_cost, sim_machine, tpot_after_auditions, zeros_model};
 
 const N_CTX: usize = 2176;
 
@@ -35,22 +35,7 @@ fn timings(spec: &Arc<ModelSpec>, workload: Option<Workload>) -> (f64, f64) {
     let prompt = e.now() - t0;
     e.reset();
     e.prefill(&ids(64), false).unwrap();
-    // past the auditions' rounds (a re-audition may follow the first), the
-    // plan they kept
-    let mut tpot = 0.0;
-    for i in 0..400 {
-        let during = e.planner().auditioning();
-        let t0 = e.now();
-        e.decode(100 + i).unwrap();
-        tpot = e.now() - t0;
-        if i >= 40 && !during && !e.planner().auditioning() {
-            break;
-        }
-    }
-    assert!(
-        !e.planner().auditioning(),
-        "still auditioning after 400 rounds"
-    );
+    let tpot = tpot_after_auditions(&mut e, 400);
     (prompt, tpot)
 }
 
