@@ -394,8 +394,18 @@ pub fn frozen_decode_session(
         }),
         ..RunConfig::for_model(spec, threads)
     };
+    sim_session(spec, vm, &run)
+}
+
+/// A session of `spec` on the machine model `vm`, planned for `run` from
+/// the machine's profile ([`sim_cost`]).
+pub fn sim_session(
+    spec: &std::sync::Arc<ats_core::spec::ModelSpec>,
+    vm: &ats_sched::sim::VirtualMachine,
+    run: &RunConfig,
+) -> ats_sched::session::Session {
     let planner =
-        ats_sched::planner::Planner::new(spec.graph().clone(), vm.machine(), sim_cost(vm), &run)
+        ats_sched::planner::Planner::new(spec.graph().clone(), vm.machine(), sim_cost(vm), run)
             .unwrap_or_else(|e| panic!("{e}"));
     ats_sched::session::Session::with_planner(spec.clone(), vm.machine().clone(), planner)
         .unwrap_or_else(|e| panic!("{e}"))

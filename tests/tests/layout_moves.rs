@@ -11,10 +11,8 @@ use std::sync::Arc;
 use ats_core::device::KvType;
 use ats_core::spec::ModelSpec;
 use ats_sched::config::{Policy, RunConfig};
-use ats_sched::planner::Planner;
 use ats_sched::rescheduler::ReschedConfig;
-use ats_sched::session::Session;
-use ats_tests::{sim_cost, sim_machine, zeros_model};
+use ats_tests::{sim_machine, sim_session, zeros_model};
 
 const MACHINE: &str = "rtx3060-laptop,compute=off,gpuload=10:0.9";
 const LOAD_STARTS: f64 = 10.0;
@@ -47,8 +45,7 @@ fn decode_rounds(spec: &Arc<ModelSpec>, audition_rounds: usize, n: u32) -> Vec<R
         vram: Some(vram),
         ..RunConfig::for_model(spec, 8)
     };
-    let planner = Planner::new(spec.graph().clone(), vm.machine(), sim_cost(&vm), &run).unwrap();
-    let mut e = Session::with_planner(spec.clone(), vm.machine().clone(), planner).unwrap();
+    let mut e = sim_session(spec, &vm, &run);
     vm.start_scenario();
     let prompt: Vec<u32> = (0..64).map(|i| i * 7 + 3).collect();
     e.prefill(&prompt, false).unwrap();

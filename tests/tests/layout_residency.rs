@@ -17,10 +17,8 @@ use std::sync::Arc;
 use ats_core::device::KvType;
 use ats_core::spec::ModelSpec;
 use ats_sched::config::{Policy, RunConfig, Workload};
-use ats_sched::planner::Planner;
-use ats_sched::session::Session;
 use ats_tests::{
-    frozen_decode_session, median_decode_secs, sim_cost, sim_machine, tpot_after_auditions,
+    frozen_decode_session, median_decode_secs, sim_machine, sim_session, tpot_after_auditions,
     zeros_model,
 };
 
@@ -43,13 +41,12 @@ fn the_planners_decode_plan_keeps_the_link_and_the_cpu_busy() {
 /// Virtual seconds of a 512-token prompt and of a decode round after it
 /// (past the auditions), planned by `policy` for 512 + 128 tokens.
 fn prompt_and_tpot(spec: &Arc<ModelSpec>, policy: Policy) -> (f64, f64) {
-    let vram = VRAM;
-    let vm = sim_machine("rtx3060-laptop,compute=off", 8, Some(vram));
+    let vm = sim_machine("rtx3060-laptop,compute=off", 8, Some(VRAM));
     let run = RunConfig {
         n_ctx: 640,
         kv_type: KvType::F16,
         policy,
-        vram: Some(vram),
+        vram: Some(VRAM),
         workload: Some(Workload {
             depth: 0,
             prompt: 512,
@@ -57,8 +54,7 @@ fn prompt_and_tpot(spec: &Arc<ModelSpec>, policy: Policy) -> (f64, f64) {
         }),
         ..RunConfig::for_model(spec, 8)
     };
-    let planner = Planner::new(spec.graph().clone(), vm.machine(), sim_cost(&vm), &run).unwrap();
-    let mut e = Session::with_planner(spec.clone(), vm.machine().clone(), planner).unwrap();
+    let mut e = sim_session(spec, &vm, &run);
     let prompt: Vec<u32> = (0..512).map(|i| (i * 7 + 3) % 1000).collect();
     let t0 = e.now();
     e.prefill(&prompt, false).unwrap();

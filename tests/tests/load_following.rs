@@ -13,11 +13,9 @@ use std::sync::Arc;
 use ats_core::device::KvType;
 use ats_core::spec::ModelSpec;
 use ats_sched::config::{Policy, RunConfig};
-use ats_sched::planner::Planner;
 use ats_sched::rescheduler::ReschedConfig;
-use ats_sched::session::Session;
 use ats_sched::sim::VirtualMachine;
-use ats_tests::{sim_cost, sim_machine, zeros_model};
+use ats_tests::{sim_machine, sim_session, zeros_model};
 
 /// Normal to 25 s, 70% of the cores taken to 55 s, then 60% of the SM time
 /// and a 3x slower link to 85 s, normal to 110 s (scenario seconds).
@@ -37,8 +35,7 @@ fn phases(spec: &Arc<ModelSpec>, vram: u64, resched: ReschedConfig) -> ([f64; 4]
         vram: Some(vram),
         ..RunConfig::for_model(spec, 8)
     };
-    let planner = Planner::new(spec.graph().clone(), vm.machine(), sim_cost(&vm), &run).unwrap();
-    let mut e = Session::with_planner(spec.clone(), vm.machine().clone(), planner).unwrap();
+    let mut e = sim_session(spec, &vm, &run);
     vm.start_scenario();
     let prompt: Vec<u32> = (0..64).map(|i| i * 7 + 3).collect();
     let mut per_phase: [Vec<f64>; 4] = Default::default();

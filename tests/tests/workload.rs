@@ -9,9 +9,7 @@ use std::sync::Arc;
 use ats_core::device::KvType;
 use ats_core::spec::ModelSpec;
 use ats_sched::config::{Policy, RunConfig, Workload};
-use ats_sched::planner::Planner;
-use ats_sched::session::Session;
-use ats_tests::{sim_cost, sim_machine, tpot_after_auditions, zeros_model};
+use ats_tests::{sim_machine, sim_session, tpot_after_auditions, zeros_model};
 
 const N_CTX: usize = 2176;
 
@@ -27,8 +25,7 @@ fn timings(spec: &Arc<ModelSpec>, workload: Option<Workload>) -> (f64, f64) {
         workload,
         ..RunConfig::for_model(spec, 8)
     };
-    let planner = Planner::new(spec.graph().clone(), vm.machine(), sim_cost(&vm), &run).unwrap();
-    let mut e = Session::with_planner(spec.clone(), vm.machine().clone(), planner).unwrap();
+    let mut e = sim_session(spec, &vm, &run);
     let ids = |n: u32| -> Vec<u32> { (0..n).map(|i| i * 7 + 3).collect() };
     let t0 = e.now();
     e.prefill(&ids(2048), false).unwrap();

@@ -117,7 +117,7 @@ pub struct Executor {
     schedules: HashMap<(usize, usize, usize, bool), Arc<Schedule>>,
     last_stats: RoundStats,
     /// The last round's output, kept so that the next round reads into it
-    /// (it only grows): a fresh zeroed buffer a round (8 rows of SmolLM2's
+    /// (its allocation only grows): a fresh zeroed buffer a round (8 rows of SmolLM2's
     /// logits are 1.5 MiB) was a memset and an allocation the calling
     /// thread did while the others waited.
     output: Vec<f32>,

@@ -165,8 +165,8 @@ impl Executor {
         }
     }
 
-    /// Reads the graph output into `values` (which only grows, zeroed where
-    /// it does) and waits for every device to finish the round.
+    /// Reads the graph output into `values` (resized to it, so its
+    /// allocation only grows) and waits for every device to finish the round.
     fn read_output(&self, s: &Schedule, values: &mut Vec<f32>) -> Result<(), ExecError> {
         let out = s.instances[s.output];
         values.resize(out.bytes / 4, 0.0);

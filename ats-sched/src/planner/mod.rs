@@ -313,7 +313,7 @@ impl Planner {
         Ctx::new(&self.graph, &self.cost, &self.run, force_kind, &learned)
     }
 
-    /// A fresh layout and plans from the current costs.
+    /// A fresh layout and plans from the current costs, searched for `search`.
     fn plan_fresh(&self, search: search::Search) -> Result<PlanSet, PlanError> {
         let ctx = self.ctx(None);
         match &self.gpu {
