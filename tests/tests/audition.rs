@@ -115,6 +115,7 @@ fn believed_fast() -> CostModel {
                 h2d_pageable_gbps: Some(1000.0),
                 d2h_gbps: Some(1000.0),
                 switch_secs: Some(0.0),
+                ..Default::default()
             },
             1,
         )),

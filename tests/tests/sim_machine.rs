@@ -79,3 +79,36 @@ fn a_modelled_machine_computes_exact_logits_in_repeatable_time() {
     let sum = |v: &[f64]| v.iter().sum::<f64>();
     assert!(sum(&t3) > sum(&t1), "{} vs {}", sum(&t3), sum(&t1));
 }
+
+/// The profile of a machine model times its routed-expert copy per count
+/// of experts as the model runs it (`rtx3060-laptop`: 0.39 GB/s an expert,
+/// at most 12.5 GB/s), and routed experts on both devices.
+#[test]
+fn the_profile_times_routed_copies_and_experts() {
+    let vm = sim_machine("rtx3060-laptop,compute=off", 8, None);
+    let p = vm.profile(true, &|_| ats_tests::sim_kernels()).unwrap();
+    let gpu = &p.devices[1];
+    assert!(gpu.routed_copies.len() >= 3, "{:?}", gpu.routed_copies);
+    for s in &gpu.routed_copies {
+        let gbps = s.bytes as f64 / s.secs / 1e9;
+        let want = (0.39 * s.experts as f64).min(12.5);
+        assert!(
+            (gbps / want - 1.0).abs() < 0.05,
+            "{} experts: {gbps:.2} GB/s, the model runs {want:.2}",
+            s.experts
+        );
+    }
+    for d in &p.devices {
+        let tokens: Vec<usize> = d
+            .samples
+            .iter()
+            .filter(|s| s.key.op == "moe_experts" && !s.contended)
+            .map(|s| s.key.tokens)
+            .collect();
+        assert!(
+            tokens.contains(&1) && tokens.contains(&512),
+            "{}: {tokens:?}",
+            d.kind
+        );
+    }
+}

@@ -13,8 +13,8 @@ use ats_core::ledger::Region;
 use ats_core::machine::{DeviceId, Machine};
 use ats_core::round::{Positions, Round};
 
-use super::micros::{Micro, large_batch_set, micro_set};
-use super::{DeviceProfile, PROFILE_VERSION, Profile, Sample, op_key};
+use super::micros::{Micro, expert_set, large_batch_set, micro_set};
+use super::{DeviceProfile, PROFILE_VERSION, Profile, RoutedCopySample, Sample, op_key};
 use crate::exec::{ExecConfig, ExecError, ExecPlan, Executor, WeightHome};
 
 /// What to measure.
@@ -81,10 +81,7 @@ fn time_micro(
     };
     let round = Arc::new(Round {
         // a device that only times the work needs no input values
-        input_rows: Some(Arc::new(vec![
-            if opts.zero_weights { 0.0 } else { 0.01 };
-            m.tokens * cols
-        ])),
+        input_rows: Some(Arc::new(input_rows(m.tokens * cols, opts.zero_weights))),
         n_rows: m.tokens,
         positions: Positions::linear(m.past, m.tokens),
         past: m.past,
@@ -105,6 +102,18 @@ fn time_micro(
     }
     times.sort_by(f64::total_cmp);
     Ok(times[times.len() / 2])
+}
+
+/// A micro-benchmark's input: zeros for a device that only times the work,
+/// else small values that differ from row to row (rows alike would route
+/// every token of a MoE layer to the same experts).
+fn input_rows(n: usize, zero: bool) -> Vec<f32> {
+    if zero {
+        return vec![0.0; n];
+    }
+    (0..n)
+        .map(|i| ((i * 7919 % 201) as f32 - 100.0) * 1e-4)
+        .collect()
 }
 
 fn sample_of(m: &Micro, threads: usize, contended: bool, secs: f64) -> Sample {
@@ -184,36 +193,54 @@ pub fn profile_devices_with(
     traffic: &dyn Fn() -> Box<dyn std::any::Any>,
 ) -> Result<Profile, String> {
     let t0 = Instant::now();
+    // a real GPU (or a model of one) also measures large batches
+    let gpu_like = machine
+        .gpu()
+        .is_some_and(|g| g.info().kind == DeviceKind::Gpu || g.virtual_time());
     let sets = || {
-        // a real GPU (or a model of one) also measures large batches
-        let gpu_like = machine
-            .gpu()
-            .is_some_and(|g| g.info().kind == DeviceKind::Gpu || g.virtual_time());
         let large = if gpu_like {
             large_batch_set(opts.quick)
         } else {
             Vec::new()
         };
-        (micro_set(opts.quick), large)
+        let experts = expert_set(opts.quick, gpu_like);
+        (micro_set(opts.quick), large, experts)
     };
-    let (micros, large) = if opts.zero_weights {
+    let (micros, large, experts) = if opts.zero_weights {
         super::micros::with_zero_weights(sets)
     } else {
         sets()
     };
+    let host_experts: Vec<&Micro> = experts
+        .iter()
+        .filter(|m| m.tokens <= HOST_EXPERT_TOKENS)
+        .collect();
     let names: Vec<String> = machine.iter().map(|(_, d)| d.info().name.clone()).collect();
-    let gpu_runs = machine.gpu().map_or(0, |_| micros.len() + large.len());
+    let gpu_runs = machine
+        .gpu()
+        .map_or(0, |_| micros.len() + large.len() + experts.len());
     let mut count = Progress {
         done: 0,
-        total: micros.len() * (opts.cpu_threads.len() + 1) + gpu_runs,
+        total: (micros.len() + host_experts.len()) * (opts.cpu_threads.len() + 1) + gpu_runs,
         report: progress,
     };
+    let all: Vec<&Micro> = micros.iter().collect();
     let mut devices = vec![profile_host(
-        machine, make_cpu, opts, &micros, &mut count, traffic,
+        machine, make_cpu, opts, &all, &mut count, traffic,
     )?];
     if let Some(gpu) = machine.gpu() {
         let all: Vec<&Micro> = micros.iter().chain(&large).collect();
         devices.push(profile_gpu(machine, gpu.as_ref(), opts, &all, &mut count)?);
+    }
+    // the routed experts last: a machine model's clock then reaches every
+    // other sample at the time it did before they were measured (its
+    // rounding moved plans that tie)
+    let more = profile_host(machine, make_cpu, opts, &host_experts, &mut count, traffic)?;
+    devices[0].samples.extend(more.samples);
+    if let (Some(gpu), Some(dp)) = (machine.gpu(), devices.get_mut(1)) {
+        let all: Vec<&Micro> = experts.iter().collect();
+        dp.samples
+            .extend(gpu_samples(machine, gpu.as_ref(), opts, &all, &mut count)?);
     }
     (count.report)("done", count.total, count.total);
     Ok(Profile {
@@ -244,7 +271,7 @@ fn profile_host(
     machine: &Machine,
     make_cpu: &dyn Fn(usize) -> Result<Arc<dyn Device>, String>,
     opts: &BenchOptions,
-    micros: &[Micro],
+    micros: &[&Micro],
     count: &mut Progress<'_>,
     traffic: &dyn Fn() -> Box<dyn std::any::Any>,
 ) -> Result<DeviceProfile, String> {
@@ -291,20 +318,104 @@ fn profile_gpu(
     let mut dp = DeviceProfile {
         device: gpu.info().name.clone(),
         kind: gpu.info().kind.name().into(),
+        samples: gpu_samples(machine, gpu, opts, micros, count)?,
         ..Default::default()
     };
-    for m in micros {
-        count.step(&gpu.info().name);
-        let s = time_micro(machine, DeviceId::Gpu, m, opts).map_err(e)?;
-        dp.samples.push(sample_of(m, 1, false, s));
-    }
     let bytes = if opts.quick { 16 << 20 } else { 64 << 20 };
     let (pinned, pageable, d2h) = bandwidth(gpu, bytes).map_err(|x| x.to_string())?;
     dp.h2d_pinned_gbps = pinned;
     dp.h2d_pageable_gbps = Some(pageable);
     dp.d2h_gbps = Some(d2h);
     dp.switch_secs = Some(switch_cost(machine).map_err(e)?);
+    if gpu.supports_async() {
+        dp.routed_copies = routed_copies(gpu, opts).map_err(|x| x.to_string())?;
+    }
     Ok(dp)
+}
+
+/// The GPU's kernel samples of `micros`.
+fn gpu_samples(
+    machine: &Machine,
+    gpu: &dyn Device,
+    opts: &BenchOptions,
+    micros: &[&Micro],
+    count: &mut Progress<'_>,
+) -> Result<Vec<Sample>, String> {
+    let mut out = Vec::with_capacity(micros.len());
+    for m in micros {
+        count.step(&gpu.info().name);
+        let s = time_micro(machine, DeviceId::Gpu, m, opts).map_err(|x| x.to_string())?;
+        out.push(sample_of(m, 1, false, s));
+    }
+    Ok(out)
+}
+
+/// The largest batch of routed experts timed on the CPU (a 2048-token
+/// layer would take seconds a repetition).
+const HOST_EXPERT_TOKENS: usize = 512;
+
+/// Experts in the routed-copy samples' stacked tensor (a 512-token prompt
+/// of a 128-expert model chooses nearly all of them).
+const ROUTED_EXPERTS: usize = 128;
+/// Bytes of one expert in those samples (a 30B-A3B expert matrix is 0.9 MB).
+const ROUTED_EXPERT_BYTES: usize = 512 << 10;
+
+/// The routed-expert copy per count of experts chosen at once: its rate
+/// grows with them where the device's SMs copy them (a fixed rate per
+/// expert), up to the link's.
+fn routed_copies(
+    dev: &dyn Device,
+    opts: &BenchOptions,
+) -> Result<Vec<RoutedCopySample>, ats_core::device::DeviceError> {
+    let len = ROUTED_EXPERTS * ROUTED_EXPERT_BYTES;
+    let dst = dev.alloc(Region::Workspace, len, "routed copy test")?;
+    let host: Arc<dyn HostMemory> = Arc::new(Backing::Owned(vec![7u8; len]));
+    dev.pin_host(&host)?;
+    let src = HostBytes {
+        owner: host,
+        offset: 0,
+        len,
+    };
+    let counts: &[usize] = if opts.quick {
+        &[1, 8, 32, 128]
+    } else {
+        &[1, 2, 4, 8, 16, 32, 64, 128]
+    };
+    let mut out = Vec::with_capacity(counts.len());
+    for &experts in counts {
+        let routing = routing_of(dev, experts)?;
+        let mut times = Vec::with_capacity(opts.reps);
+        for _ in 0..opts.reps.max(1) {
+            dev.synchronize()?;
+            let t = dev.now();
+            dev.copy_routed_async(&dst, &src, ROUTED_EXPERT_BYTES, &routing, experts, 1)?;
+            dev.synchronize()?;
+            times.push(dev.now() - t);
+        }
+        times.sort_by(f64::total_cmp);
+        out.push(RoutedCopySample {
+            experts,
+            bytes: (experts * ROUTED_EXPERT_BYTES) as u64,
+            secs: times[times.len() / 2],
+        });
+    }
+    Ok(out)
+}
+
+/// A routing on `dev` of `experts` rows choosing one expert each, spread
+/// over the stacked tensor: each row its expert's id, then its weight.
+fn routing_of(
+    dev: &dyn Device,
+    experts: usize,
+) -> Result<ats_core::device::Buffer, ats_core::device::DeviceError> {
+    let stride = ROUTED_EXPERTS / experts.max(1);
+    let vals: Vec<f32> = (0..experts)
+        .flat_map(|i| [(i * stride) as f32, 1.0])
+        .collect();
+    let bytes: &[u8] = bytemuck::cast_slice(&vals);
+    let buf = dev.alloc(Region::Workspace, bytes.len(), "routed copy test routing")?;
+    dev.write(&buf, 0, bytes)?;
+    Ok(buf)
 }
 
 /// Host-to-device (async from shared memory, and blocking from a Vec) and device-to-host GB/s.

@@ -8,7 +8,7 @@ use ats_core::graph::cost::RoundShape;
 use ats_core::graph::{Graph, Op};
 use ats_core::machine::{DeviceId, PerDevice};
 
-use super::{DeviceProfile, OpKey, Sample};
+use super::{DeviceProfile, OpKey, RoutedCopySample, Sample};
 
 /// The profile key of a node in a round.
 pub fn op_key(g: &Graph, node: usize, shape: RoundShape) -> OpKey {
@@ -133,7 +133,7 @@ impl DeviceCosts {
         let (mut c_sum, mut u_sum) = (0.0, 0.0);
         let mut ratios: HashMap<(String, usize), Vec<f64>> = HashMap::new();
         for s in &profile.samples {
-            if s.threads == threads && !s.contended && s.secs > 0.0 {
+            if s.threads == threads && !s.contended && s.secs > 0.0 && device_wide(s) {
                 peaks.flops = peaks.flops.max(s.flops / s.secs);
                 peaks.bytes = peaks.bytes.max(s.bytes / s.secs);
             }
@@ -141,8 +141,10 @@ impl DeviceCosts {
         }
         for s in profile.samples.iter().filter(|s| s.contended) {
             if let Some(&u) = exact.get(&(s.key.clone(), s.threads, false)) {
-                c_sum += s.secs;
-                u_sum += u;
+                if device_wide(s) {
+                    c_sum += s.secs;
+                    u_sum += u;
+                }
                 if u > 0.0 {
                     let r = ratios.entry((s.key.op.clone(), s.key.tokens)).or_default();
                     r.push(s.secs / u);
@@ -189,6 +191,14 @@ impl DeviceCosts {
             profile,
         }
     }
+}
+
+/// Whether sample `s` speaks for the whole device (its peak rates, its
+/// slowdown beside copies). Routed experts do not: their rate is their
+/// tiles' padding and a fixed cost per expert, and one 512-token layer
+/// outweighs every other sample of a slowdown summed by seconds.
+fn device_wide(s: &Sample) -> bool {
+    s.key.op != "moe_experts"
 }
 
 /// An exponential moving average, with the device's load scale when it was
@@ -352,6 +362,28 @@ impl CostModel {
         bytes / (gbps * 1e9)
     }
 
+    /// Seconds of device `d`'s routed-expert copy ([`ats_core::device::Device::copy_routed_async`])
+    /// of `bytes` over `experts` experts chosen at once: the profile's rate
+    /// at that count (log-log between samples, the nearest end beyond
+    /// them), never faster than a pinned copy. Without samples, a pinned
+    /// copy ([`CostModel::routed_copy_measured`] says which).
+    pub fn routed_copy_secs(&self, d: DeviceId, bytes: f64, experts: f64) -> f64 {
+        let link = self.h2d_secs(d, bytes);
+        let Some(c) = self.dev(d) else {
+            return link;
+        };
+        match routed_rate(&c.profile.routed_copies, experts) {
+            Some(rate) => (bytes / rate).max(link),
+            None => link,
+        }
+    }
+
+    /// Whether device `d`'s profile timed its routed-expert copy.
+    pub fn routed_copy_measured(&self, d: DeviceId) -> bool {
+        self.dev(d)
+            .is_some_and(|c| !c.profile.routed_copies.is_empty())
+    }
+
     /// Seconds to copy `bytes` from device `d` to the host.
     pub fn d2h_secs(&self, d: DeviceId, bytes: f64) -> f64 {
         let Some(c) = self.dev(d) else {
@@ -511,6 +543,30 @@ impl CostModel {
     }
 }
 
+/// Bytes a second of the routed copy at `experts` experts chosen at once:
+/// interpolated in log-log between the samples around it (a rate that grows
+/// in proportion to the experts stays exact), the nearest sample's beyond.
+fn routed_rate(samples: &[RoutedCopySample], experts: f64) -> Option<f64> {
+    let mut pts: Vec<(f64, f64)> = samples
+        .iter()
+        .filter(|s| s.experts > 0 && s.bytes > 0 && s.secs > 0.0)
+        .map(|s| ((s.experts as f64).ln(), (s.bytes as f64 / s.secs).ln()))
+        .collect();
+    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let x = experts.max(1.0).ln();
+    let (first, last) = (*pts.first()?, *pts.last()?);
+    if x <= first.0 {
+        return Some(first.1.exp());
+    }
+    if x >= last.0 {
+        return Some(last.1.exp());
+    }
+    let i = pts.iter().position(|p| p.0 >= x)?;
+    let (a, b) = (pts[i - 1], pts[i]);
+    let t = (x - a.0) / (b.0 - a.0).max(1e-12);
+    Some((a.1 + t * (b.1 - a.1)).exp())
+}
+
 /// The sample of `key`'s op and type nearest to it, among those measured
 /// without copy traffic.
 fn nearest<'a>(dc: &'a DeviceCosts, key: &OpKey) -> Option<&'a Sample> {
@@ -537,6 +593,7 @@ mod tests {
     use super::*;
 
     const H: DeviceId = DeviceId::Host;
+    const G: DeviceId = DeviceId::Gpu;
 
     /// Node `node` of `g` in a round of `shape`, with f16 caches.
     fn at(g: &Graph, node: usize, shape: RoundShape) -> NodeAt<'_> {
@@ -575,6 +632,46 @@ mod tests {
             ..Default::default()
         };
         CostModel::new((p, 2), None)
+    }
+
+    /// A GPU behind a 20 GB/s link whose routed copy moves 0.5 GB/s at one
+    /// expert and `at_16` GB/s at 16, or (`None`) a profile without those
+    /// samples.
+    fn routed_gpu(at_16: Option<f64>) -> CostModel {
+        let at = |experts: usize, gbps: f64| RoutedCopySample {
+            experts,
+            bytes: (experts as u64) << 20,
+            secs: (experts << 20) as f64 / (gbps * 1e9),
+        };
+        let gpu = DeviceProfile {
+            device: "gpu".into(),
+            kind: "gpu".into(),
+            h2d_pinned_gbps: Some(20.0),
+            routed_copies: at_16.map_or(Vec::new(), |r| vec![at(16, r), at(1, 0.5)]),
+            ..Default::default()
+        };
+        CostModel::new(
+            (one_sample_cpu().devices.host.unwrap().profile, 2),
+            Some((gpu, 1)),
+        )
+    }
+
+    #[test]
+    fn routed_copies_take_the_profiled_rate_at_their_expert_count() {
+        let c = routed_gpu(Some(8.0));
+        let secs = |experts: f64| c.routed_copy_secs(G, 1e9, experts);
+        assert!(c.routed_copy_measured(G));
+        // between the samples: log-log, exact for a rate in proportion
+        assert!((secs(4.0) - 0.5).abs() < 1e-9, "{}", secs(4.0));
+        // beyond them: the nearest sample's rate
+        assert!((secs(64.0) - 0.125).abs() < 1e-9, "{}", secs(64.0));
+        assert!((secs(0.5) - 2.0).abs() < 1e-9, "{}", secs(0.5));
+        // never faster than a pinned copy over the link
+        let fast = routed_gpu(Some(40.0));
+        assert_eq!(fast.routed_copy_secs(G, 1e9, 16.0), fast.h2d_secs(G, 1e9));
+        let old = routed_gpu(None);
+        assert!(!old.routed_copy_measured(G));
+        assert_eq!(old.routed_copy_secs(G, 1e9, 8.0), old.h2d_secs(G, 1e9));
     }
 
     #[test]

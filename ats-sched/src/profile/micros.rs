@@ -7,7 +7,8 @@ use std::sync::Arc;
 use ats_core::dtype::DType;
 use ats_core::gguf::Backing;
 use ats_core::graph::{
-    AttnSpec, Graph, GraphBuilder, GraphInput, KvCacheInfo, Mask, SubLayer, WeightInfo,
+    AttnSpec, ExpertAct, Graph, GraphBuilder, GraphInput, KvCacheInfo, Mask, Op, Routing, Rows,
+    SubLayer, WeightInfo,
 };
 
 /// One micro-benchmark: a graph, its weights, and the rows it takes.
@@ -128,6 +129,50 @@ pub(super) fn attention_micro(
         node: 2,
         tokens,
         past: ctx.saturating_sub(tokens),
+    }
+}
+
+/// The routed experts of one MoE layer of Qwen3-30B-A3B's shapes (128
+/// experts, 8 a token, 2048 wide, 768 per expert), timed after their router:
+/// a routed layer's cost is its experts' products, padded to the kernel's
+/// tiles and paying a fixed cost per expert, which no dense product shows.
+pub(super) fn moe_micro() -> Micro {
+    let (d, f, e, k) = (2048, 768, 128, 8);
+    let mut off = 0;
+    let router = weight("router", DType::F32, vec![d, e], &mut off);
+    let stacked = |name: &str, ne: Vec<usize>, off: &mut u64| weight(name, DType::Q4K, ne, off);
+    let gate = stacked("gate", vec![d, f, e], &mut off);
+    let up = stacked("up", vec![d, f, e], &mut off);
+    let down = stacked("down", vec![f, d, e], &mut off);
+    let host = weights_backing(&[&router, &gate, &up, &down]);
+    let mut b = GraphBuilder::new(GraphInput::Rows { cols: d });
+    let wr = b.weight(router);
+    let ws = [b.weight(gate), b.weight(up), b.weight(down)];
+    let routing = b.node(
+        "router",
+        Op::MoeRouter {
+            n_expert: e,
+            top_k: k,
+            routing: Routing::SOFTMAX_NORM,
+        },
+        &[0],
+        &[wr],
+        Rows::Tokens,
+        2 * k,
+    );
+    let op = Op::MoeExperts {
+        n_expert: e,
+        top_k: k,
+        act: ExpertAct::SwiGlu,
+        biases: false,
+    };
+    let out = b.node("experts", op, &[0, routing], &ws, Rows::Tokens, d);
+    Micro {
+        graph: Arc::new(b.finish(out)),
+        host,
+        node: 1,
+        tokens: 1,
+        past: 0,
     }
 }
 
@@ -263,4 +308,24 @@ pub(super) fn large_batch_set(quick: bool) -> Vec<Micro> {
         out.push(m);
     }
     out
+}
+
+/// The routed-expert micro-benchmarks, one layer's weights (340 MB) shared
+/// by every batch: the profile's batches up to a 512-token prompt, and on a
+/// GPU (`gpu`) a 2048-token one too.
+pub(super) fn expert_set(quick: bool, gpu: bool) -> Vec<Micro> {
+    let moe = moe_micro();
+    let mut tokens = token_counts(quick);
+    tokens.push(512);
+    if gpu {
+        tokens.push(2048);
+    }
+    tokens.dedup();
+    tokens
+        .into_iter()
+        .map(|tokens| Micro {
+            tokens,
+            ..moe.clone()
+        })
+        .collect()
 }

@@ -64,6 +64,22 @@ pub struct DeviceProfile {
     pub d2h_gbps: Option<f64>,
     /// Fixed cost of switching to and from this device (synchronisation, launch), seconds.
     pub switch_secs: Option<f64>,
+    /// The device's routed-expert copy (experts chosen on the device, read
+    /// from pinned host memory) per count of experts copied at once; empty
+    /// for devices without one and in profiles older than the samples.
+    #[serde(default)]
+    pub routed_copies: Vec<RoutedCopySample>,
+}
+
+/// One timing of [`ats_core::device::Device::copy_routed_async`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RoutedCopySample {
+    /// Distinct experts the routing chose.
+    pub experts: usize,
+    /// Bytes copied (the chosen experts').
+    pub bytes: u64,
+    /// Median seconds.
+    pub secs: f64,
 }
 
 /// A machine's profile.
