@@ -58,6 +58,15 @@ impl Item {
     }
 }
 
+/// The router item whose choice routed-experts item `i` follows: the last
+/// router of its layer before it.
+pub fn router_of(items: &[Item], i: usize) -> Option<usize> {
+    let layer = items.get(i)?.layer;
+    items[..i]
+        .iter()
+        .rposition(|r| r.layer == layer && r.sublayer == SubLayer::MoeRouter)
+}
+
 /// Splits a graph into items; embedding lookups stay on the host and are
 /// returned apart.
 pub fn build_items(g: &Graph, n_ctx: usize, kv_elem: usize) -> (Vec<Item>, Vec<usize>) {
@@ -132,8 +141,14 @@ pub struct ItemCost {
     pub gpu: f64,
     /// Seconds to move its inputs across PCIe plus the fixed switch cost.
     pub switch: f64,
-    /// Seconds to copy its weights to the GPU for the round (routed experts only for MoE).
+    /// Seconds to copy its weights to the GPU for the round (routed experts
+    /// only for MoE, chosen by a router on the CPU: copied one by one at the
+    /// link's rate).
     pub copy: f64,
+    /// Seconds of the GPU's routed copy of the experts its router chose on
+    /// the GPU (the copy kernel's rate at that many experts); `copy` for
+    /// other items.
+    pub gpu_routed_copy: f64,
 }
 
 /// Costs of every item at `shape`; without a GPU (`has_gpu` false) the
@@ -168,6 +183,7 @@ pub fn item_costs(
                     gpu: f64::INFINITY,
                     switch: 0.0,
                     copy: f64::INFINITY,
+                    gpu_routed_copy: f64::INFINITY,
                 };
             }
             let gpu_t: f64 = it
@@ -182,18 +198,27 @@ pub fn item_costs(
                 .sum();
             let switch =
                 cost.h2d_secs(DeviceId::Gpu, in_bytes as f64) + cost.switch_secs(DeviceId::Gpu);
-            let copy_bytes = match it.experts {
+            let (copy, gpu_routed_copy) = match it.experts {
                 Some((e, k)) => {
-                    it.weight_bytes as f64 * expected_experts(e, k, shape.n_tokens) / e as f64
+                    let hit = expected_experts(e, k, shape.n_tokens);
+                    let bytes = it.weight_bytes as f64 * hit / e as f64;
+                    (
+                        cost.h2d_secs(DeviceId::Gpu, bytes),
+                        cost.routed_copy_secs(DeviceId::Gpu, bytes, hit),
+                    )
                 }
-                None => it.weight_bytes as f64,
+                None => {
+                    let c = cost.h2d_secs(DeviceId::Gpu, it.weight_bytes as f64);
+                    (c, c)
+                }
             };
             ItemCost {
                 cpu,
                 cpu_streaming,
                 gpu: gpu_t,
                 switch,
-                copy: cost.h2d_secs(DeviceId::Gpu, copy_bytes),
+                copy,
+                gpu_routed_copy,
             }
         })
         .collect()

@@ -55,7 +55,8 @@ impl Away {
     fn secs(self, c: &ItemCost, streamable: bool) -> f64 {
         match self {
             Away::Shared if streamable => {
-                let link = c.gpu.max(c.copy);
+                // routed experts as the GPU's router would copy them
+                let link = c.gpu.max(c.gpu_routed_copy);
                 c.cpu * link / (c.cpu + link)
             }
             _ => c.cpu,

@@ -302,6 +302,10 @@ pub(super) fn plan_on_gpu(
     let mut notes = Vec::new();
     if !ctx.cost.is_measured(DeviceId::Gpu) || !ctx.cost.is_measured(DeviceId::Host) {
         notes.push(NO_PROFILE.to_string());
+    } else if ctx.items.iter().any(|it| it.experts.is_some())
+        && !ctx.cost.routed_copy_measured(DeviceId::Gpu)
+    {
+        notes.push(NO_ROUTED_COPIES.to_string());
     }
     plan_set(ctx, Arc::new(best.layout), &best.tiers, notes)
 }
@@ -309,6 +313,10 @@ pub(super) fn plan_on_gpu(
 /// The note a plan made without a profile carries.
 const NO_PROFILE: &str =
     "no profile of this machine: estimates are a default roofline (run `ats-cli profile`)";
+
+/// The note a MoE plan made with a profile older than its routed-copy
+/// samples carries.
+const NO_ROUTED_COPIES: &str = "the profile has no routed-copy samples: streamed experts are priced as pinned copies (run `ats-cli profile` again)";
 
 /// The per-tier plans of `layout` as a plan set.
 fn plan_set(

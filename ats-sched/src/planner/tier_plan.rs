@@ -33,21 +33,38 @@ fn transfer_items(
     resident: &[bool],
     streaming: bool,
 ) -> Vec<TransferItem> {
+    // a router the GPU may run is taken to route there, so its experts are
+    // priced at the GPU's routed-copy kernel (a plan that keeps the router
+    // on the CPU copies them one by one at the link's rate instead)
+    let gpu_routes = |i: usize| {
+        super::items::router_of(items, i)
+            .is_some_and(|j| resident[j] || (streaming && streamable[j]))
+    };
     costs
         .iter()
         .zip(items)
         .zip(resident)
         .zip(streamable)
-        .map(|(((c, it), &r), &can)| {
+        .enumerate()
+        .map(|(i, (((c, it), &r), &can))| {
             // routed experts are copied once their router has run, so the
             // copy cannot hide under earlier work: it adds to their GPU time
             let routed_copy = it.experts.is_some() && !r;
+            let routed_secs = if routed_copy && gpu_routes(i) {
+                c.gpu_routed_copy
+            } else {
+                c.copy
+            };
             TransferItem {
                 on_gpu: r,
                 promotable: streaming && !r && can,
                 cpu_time: c.cpu,
                 cpu_time_beside: c.cpu_streaming,
-                gpu_time: if routed_copy { c.gpu + c.copy } else { c.gpu },
+                gpu_time: if routed_copy {
+                    c.gpu + routed_secs
+                } else {
+                    c.gpu
+                },
                 copy_time: if routed_copy { 0.0 } else { c.copy },
                 switch_cost: c.switch,
                 // items of one sub-layer stream weights of the same roles
