@@ -4,8 +4,9 @@
 //! fitting a preset to measurements, e.g. `h200-host` to
 //! `docs/gpu-results.md`).
 //!
-//! `cargo run --release -p ats-sched --example sim_breakdown -- MACHINE MODEL VRAM_GB POLICY [P N] [--items]`
-//! (`--items`: every placement item, its bytes and residency)
+//! `cargo run --release -p ats-sched --example sim_breakdown -- MACHINE MODEL VRAM_GB POLICY [P N] [--items] [--threads=N]`
+//! (`--items`: every placement item, its bytes and residency; `--threads`:
+//! the host threads ATS runs with, 16 unless given)
 //! (MODEL: a synth preset, run on all-zero weights with `compute=off`).
 
 mod common;
@@ -70,7 +71,12 @@ impl Split {
 
 fn main() {
     let items = std::env::args().any(|a| a == "--items");
-    let a: Vec<String> = std::env::args().filter(|x| x != "--items").collect();
+    let threads: usize = std::env::args()
+        .find_map(|a| a.strip_prefix("--threads=").map(String::from))
+        .map_or(16, |t| t.parse().expect("--threads=N"));
+    let a: Vec<String> = std::env::args()
+        .filter(|x| x != "--items" && !x.starts_with("--threads="))
+        .collect();
     if a.len() < 5 {
         eprintln!("usage: sim_breakdown MACHINE MODEL VRAM_GB POLICY [P N]");
         std::process::exit(2);
@@ -83,7 +89,7 @@ fn main() {
     let dir = std::env::temp_dir().join("ats-sim-breakdown");
     std::fs::create_dir_all(&dir).expect("temp dir");
     let model = zeros_model(&dir, model_name);
-    let vm = machine(&format!("{spec},compute=off"), 16, (vram * 1e9) as u64);
+    let vm = machine(&format!("{spec},compute=off"), threads, (vram * 1e9) as u64);
     // the context and workload `ats-cli bench -p P -n N` plans for
     let n_ctx = p.max(n_gen).max(1);
     let workload = Workload {
@@ -153,11 +159,17 @@ fn main() {
         }
     }
     for t in &e.plan_set().tiers {
+        let others: Vec<String> = t
+            .estimates
+            .iter()
+            .filter_map(|(k, e)| e.map(|e| format!("{} {:.2}", k.name(), e * 1e3)))
+            .collect();
         println!(
-            "  tier {:>5}: {:<9} est {:9.2} ms",
+            "  tier {:>5}: {:<9} est {:9.2} ms ({})",
             t.tier,
             t.kind.name(),
-            t.est_secs * 1e3
+            t.est_secs * 1e3,
+            others.join(", ")
         );
     }
     if p > 0 {
