@@ -3,10 +3,11 @@
 //! 4 GB and 2 GB: normal, CPU pressure, a game on the GPU and the link,
 //! normal again). The clock is the machine model's, so the outcome is
 //! exact on any machine under any load: the load-aware policy is never
-//! more than 2% slower than the static one in any phase, wins under GPU
-//! and PCIe pressure, at 2 GB removes at least half of the static policy's
-//! slowdown under either pressure (the goal), and re-plans less
-//! than once a second.
+//! more than 2% slower than the static one in any phase, at 4 GB removes
+//! under GPU and PCIe pressure what the best plan made under that load
+//! does, at 2 GB removes at least half of the static policy's slowdown
+//! under either pressure (the goal), and re-plans less than once a
+//! second.
 
 use std::sync::Arc;
 
@@ -102,8 +103,12 @@ fn at_2_gb_half_the_slowdown_of_either_pressure_is_removed() {
 
 #[test]
 fn the_load_aware_policy_follows_the_load_and_never_loses() {
-    let (ratio, _, replans) = compare(4_000_000_000);
+    let (ratio, removed, replans) = compare(4_000_000_000);
     assert!(ratio.iter().all(|&r| r <= 1.02), "{ratio:?}");
-    assert!(ratio[2] < 0.9, "GPU and PCIe pressure: {ratio:?}");
+    // under the game a move reaches what a plan made under it does (30%
+    // removed, `--policy static`'s layout; `load_adaptivity` says why half
+    // is out of reach at 4 GB); priced as if leaving weights were copied
+    // back, not just freed, the move did not pay and 21% was removed
+    assert!(removed[2] >= 0.28, "GPU and PCIe pressure: {removed:?}");
     assert!((replans as f64) < PHASE_ENDS[3], "{replans} re-plans");
 }

@@ -722,10 +722,10 @@ impl Planner {
             .filter(|((_, n), o)| **n && !**o)
             .map(|((it, _), _)| it.bytes())
             .sum();
-        // an upper bound: only KV caches are copied back, weights are just freed
+        // only KV caches are copied back; weights leaving are just freed
         let moved_out: u64 = pairs()
             .filter(|((_, n), o)| !**n && **o)
-            .map(|((it, _), _)| it.bytes())
+            .map(|((it, _), _)| it.kv_bytes)
             .sum();
         let copy = self.cost.h2d_secs(DeviceId::Gpu, moved_in as f64)
             + self.cost.d2h_secs(DeviceId::Gpu, moved_out as f64);
