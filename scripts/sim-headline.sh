@@ -9,18 +9,14 @@ set -euo pipefail
 source "$(dirname "$0")/sim-models.sh"
 p=${1:-512}
 n=${2:-128}
-run() { # machine model vram policy -> "prompt gen plan"
-    "$bin" bench -m "$dir/$2.gguf" --sim-machine "$1,compute=off" --vram "$3" \
-        -p "$p" -n "$n" -r 1 --policy "$4" --json 2>/dev/null | bench_rates "$p" "$n"
-}
 printf '| machine | model | VRAM | layers prompt / gen t/s | ats prompt / gen t/s (decode plan) | ats / layers prompt | gen |\n'
 printf '| --- | --- | --- | --- | --- | ---: | ---: |\n'
 for mach in rtx3060-laptop:2G,4G rtx4090-desktop:4G,8G,16G; do
     name=${mach%%:*}
     for m in llama-8b qwen3-30b-a3b; do
         for v in $(echo "${mach#*:}" | tr , " "); do
-            read -r lp lg _ < <(run "$name" "$m" "$v" layers)
-            read -r ap ag plan < <(run "$name" "$m" "$v" ats)
+            read -r lp lg _ < <(sim_rates "$name" "$m" "$v" layers)
+            read -r ap ag plan < <(sim_rates "$name" "$m" "$v" ats)
             ratio_row "$name" "$m" "$v" "$lp" "$lg" "$ap" "$ag" "$plan"
         done
     done

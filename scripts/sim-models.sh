@@ -9,6 +9,15 @@ for m in llama-8b qwen3-30b-a3b; do
     [ -f "$dir/$m.gguf" ] || "$bin" synth --preset "$m" --zeros -o "$dir/$m.gguf" >/dev/null
 done
 
+# Benchmarks one cell in virtual time and prints "PROMPT_TS GEN_TS
+# DECODE_PLAN": MACHINE (a --sim-machine spec, `compute=off` added), MODEL
+# (written above), VRAM, POLICY, then any further `bench` arguments; the
+# test sizes are the caller's $p and $n.
+sim_rates() {
+    "$bin" bench -m "$dir/$2.gguf" --sim-machine "$1,compute=off" --vram "$3" \
+        -p "$p" -n "$n" -r 1 --policy "$4" "${@:5}" --json 2>/dev/null | bench_rates "$p" "$n"
+}
+
 # Reads `bench --json` on stdin and prints "PROMPT_TS GEN_TS DECODE_PLAN" for
 # the test of a P-token prompt ($1) and N generated tokens ($2).
 bench_rates() {

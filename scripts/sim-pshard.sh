@@ -13,8 +13,7 @@ vram=${1:-4G}
 p=${2:-512}
 n=${3:-128}
 run() { # model gen threads policy -> "prompt gen plan"
-    "$bin" bench -m "$dir/$1.gguf" --sim-machine "pcie-gen5-desktop,pcie=gen$2x16,compute=off" \
-        --vram "$vram" -t "$3" -p "$p" -n "$n" -r 1 --policy "$4" --json 2>/dev/null | bench_rates "$p" "$n"
+    sim_rates "pcie-gen5-desktop,pcie=gen$2x16" "$1" "$vram" "$4" -t "$3"
 }
 printf '| model | threads | PCIe | layers prompt / gen t/s | ats prompt / gen t/s (decode plan) | ats / layers prompt | gen |\n'
 printf '| --- | ---: | --- | --- | --- | ---: | ---: |\n'

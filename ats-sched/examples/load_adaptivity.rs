@@ -179,14 +179,14 @@ fn planned_under(
     model: &std::sync::Arc<ats_core::spec::ModelSpec>,
     vram_gb: f64,
     held: &str,
-    policy_: Policy,
+    plan_policy: Policy,
 ) -> f64 {
     let vm = machine(
         &format!("rtx3060-laptop,compute=off,{held}"),
         8,
         (vram_gb * 1e9) as u64,
     );
-    let mut e = session(model, &vm, policy_, 1024, policy(true)).expect("session");
+    let mut e = session(model, &vm, plan_policy, 1024, policy(true)).expect("session");
     vm.start_scenario();
     let s = drive(&mut e, &vm, 25.0, 400);
     phase_median(&s, 0.0, 25.0)
